@@ -1,0 +1,100 @@
+"""One error tree; each error knows its HTTP status and OpenAI error type.
+
+::
+
+    SieveError
+    ├── ConfigError                 (start-up only: bad config or policy file)
+    ├── InvalidRequest        400   invalid_request_error
+    │   └── UnknownModel      404   invalid_request_error / model_not_found
+    ├── Unauthorized          401   authentication_error
+    ├── Forbidden             403   permission_error
+    ├── BodyTooLarge          413   invalid_request_error
+    ├── BudgetExceeded        429   budget_exceeded
+    ├── StoreUnavailable      503   service_unavailable
+    ├── UpstreamUnavailable   502   upstream_error
+    └── UpstreamTimeout       504   upstream_timeout
+
+Routes raise; one handler (``gateway.api.responses.error_response``) renders
+``{"error": {"message", "type", "param", "code"}}``. An upstream's own error
+status and body are relayed unchanged and never pass through this tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SieveError(Exception):
+    status: int = 500
+    type: str = "internal_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.extra = extra or {}
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        error.update(self.extra)
+        return {"error": error}
+
+
+class ConfigError(SieveError):
+    type = "config_error"
+
+
+class InvalidRequest(SieveError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class UnknownModel(InvalidRequest):
+    status = 404
+    code = "model_not_found"
+
+
+class Unauthorized(SieveError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class Forbidden(SieveError):
+    status = 403
+    type = "permission_error"
+
+
+class BodyTooLarge(SieveError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class BudgetExceeded(SieveError):
+    status = 429
+    type = "budget_exceeded"
+    code = "budget_exceeded"
+
+
+class StoreUnavailable(SieveError):
+    status = 503
+    type = "service_unavailable"
+    code = "store_unavailable"
+
+
+class UpstreamUnavailable(SieveError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_unavailable"
+
+
+class UpstreamTimeout(SieveError):
+    status = 504
+    type = "upstream_timeout"
+    code = "upstream_timeout"

@@ -1,0 +1,206 @@
+"""Settings: the only place that reads the environment.
+
+Read once at start-up and passed explicitly::
+
+    settings = Settings.from_env()            # SIEVE_* variables (+ optional YAML)
+    app = create_app(settings)
+
+Environment variables (all optional):
+
+==============================  ==============================================
+SIEVE_HOST / SIEVE_PORT         bind address (default 127.0.0.1:8080)
+SIEVE_CONFIG                    YAML config file (models, upstreams, keys)
+SIEVE_POLICIES_DIR              folder of policy YAML files (default policies/)
+SIEVE_POLICY                    name of the default policy (default "default")
+SIEVE_UPSTREAM_BASE_URL         default OpenAI-compatible upstream
+SIEVE_UPSTREAM_API_KEY          its key; without it the client's is forwarded
+SIEVE_REDIS_URL                 Redis for shared state and budgets
+SIEVE_ADMIN_KEY                 enables the admin routes
+SIEVE_KEYS_FILE                 virtual keys (YAML)
+SIEVE_ALLOW_OPEN                "1" allows an open gateway on a non-loopback bind
+SIEVE_MAX_BODY_BYTES            request body limit (default 32 MiB)
+SIEVE_UPSTREAM_TIMEOUT_S        upstream read timeout (default 600)
+SIEVE_UPSTREAM_CONNECT_TIMEOUT_S  upstream connect timeout (default 10)
+SIEVE_AUDIT_LOG                 path of the JSON-lines audit log, "-" = stdout
+SIEVE_LOG_LEVEL                 default "info"
+==============================  ==============================================
+
+Offline operation is also arranged here: tiktoken is pointed at the encoding
+files litellm ships, and litellm is told to use its bundled price map.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from gateway.errors import ConfigError
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+DEFAULT_POLICIES_DIR = PACKAGE_ROOT.parent / "policies"
+
+
+@dataclass(frozen=True)
+class ModelRoute:
+    """Where one model name goes.
+
+    ``kind`` is ``"openai"`` (byte-transparent fast path to an
+    OpenAI-compatible ``api_base``) or ``"litellm"`` (any other provider,
+    through ``litellm.acompletion`` with ``litellm_model``).
+    """
+
+    name: str
+    kind: str = "openai"
+    api_base: str | None = None
+    api_key: str | None = None
+    litellm_model: str | None = None
+    upstream_model: str | None = None  # rename on the wire, e.g. an alias
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    config_path: Path | None = None
+    policies_dir: Path = DEFAULT_POLICIES_DIR
+    default_policy: str = "default"
+    upstream_base_url: str | None = None
+    upstream_api_key: str | None = None
+    redis_url: str | None = None
+    admin_key: str | None = None
+    keys_file: Path | None = None
+    allow_open: bool = False
+    max_body_bytes: int = 32 * 1024 * 1024
+    upstream_timeout_s: float = 600.0
+    upstream_connect_timeout_s: float = 10.0
+    audit_log: str | None = None
+    log_level: str = "info"
+    models: Mapping[str, ModelRoute] = field(default_factory=dict)
+    virtual_keys: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        env = os.environ if environ is None else environ
+        prepare_offline_environment(os.environ if environ is None else None)
+        settings = cls(
+            host=env.get("SIEVE_HOST", cls.host),
+            port=_int(env, "SIEVE_PORT", cls.port),
+            config_path=_path(env.get("SIEVE_CONFIG")),
+            policies_dir=_path(env.get("SIEVE_POLICIES_DIR")) or DEFAULT_POLICIES_DIR,
+            default_policy=env.get("SIEVE_POLICY", cls.default_policy),
+            upstream_base_url=env.get("SIEVE_UPSTREAM_BASE_URL") or None,
+            upstream_api_key=env.get("SIEVE_UPSTREAM_API_KEY") or None,
+            redis_url=env.get("SIEVE_REDIS_URL") or None,
+            admin_key=env.get("SIEVE_ADMIN_KEY") or None,
+            keys_file=_path(env.get("SIEVE_KEYS_FILE")),
+            allow_open=env.get("SIEVE_ALLOW_OPEN", "").lower() in ("1", "true", "yes"),
+            max_body_bytes=_int(env, "SIEVE_MAX_BODY_BYTES", cls.max_body_bytes),
+            upstream_timeout_s=_float(env, "SIEVE_UPSTREAM_TIMEOUT_S", cls.upstream_timeout_s),
+            upstream_connect_timeout_s=_float(
+                env, "SIEVE_UPSTREAM_CONNECT_TIMEOUT_S", cls.upstream_connect_timeout_s
+            ),
+            audit_log=env.get("SIEVE_AUDIT_LOG") or None,
+            log_level=env.get("SIEVE_LOG_LEVEL", cls.log_level),
+        )
+        settings = replace(settings, **overrides)
+        if settings.config_path is not None:
+            settings = settings.with_config_file(settings.config_path, env)
+        return settings
+
+    def with_config_file(self, path: Path, env: Mapping[str, str]) -> "Settings":
+        """Merge a YAML config file (strict: unknown keys are errors)."""
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: cannot read config: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: config must be a mapping")
+        allowed = {"models", "upstream", "keys", "redis_url", "admin_key_env", "policy"}
+        _reject_unknown(raw, allowed, str(path))
+        upstream = raw.get("upstream") or {}
+        _reject_unknown(upstream, {"base_url", "api_key_env"}, f"{path}: upstream")
+        models = {}
+        for name, spec in (raw.get("models") or {}).items():
+            spec = spec or {}
+            _reject_unknown(
+                spec,
+                {"kind", "api_base", "api_key_env", "litellm_model", "upstream_model"},
+                f"{path}: models.{name}",
+            )
+            kind = spec.get("kind", "openai")
+            if kind not in ("openai", "litellm"):
+                raise ConfigError(f"{path}: models.{name}.kind must be 'openai' or 'litellm'")
+            models[name] = ModelRoute(
+                name=name,
+                kind=kind,
+                api_base=spec.get("api_base"),
+                api_key=env.get(spec["api_key_env"]) if spec.get("api_key_env") else None,
+                litellm_model=spec.get("litellm_model"),
+                upstream_model=spec.get("upstream_model"),
+            )
+        return replace(
+            self,
+            models=models,
+            upstream_base_url=upstream.get("base_url") or self.upstream_base_url,
+            upstream_api_key=(
+                env.get(upstream["api_key_env"]) if upstream.get("api_key_env") else self.upstream_api_key
+            ),
+            redis_url=raw.get("redis_url") or self.redis_url,
+            admin_key=env.get(raw["admin_key_env"]) if raw.get("admin_key_env") else self.admin_key,
+            default_policy=raw.get("policy") or self.default_policy,
+            virtual_keys=tuple(raw.get("keys") or ()),
+        )
+
+    @property
+    def bind_is_loopback(self) -> bool:
+        return self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
+
+
+def litellm_tokenizer_dir() -> Path | None:
+    """The folder of tiktoken encodings that litellm ships, found without importing it."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+    return folder if folder.is_dir() else None
+
+
+def prepare_offline_environment(environ: Any = None) -> None:
+    """Keep tiktoken and litellm off the network (set before either is imported)."""
+    target = os.environ if environ is None else environ
+    folder = litellm_tokenizer_dir()
+    if folder is not None:
+        target.setdefault("TIKTOKEN_CACHE_DIR", str(folder))
+    target.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    target.setdefault("LITELLM_OFFLINE_MODE", "true")
+
+
+def _reject_unknown(mapping: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"{where}: must be a mapping")
+    unknown = sorted(set(mapping) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        return int(env[name]) if env.get(name) else default
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be an integer, got {env[name]!r}") from exc
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        return float(env[name]) if env.get(name) else default
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a number, got {env[name]!r}") from exc

@@ -1,0 +1,68 @@
+"""Every Prometheus metric Sieve exports, defined in one place.
+
+The names are a contract (ARCHITECTURE.md §6): the Grafana dashboard, the
+alert rules and the tests read them. Labels stay bounded: org names come from
+configuration, models from the routed model list (anything else is reported
+as ``other``), never a request id, user text or a raw key.
+
+Sieve runs one uvicorn worker per process and scales out with replicas (pods),
+so each process serves its own registry; Prometheus sums across pods.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+OUTCOMES = ("ok", "pruned", "passthrough", "client_error", "upstream_error", "budget_rejected",
+            "fail_open", "unauthorized")
+UNIT_ACTIONS = ("kept", "masked", "dropped", "summarised")
+COST_KINDS = ("counterfactual", "actual", "scorer")
+
+
+class Metrics:
+    """The metric objects of one process, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("sieve_requests_total", "Chat requests by outcome.",
+                                ["org", "model", "outcome"], registry=r)
+        self.prompt_tokens_original = Counter(
+            "sieve_prompt_tokens_original_total", "Prompt tokens of messages as received.",
+            ["org", "model"], registry=r)
+        self.prompt_tokens_forwarded = Counter(
+            "sieve_prompt_tokens_forwarded_total", "Prompt tokens of messages as forwarded.",
+            ["org", "model"], registry=r)
+        self.completion_tokens = Counter(
+            "sieve_completion_tokens_total", "Completion tokens reported by the provider.",
+            ["org", "model"], registry=r)
+        self.cost_usd = Counter(
+            "sieve_cost_usd_total",
+            "Dollars: counterfactual (unpruned), actual (forwarded), scorer (pruning's own cost).",
+            ["org", "model", "kind"], registry=r)
+        self.units = Counter("sieve_units_total", "History units by pruning action.",
+                             ["org", "action"], registry=r)
+        self.budget_rejections = Counter("sieve_budget_rejections_total",
+                                         "Requests rejected by a token budget.", ["org"], registry=r)
+        self.scorer_failures = Counter("sieve_scorer_failures_total",
+                                       "Scorer fallbacks, by reason.", ["reason"], registry=r)
+        self.unpriced = Counter("sieve_unpriced_requests_total",
+                                "Requests whose model has no known price.", ["model"], registry=r)
+        self.fail_open = Counter("sieve_fail_open_total",
+                                 "Requests served unpruned or unmetered because a dependency failed.",
+                                 ["reason"], registry=r)
+        self.prune_seconds = Histogram("sieve_prune_seconds", "Time spent pruning one request.",
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.scorer_seconds = Histogram("sieve_scorer_seconds", "Time spent in the scorer.",
+                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.upstream_seconds = Histogram("sieve_upstream_seconds",
+                                          "Upstream time: until the response ends (streams included).",
+                                          buckets=LATENCY_BUCKETS, registry=r)
+        self.overhead_seconds = Histogram("sieve_overhead_seconds",
+                                          "Gateway time per request, upstream time excluded.",
+                                          buckets=LATENCY_BUCKETS, registry=r)
+        self.budget_remaining = Gauge("sieve_budget_remaining_tokens",
+                                      "Tokens left in a budget window, as last seen.",
+                                      ["org", "window"], registry=r)
