@@ -1,0 +1,65 @@
+"""Quality of the pure pipeline on the dev fixtures, without a gateway (fast iteration).
+
+    python bench/offline_quality.py --source locomo --ratio 0.3,0.2 --limit 200
+
+Uses ../shared/bench/quality.py's scoring so figures match `quality.py --gateway`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_BENCH = ROOT.parent / "shared" / "bench"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(SHARED_BENCH))
+
+from gateway.settings import prepare_offline_environment  # noqa: E402
+
+prepare_offline_environment()
+
+import quality  # noqa: E402
+
+from gateway.pruning.pipeline import prune  # noqa: E402
+from gateway.pruning.policy import Policy  # noqa: E402
+from gateway.pruning.scoring import LocalScorer  # noqa: E402
+from gateway.pruning.tokens import TokenCounters  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("fixtures", nargs="*", default=[str(ROOT.parent / "shared" / "data" / "dev-locomo.jsonl.gz"), str(ROOT.parent / "shared" / "data" / "dev-tau-retail.jsonl.gz")])
+    ap.add_argument("--ratio", default="0.3")
+    ap.add_argument("--source", action="append")
+    ap.add_argument("--limit", type=int)
+    ap.add_argument("--stride", type=int, default=1, help="take every N-th case")
+    args = ap.parse_args()
+    quality.setup_tokenizer()
+    cases = quality.load_cases(args.fixtures, set(args.source) if args.source else None, args.limit)
+    cases = cases[:: args.stride]
+    counters, scorer, policy = TokenCounters(), LocalScorer(), Policy()
+    for ratio in [float(r) for r in args.ratio.split(",")]:
+        by_source: dict[str, list] = {}
+        t0 = time.perf_counter()
+        for case in cases:
+            req = case["request"]
+            orig = case["meta"].get("orig_tokens") or quality.count_request(req)
+            target = max(1, int(orig * ratio))
+            res = prune(req, policy, scorer=scorer, counter=counters.for_model(req.get("model", "")),
+                        target=target)
+            row = quality.score_case(case, res.request, target, orig)
+            by_source.setdefault(case["source"], []).append(row)
+        dt = time.perf_counter() - t0
+        for source, rows in by_source.items():
+            s = quality.summarize(rows)
+            print(f"ratio {ratio} {source:12s} n={s['cases']} evidence={s.get('evidence_recall', 0):.3f} "
+                  f"grounding={s.get('grounding_recall') or 0:.3f} valid={s['valid_rate']:.3f} "
+                  f"over={s.get('over_budget_rate_feasible') or 0:.3f} ratio_med={s['ratio_median']:.3f} "
+                  f"({dt:.1f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

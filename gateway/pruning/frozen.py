@@ -1,0 +1,97 @@
+"""The frozen decisions of one conversation, and how they are replayed.
+
+Between epochs the forwarded prefix must be byte-identical from one request to
+the next, or the provider's prompt cache misses. So the decisions taken at an
+epoch (which original messages are masked or dropped, which markers go where)
+are stored and replayed as they are for as long as the client's history still
+starts with the messages they were taken on.
+
+Stored as compact bytes (orjson) in whatever ``ConversationStore`` the gateway
+runs: in-memory by default, Redis when configured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import orjson
+
+from gateway.pruning.compression import masked_message
+
+MASK, DROP = "mask", "drop"
+
+
+@dataclass(slots=True)
+class FrozenPlan:
+    fingerprints: list[str]          # of every original message of the last request
+    decided: int = 0                 # decisions cover original messages [0, decided)
+    actions: dict[int, str] = field(default_factory=dict)  # index -> mask | drop
+    inserts: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (before index, message)
+    masked_tokens: dict[int, int] = field(default_factory=dict)  # index -> original tokens (marker text)
+    epoch: int = 0
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps({
+            "v": 1, "fp": self.fingerprints, "decided": self.decided,
+            "actions": [[i, a] for i, a in sorted(self.actions.items())],
+            "inserts": [[i, m] for i, m in self.inserts],
+            "masked_tokens": [[i, t] for i, t in sorted(self.masked_tokens.items())],
+            "epoch": self.epoch,
+        })
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "FrozenPlan | None":
+        """Decode; a corrupt or foreign value is treated as no state at all."""
+        try:
+            d = orjson.loads(raw)
+            if d.get("v") != 1:
+                return None
+            return cls(
+                fingerprints=list(d["fp"]), decided=int(d["decided"]),
+                actions={int(i): str(a) for i, a in d["actions"]},
+                inserts=[(int(i), dict(m)) for i, m in d["inserts"]],
+                masked_tokens={int(i): int(t) for i, t in d["masked_tokens"]},
+                epoch=int(d["epoch"]),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+    def prefix_matches(self, fingerprints: Sequence[str]) -> bool:
+        n = self.decided
+        return len(fingerprints) >= n and list(fingerprints[:n]) == self.fingerprints[:n]
+
+    def continues(self, fingerprints: Sequence[str]) -> bool:
+        """The new request extends the last one seen (an agent loop going on)."""
+        n = len(self.fingerprints)
+        return n > 0 and len(fingerprints) >= n and list(fingerprints[:n]) == self.fingerprints
+
+    def replay(self, messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
+        """Apply the decisions to ``messages``; returns (forwarded, source index per
+        forwarded message, -1 for inserted markers)."""
+        out: list[dict[str, Any]] = []
+        sources: list[int] = []
+        inserts = iter(self.inserts)
+        pending = next(inserts, None)
+        for i, message in enumerate(messages):
+            while pending is not None and pending[0] == i:
+                out.append(pending[1])
+                sources.append(-1)
+                pending = next(inserts, None)
+            action = self.actions.get(i) if i < self.decided else None
+            if action == DROP:
+                continue
+            if action == MASK:
+                out.append(masked_message(message, self.masked_tokens.get(i, 0), _fp_ref(self, i)))
+            else:
+                out.append(message)  # type: ignore[arg-type]
+            sources.append(i)
+        while pending is not None:  # markers placed at the very end of the decided span
+            out.append(pending[1])
+            sources.append(-1)
+            pending = next(inserts, None)
+        return out, sources
+
+
+def _fp_ref(plan: FrozenPlan, i: int) -> str:
+    return plan.fingerprints[i] if i < len(plan.fingerprints) else "0" * 10

@@ -1,0 +1,325 @@
+"""prune(request) -> (forwarded request, report): the whole pure pipeline.
+
+::
+
+    result = prune(body, policy, scorer=LocalScorer(), counter=counters.for_model(model),
+                   state=FrozenPlan.from_bytes(raw) if raw else None, target=8000)
+    result.request      # the body to forward (every unknown field untouched)
+    result.report()     # per message: action, score, reason; totals
+    result.state        # the frozen plan to store for this conversation
+
+Modes (``result.mode``):
+
+* ``none``       strategy none: forwarded unchanged.
+* ``under``      below the target or the policy's minimum size: unchanged.
+* ``frozen``     the stored decisions replayed; new messages pass unchanged.
+* ``epoch``      over the high-water mark: decided anew, down to the low-water
+                 mark; earlier masks and drops stay (the cached prefix depends on them).
+* ``stateless``  no usable state (first sight, or the client edited its history):
+                 pruned straight to the target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from gateway.pruning import selection as sel
+from gateway.pruning.compression import dropped_marker, goal_reminder, is_maskable, masked_message
+from gateway.pruning.conversation import KIND_SYSTEM, KIND_USER, Conversation, build_conversation
+from gateway.pruning.frozen import DROP, MASK, FrozenPlan
+from gateway.pruning.messages import fingerprint
+from gateway.pruning.normalize import check_no_new_problems
+from gateway.pruning.policy import Policy
+from gateway.pruning.scoring import Scorer, UnitScore
+from gateway.pruning.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
+
+MARKER_RESERVE = 40  # tokens held back for the drop marker
+
+
+@dataclass(slots=True)
+class PruneResult:
+    request: dict[str, Any]
+    mode: str
+    strategy: str
+    original_tokens: int
+    forwarded_tokens: int
+    target_tokens: int | None
+    message_actions: list[str]          # per original message: kept | masked | dropped
+    message_scores: list[UnitScore | None]
+    state: FrozenPlan
+    problems: list[str] = field(default_factory=list)
+    goal_source: str = "derived"
+    scored_units: int = 0
+    epoch: int = 0
+
+    @property
+    def saved_tokens(self) -> int:
+        return self.original_tokens - self.forwarded_tokens
+
+    def action_counts(self) -> dict[str, int]:
+        counts = {"kept": 0, "masked": 0, "dropped": 0}
+        for a in self.message_actions:
+            counts[a] += 1
+        return counts
+
+    def report(self) -> dict[str, Any]:
+        messages = []
+        for i, action in enumerate(self.message_actions):
+            s = self.message_scores[i]
+            if s is not None:
+                messages.append({"index": i, "action": action, "score": s.score, "reason": s.reason})
+            else:
+                messages.append({"index": i, "action": action, "score": None, "reason": _mode_reason(self.mode, action)})
+        return {
+            "mode": self.mode, "strategy": self.strategy, "epoch": self.epoch,
+            "original_tokens": self.original_tokens, "forwarded_tokens": self.forwarded_tokens,
+            "saved_tokens": self.saved_tokens, "target_tokens": self.target_tokens,
+            "messages_in": len(self.message_actions), "messages_out": len(self.request.get("messages", [])),
+            "actions": self.action_counts(), "scored_units": self.scored_units,
+            "goal_source": self.goal_source, "problems": self.problems, "messages": messages,
+        }
+
+
+def prune(
+    body: Mapping[str, Any],
+    policy: Policy,
+    *,
+    scorer: Scorer,
+    counter: TokenCounter,
+    state: FrozenPlan | None = None,
+    target: int | None = None,
+    strategy: str | None = None,
+    goal: str | None = None,
+    scores: Mapping[int, UnitScore] | None = None,
+) -> PruneResult:
+    """Prune ``body['messages']``. ``target`` (explicit) is a hard cap that overrides the
+    minimum-size triggers; ``scores`` are precomputed unit scores (an async scorer's)."""
+    messages: list[dict[str, Any]] = body["messages"]
+    fps = [fingerprint(m) for m in messages]
+    tokens = [counter.count_message(m) for m in messages]
+    original = sum(tokens)
+    strategy = strategy or policy.strategy
+    goal_source = "explicit" if goal else "derived"
+
+    def unchanged(mode: str, plan: FrozenPlan) -> PruneResult:
+        plan.fingerprints = fps
+        return PruneResult(dict(body), mode, strategy, original, original, target,
+                           ["kept"] * len(messages), [None] * len(messages), plan,
+                           goal_source=goal_source, epoch=plan.epoch)
+
+    if strategy == "none":
+        return unchanged("none", FrozenPlan(fps))
+    high_water = target if target is not None else policy.target_tokens
+    usable = state is not None and state.decided > 0 and state.prefix_matches(fps)
+
+    if usable:
+        forwarded, sources = state.replay(messages)
+        fwd_tokens = _count_forwarded(forwarded, sources, tokens, counter)
+        if fwd_tokens <= high_water:
+            state.fingerprints = fps
+            return _frozen_result(body, forwarded, sources, state, strategy, original, fwd_tokens,
+                                  target, goal_source, len(messages))
+    elif original <= high_water or (
+        target is None and (original < policy.min_prompt_tokens or len(messages) < policy.min_messages)
+    ):
+        plan = state if state is not None and state.continues(fps) and state.decided == 0 else FrozenPlan(fps)
+        return unchanged("under", plan)
+
+    continuing = usable or (state is not None and state.continues(fps))
+    budget = int(high_water * policy.low_water_ratio) if continuing else high_water
+    prior = dict(state.actions) if usable else {}
+    conv = build_conversation(messages, counter.count_message, explicit_goal=goal,
+                              fingerprints=fps, tokens=tokens)
+    plan_epoch = (state.epoch + 1) if (state is not None and continuing) else 1
+    result = _decide(body, conv, policy, scorer, counter, strategy, budget, high_water,
+                     _forced_unit_actions(conv, prior), scores, plan_epoch)
+    result.mode = "epoch" if continuing else "stateless"
+    result.target_tokens = target
+    result.goal_source = goal_source
+    return result
+
+
+def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: TokenCounter,
+            strategy: str, budget: int, cap: int, forced: dict[int, str],
+            scores: Mapping[int, UnitScore] | None, epoch: int) -> PruneResult:
+    units = conv.units
+    last = len(units) - 1
+    hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last}
+    window = _window(conv, policy)
+    soft_pins = [i for i in window if i not in hard_pins]
+    candidates = [u.index for u in units if u.index not in hard_pins and u.index not in window]
+    if strategy == "window":
+        unit_scores = {i: UnitScore(3, 0.0, "older than the window") for i in candidates}
+    elif scores is not None:
+        unit_scores = {i: scores[i] for i in candidates if i in scores}
+        missing = [i for i in candidates if i not in unit_scores]
+        if missing:
+            unit_scores.update(scorer.score(conv, missing, window))
+    else:
+        unit_scores = scorer.score(conv, candidates, window) if candidates else {}
+    hard = {i for i, s in unit_scores.items() if s.hard}
+    pinned = hard_pins | set(soft_pins) | hard
+
+    masked_cost = {u.index: _masked_tokens(conv, u.index, counter) for u in units
+                   if u.tool_result_tokens and policy.mask_tool_outputs}
+    pinned_tokens = sum(units[i].tokens for i in pinned)
+    reminder = _reminder(conv, policy)
+    reserve = MARKER_RESERVE + (counter.count_message(reminder) if reminder else 0)
+    rules = sel.SelectionRules(budget - pinned_tokens - reserve, policy.keep_threshold,
+                               policy.compress_threshold, policy.fill_budget and strategy != "window",
+                               policy.mask_tool_outputs, policy.mask_min_tokens)
+    scored = {i: s for i, s in unit_scores.items() if i not in pinned}
+    actions = sel.select(conv, scored, pinned, masked_cost, rules, forced)
+    for i in hard:
+        actions[i] = sel.KEEP
+    excess = pinned_tokens + reserve - budget
+    if excess > 0:  # the protected window itself is over: give up its oldest units
+        release = sorted(soft_pins) + sorted(hard - hard_pins)
+        sel.shrink_to_fit(conv, actions, release, masked_cost, excess)
+
+    forwarded, sources, plan = _assemble(conv, actions, reminder, window, counter, epoch)
+    fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
+    if fwd_tokens > cap:  # markers cost more than reserved, or pins alone are over
+        order = sorted(candidates, key=lambda i: (unit_scores[i].score, unit_scores[i].relevance, i))
+        sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - cap)
+        forwarded, sources, plan = _assemble(conv, actions, reminder, window, counter, epoch)
+        fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
+    check_no_new_problems(conv.messages, forwarded)
+
+    per_message_actions = ["kept"] * len(conv.messages)
+    per_message_scores: list[UnitScore | None] = [None] * len(conv.messages)
+    for u in units:
+        act = actions.get(u.index, sel.KEEP)
+        score = unit_scores.get(u.index) or _pin_score(u.index, hard_pins, window)
+        for j in u.indices:
+            per_message_scores[j] = score
+            if act == sel.DROP:
+                per_message_actions[j] = "dropped"
+            elif act == sel.MASK and conv.messages[j].get("role") in ("tool", "function"):
+                per_message_actions[j] = "masked"
+    out = dict(body)
+    out["messages"] = forwarded
+    return PruneResult(out, "epoch", strategy, conv.total_tokens, fwd_tokens, None,
+                       per_message_actions, per_message_scores, plan, list(conv.problems),
+                       scored_units=len(unit_scores), epoch=epoch)
+
+
+def _window(conv: Conversation, policy: Policy) -> list[int]:
+    """The protected recent units: the last N, and the active tool chain (every
+    unit since the newest user message)."""
+    n = len(conv.units)
+    start = max(0, n - policy.protect_last_units)
+    if policy.protect_active_chain and conv.last_user_unit is not None:
+        start = min(start, conv.last_user_unit)
+    return [i for i in range(start, n) if conv.units[i].kind != KIND_SYSTEM]
+
+
+def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: list[int],
+              counter: TokenCounter, epoch: int) -> tuple[list[dict], list[int], FrozenPlan]:
+    out: list[dict[str, Any]] = []
+    sources: list[int] = []
+    plan = FrozenPlan(list(conv.fingerprints), decided=len(conv.messages), epoch=epoch)
+    dropped_units = [u for u in conv.units if actions.get(u.index) == sel.DROP]
+    marker_at = dropped_units[0].start if dropped_units else None
+    removed = bool(dropped_units) or any(a == sel.MASK for a in actions.values())
+    reminder_at = conv.units[window[0]].start if (reminder and removed and window) else None
+    for u in conv.units:
+        if u.start == marker_at:
+            marker = dropped_marker(sum(len(d.indices) for d in dropped_units),
+                                    sum(d.tokens for d in dropped_units))
+            out.append(marker), sources.append(-1), plan.inserts.append((u.start, marker))
+        if u.start == reminder_at:
+            out.append(reminder), sources.append(-1), plan.inserts.append((u.start, reminder))
+        act = actions.get(u.index, sel.KEEP)
+        for j in u.indices:
+            m = conv.messages[j]
+            if act == sel.DROP:
+                plan.actions[j] = DROP
+                continue
+            if act == sel.MASK and is_maskable(m):
+                plan.actions[j] = MASK
+                plan.masked_tokens[j] = conv.tokens[j]
+                m = masked_message(m, conv.tokens[j], conv.fingerprints[j])
+            out.append(m)
+            sources.append(j)
+    return out, sources, plan
+
+
+def _count_forwarded(forwarded: Sequence[Mapping[str, Any]], sources: Sequence[int],
+                     tokens: Sequence[int], counter: TokenCounter) -> int:
+    total = 0
+    for m, src in zip(forwarded, sources):
+        if src >= 0 and m.get("content") is not None and not _is_masked(m):
+            total += tokens[src]
+        else:
+            total += counter.count_message(m)
+    return total
+
+
+def _is_masked(m: Mapping[str, Any]) -> bool:
+    c = m.get("content")
+    return isinstance(c, str) and c.startswith("[sieve: tool output masked")
+
+
+def _masked_tokens(conv: Conversation, unit_index: int, counter: TokenCounter) -> int:
+    u = conv.units[unit_index]
+    total = 0
+    for j in u.indices:
+        m = conv.messages[j]
+        if is_maskable(m):
+            total += counter.count_message(masked_message(m, conv.tokens[j], conv.fingerprints[j]))
+        else:
+            total += conv.tokens[j]
+    return total
+
+
+def _forced_unit_actions(conv: Conversation, prior: Mapping[int, str]) -> dict[int, str]:
+    """Earlier epochs' drops and masks (per message) as unit actions."""
+    forced: dict[int, str] = {}
+    if not prior:
+        return forced
+    for u in conv.units:
+        acts = {prior[j] for j in u.indices if j in prior}
+        if DROP in acts:
+            forced[u.index] = sel.DROP
+        elif MASK in acts:
+            forced[u.index] = sel.MASK
+    return forced
+
+
+def _reminder(conv: Conversation, policy: Policy) -> dict[str, Any] | None:
+    if not policy.goal_reminder:
+        return None
+    first_user = next((u for u in conv.units if u.kind == KIND_USER), None)
+    text = conv.goal_text if conv.goal_text and first_user is None else (first_user.text if first_user else "")
+    return goal_reminder(text, policy.goal_reminder_max_chars) if text.strip() else None
+
+
+def _pin_score(index: int, hard_pins: set[int], window: list[int]) -> UnitScore:
+    if index in hard_pins:
+        return UnitScore(5, 1.0, "pinned: system, goal or current request")
+    if index in window:
+        return UnitScore(5, 1.0, "pinned: recent window")
+    return UnitScore(3, 0.0, "kept")
+
+
+def _frozen_result(body, forwarded, sources, plan: FrozenPlan, strategy, original, fwd_tokens, target,
+                   goal_source, n_messages) -> PruneResult:
+    actions = ["kept"] * n_messages
+    for i, a in plan.actions.items():
+        if i < n_messages:
+            actions[i] = "dropped" if a == DROP else "masked"
+    out = dict(body)
+    out["messages"] = forwarded
+    return PruneResult(out, "frozen", strategy, original, fwd_tokens, target, actions,
+                       [None] * n_messages, plan, goal_source=goal_source, epoch=plan.epoch)
+
+
+def _mode_reason(mode: str, action: str) -> str:
+    if mode in ("none", "under"):
+        return "below the pruning trigger" if mode == "under" else "strategy none"
+    return f"{action} by an earlier epoch (frozen)" if action != "kept" else "kept (frozen prefix)"
+
+
+__all__ = ["PruneResult", "prune", "PER_MESSAGE_OVERHEAD"]

@@ -1,0 +1,265 @@
+"""Scoring older units 1–5 for their value to the task, and the local scorer.
+
+The rubric (shared with the LLM scorer): 5 decides success (user constraints,
+unique ids, key data); 4 affects the next key steps; 3 useful background;
+2 weakly related, drop first; 1 unrelated.
+
+The embedded ``LocalScorer`` needs no network and no model. It combines:
+
+* lexical relevance (BM25) to the current user request, the recent window and
+  the goal, weighted in that order;
+* shared entities (ids, numbers, e-mails, file names, quoted and proper names)
+  with the current request and the recent window: an agent's next call reuses
+  them verbatim;
+* user constraints ("never", "must", "不要", ...) and message-type priors;
+* references: a unit whose entities later units mention again is worth more;
+* duplicates: of identical tool outputs only the newest copy scores.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from gateway.pruning import text_features as tf
+from gateway.pruning.conversation import (
+    KIND_ASSISTANT,
+    KIND_TOOL_CHAIN,
+    KIND_USER,
+    Conversation,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitScore:
+    score: int          # 1..5, the rubric
+    relevance: float    # continuous, orders units inside a tier
+    reason: str
+    hard: bool = False  # a hard user constraint: pinned like the goal
+
+
+class Scorer(Protocol):
+    name: str
+
+    def score(self, conversation: Conversation, candidates: Sequence[int],
+              window: Sequence[int]) -> dict[int, UnitScore]:
+        """Score the units ``candidates`` (unit indices); ``window`` is the protected recent units."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Features:
+    counts: Counter
+    length: int
+    entities: frozenset[str]
+    constraint: bool
+    error: bool
+
+
+class LocalScorer:
+    """BM25 + entities + priors; deterministic, no I/O. Features are cached per text."""
+
+    name = "local"
+    K1 = 1.2
+    B = 0.75
+
+    def __init__(self, cache_size: int = 50_000) -> None:
+        self._cache: OrderedDict[str, _Features] = OrderedDict()
+        self._cache_size = cache_size
+
+    def features(self, text: str) -> _Features:
+        feats = self._cache.get(text)
+        if feats is not None:
+            self._cache.move_to_end(text)
+            return feats
+        counts = tf.term_counts(text)
+        feats = _Features(counts, sum(counts.values()), tf.entities(text),
+                          tf.has_constraint(text), tf.looks_like_error(text))
+        self._cache[text] = feats
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return feats
+
+    def score(self, conversation: Conversation, candidates: Sequence[int],
+              window: Sequence[int]) -> dict[int, UnitScore]:
+        units = conversation.units
+        feats = [self.features(u.text) for u in units]
+        n_docs = len(units)
+        df: Counter = Counter()
+        edf: Counter = Counter()
+        for f in feats:
+            df.update(f.counts.keys())
+            edf.update(f.entities)
+        idf = {t: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+        eidf = {e: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for e, d in edf.items()}
+
+        query = self._query_weights(conversation, window, feats)
+        entity_query = self._entity_weights(conversation, window, feats)
+        avg_len = (sum(f.length for f in feats) / n_docs) if n_docs else 1.0
+
+        lexical: dict[int, float] = {}
+        shared: dict[int, float] = {}
+        matched: dict[int, list[str]] = {}
+        for i in candidates:
+            f = feats[i]
+            norm = self.K1 * (1 - self.B + self.B * f.length / (avg_len or 1.0))
+            s = 0.0
+            for term, count in f.counts.items():
+                w = query.get(term)
+                if w:
+                    s += w * idf[term] * count * (self.K1 + 1) / (count + norm)
+            lexical[i] = s
+            e_score = 0.0
+            hits = []
+            for ent in f.entities:
+                w = entity_query.get(ent)
+                if w:
+                    # A named entity of the current step counts even when common
+                    # in this conversation (a person everyone talks about).
+                    e_score += w * max(eidf[ent], 1.5)
+                    hits.append(ent)
+            shared[i] = e_score
+            matched[i] = hits
+
+        lexical = _with_neighbours(lexical, units)
+        references = self._references(conversation, candidates, feats, eidf)
+        duplicates = self._duplicates(conversation, candidates)
+        top_lex = max(lexical.values(), default=0.0) or 1.0
+        out: dict[int, UnitScore] = {}
+        for i in candidates:
+            unit, f = units[i], feats[i]
+            if i in duplicates:
+                out[i] = UnitScore(1, 0.0, "duplicate of a newer tool output")
+                continue
+            lex = lexical[i] / top_lex
+            ent = 1 - math.exp(-shared[i] / 6.0)
+            relevance = 0.62 * lex + 0.28 * ent + 0.1 * min(references.get(i, 0), 3) / 3
+            relevance += _type_prior(unit.kind, f)
+            hard = unit.kind == KIND_USER and f.constraint and unit.tokens <= 200 and _imperative(unit.text)
+            if hard:
+                relevance = max(relevance, 0.9)
+            out[i] = UnitScore(_tier(relevance), round(relevance, 6),
+                               _reason(hard, lex, matched[i], references.get(i, 0), unit.kind, f), hard)
+        return out
+
+    def _query_weights(self, conv: Conversation, window: Sequence[int], feats) -> dict[str, float]:
+        weights: dict[str, float] = {}
+        for term in tf.term_counts(conv.goal_text):
+            weights[term] = 0.25
+        for i in window:
+            for term in feats[i].counts:
+                weights[term] = min(weights.get(term, 0.0) + 0.35, 0.6)
+        for term in tf.term_counts(conv.current_request):
+            weights[term] = weights.get(term, 0.0) + 1.0
+        return weights
+
+    def _entity_weights(self, conv: Conversation, window: Sequence[int], feats) -> dict[str, float]:
+        weights: dict[str, float] = {e: 0.4 for e in tf.entities(conv.goal_text)}
+        for i in window:
+            for ent in feats[i].entities:
+                weights[ent] = max(weights.get(ent, 0.0), 0.7)
+        for ent in tf.entities(conv.current_request):
+            weights[ent] = 1.0
+        return weights
+
+    @staticmethod
+    def _references(conv: Conversation, candidates: Sequence[int], feats, eidf) -> dict[int, int]:
+        """How many later units mention a rare entity of this unit."""
+        rare_threshold = math.log(1 + (len(conv.units) - 2 + 0.5) / 2.5)  # df <= 2
+        last_seen: dict[str, list[int]] = {}
+        for j, f in enumerate(feats):
+            for ent in f.entities:
+                if eidf.get(ent, 0.0) >= rare_threshold:
+                    last_seen.setdefault(ent, []).append(j)
+        refs: dict[int, int] = {}
+        for i in candidates:
+            later = set()
+            for ent in feats[i].entities:
+                for j in last_seen.get(ent, ()):
+                    if j > i:
+                        later.add(j)
+            if later:
+                refs[i] = len(later)
+        return refs
+
+    @staticmethod
+    def _duplicates(conv: Conversation, candidates: Sequence[int]) -> set[int]:
+        """Tool-chain units whose results repeat a newer unit's results verbatim."""
+        newest: dict[tuple[tuple[str, ...], str], int] = {}
+        dupes = set()
+        for u in reversed(conv.units):
+            if u.kind != KIND_TOOL_CHAIN or not u.tool_result_tokens:
+                continue
+            results = "\n".join(
+                str(conv.messages[j].get("content")) for j in u.indices
+                if conv.messages[j].get("role") in ("tool", "function")
+            )
+            key = (u.tool_names, results)
+            if key in newest:
+                dupes.add(u.index)
+            else:
+                newest[key] = u.index
+        return dupes & set(candidates)
+
+
+def _with_neighbours(lexical: dict[int, float], units) -> dict[int, float]:
+    """In a dialogue the answer follows the question: a unit right after an
+    on-topic unit inherits part of its relevance (and a little from the one after)."""
+    out = {}
+    for i, s in lexical.items():
+        prev_s = lexical.get(i - 1, 0.0)
+        next_s = lexical.get(i + 1, 0.0)
+        out[i] = max(s, 0.5 * prev_s, 0.25 * next_s) + 0.15 * prev_s
+    return out
+
+
+def _type_prior(kind: str, f: _Features) -> float:
+    if kind == KIND_USER:
+        return 0.08 + (0.1 if f.constraint else 0.0)
+    if kind == KIND_TOOL_CHAIN:
+        return 0.06 + (0.05 if f.error else 0.0)
+    if kind == KIND_ASSISTANT:
+        return 0.02
+    return 0.0
+
+
+_IMPERATIVE = re.compile(
+    r"(?:^|[.!?\n]\s*)(?:please\s+)?(?:do not|don't|never|always|make sure|you must|you should(?: not)?|"
+    r"remember to|be sure to|only)\b|不要|必须|务必|禁止|请勿|一定要",
+    re.IGNORECASE,
+)
+
+
+def _imperative(text: str) -> bool:
+    """A sentence that starts as an instruction to the assistant, not chit-chat that uses 'always'."""
+    return _IMPERATIVE.search(text) is not None
+
+
+def _tier(relevance: float) -> int:
+    if relevance >= 0.65:
+        return 5
+    if relevance >= 0.42:
+        return 4
+    if relevance >= 0.22:
+        return 3
+    if relevance >= 0.1:
+        return 2
+    return 1
+
+
+def _reason(hard: bool, lex: float, entities: list[str], refs: int, kind: str, f: _Features) -> str:
+    if hard:
+        return "user constraint"
+    parts = []
+    if entities:
+        parts.append("shares " + ", ".join(sorted(entities)[:3]))
+    if lex >= 0.3:
+        parts.append("on topic")
+    if refs:
+        parts.append(f"referenced later ({refs})")
+    if f.error and kind == KIND_TOOL_CHAIN:
+        parts.append("tool error")
+    return "; ".join(parts) or "unrelated to the current step"

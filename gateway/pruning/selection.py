@@ -1,0 +1,116 @@
+"""Budgeted selection over tiers.
+
+Every unit ends as ``keep``, ``mask`` (its tool results replaced by a marker,
+the calls kept) or ``drop``. Pinned units are kept. The others are offered in
+priority order, each in its full form if it fits, else masked if it can be and
+that fits, else dropped:
+
+1. score >= keep threshold, most relevant first;
+2. candidates (between the thresholds), newest first;
+3. score <= compress threshold: tool chains masked (their calls carry the ids
+   later steps reuse), other units only when ``fill_budget`` leaves room.
+
+Old bulky tool outputs below the keep threshold are masked even when they would
+fit: the cheapest big win on agent traffic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from gateway.pruning.conversation import Conversation
+from gateway.pruning.scoring import UnitScore
+
+KEEP, MASK, DROP = "keep", "mask", "drop"
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionRules:
+    budget: int                  # tokens available for the non-pinned units
+    keep_threshold: int = 4
+    compress_threshold: int = 2
+    fill_budget: bool = True
+    mask_tool_outputs: bool = True
+    mask_min_tokens: int = 120
+
+
+def select(
+    conversation: Conversation,
+    scores: Mapping[int, UnitScore],
+    pinned: set[int],
+    masked_cost: Mapping[int, int],
+    rules: SelectionRules,
+    forced: Mapping[int, str] | None = None,
+) -> dict[int, str]:
+    """Decide each unit's action. ``masked_cost[i]`` is unit i's tokens when masked
+    (absent if it cannot be masked); ``forced`` holds earlier epochs' masks and
+    drops, which never come back (the cached prefix depends on it)."""
+    forced = forced or {}
+    actions: dict[int, str] = {}
+    remaining = rules.budget
+    for i in pinned:
+        actions[i] = KEEP
+
+    def offer(i: int, prefer_mask: bool) -> None:
+        nonlocal remaining
+        unit = conversation.units[i]
+        prior = forced.get(i)
+        can_mask = i in masked_cost
+        full_allowed = prior is None and not prefer_mask
+        if full_allowed and unit.tokens <= remaining:
+            actions[i], remaining = KEEP, remaining - unit.tokens
+        elif can_mask and prior != DROP and masked_cost[i] <= remaining:
+            actions[i], remaining = MASK, remaining - masked_cost[i]
+        else:
+            actions[i] = DROP
+
+    ranked = _ranked(scores, pinned, rules)
+    for i, tier in ranked:
+        unit = conversation.units[i]
+        bulky = rules.mask_tool_outputs and unit.tool_result_tokens >= rules.mask_min_tokens
+        if tier == "keep":
+            offer(i, prefer_mask=False)
+        elif tier == "candidate":
+            offer(i, prefer_mask=bulky)
+        else:
+            if i in masked_cost or rules.fill_budget:
+                offer(i, prefer_mask=i in masked_cost)
+            else:
+                actions[i] = DROP
+    return actions
+
+
+def _ranked(scores: Mapping[int, UnitScore], pinned: set[int], rules: SelectionRules) -> list[tuple[int, str]]:
+    keep = [i for i, s in scores.items() if i not in pinned and s.score >= rules.keep_threshold]
+    cand = [i for i, s in scores.items()
+            if i not in pinned and rules.compress_threshold < s.score < rules.keep_threshold]
+    low = [i for i, s in scores.items() if i not in pinned and s.score <= rules.compress_threshold]
+    keep.sort(key=lambda i: (-scores[i].score, -scores[i].relevance, -i))
+    cand.sort(key=lambda i: -i)
+    low.sort(key=lambda i: (-scores[i].score, -scores[i].relevance, -i))
+    return [(i, "keep") for i in keep] + [(i, "candidate") for i in cand] + [(i, "low") for i in low]
+
+
+def shrink_to_fit(
+    conversation: Conversation,
+    actions: dict[int, str],
+    order: Sequence[int],
+    masked_cost: Mapping[int, int],
+    excess: int,
+) -> int:
+    """Release protected-but-not-sacred units (oldest of ``order`` first) until
+    ``excess`` tokens are freed: mask if that is enough, else drop. Returns what
+    is still over."""
+    for i in order:
+        if excess <= 0:
+            break
+        unit = conversation.units[i]
+        current = masked_cost[i] if actions.get(i) == MASK else unit.tokens
+        if actions.get(i) == KEEP and i in masked_cost and current - masked_cost[i] >= excess:
+            actions[i] = MASK
+            excess -= current - masked_cost[i]
+        elif actions.get(i) in (KEEP, MASK):
+            actions[i] = DROP
+            excess -= current
+    return excess

@@ -1,0 +1,101 @@
+"""Cheap text features the local scorer reads: terms, entities, constraints.
+
+Everything here is deterministic and allocation-light, because it runs over
+every older unit of a conversation at each pruning epoch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from functools import lru_cache
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+STOPWORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most my
+myself no nor not now of off on once only or other our ours ourselves out over own same she should so
+some such than that the their theirs them themselves then there these they this those through to too
+under until up very was we were what when where which while who whom why will with would you your
+yours yourself yourselves yes yeah oh ok okay hey hi hello thanks thank really also got get like
+one go going know think well lot much s t d ll m re ve let us im
+""".split())
+
+# Entities: things an agent's next call reuses verbatim.
+_ENTITY = re.compile(
+    r"[\w.+-]+@[\w-]+\.[\w.-]+"                                   # e-mail
+    r"|#?[A-Za-z_]*\d[\w\-]*"                                     # ids, numbers, codes
+    r"|[\w\-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|txt|csv|html|css|sh|sql|toml|cfg|ini|log|xml)\b"
+    r"|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"                       # snake_case identifiers
+    r"|\"[^\"\n]{2,60}\""                                        # quoted names
+    r"|\b[A-Z][a-zA-Z]{2,}\b"                                     # capitalised names (weak)
+)
+
+# User constraints: what the agent must (not) do, in English and Chinese.
+_CONSTRAINT = re.compile(
+    r"\b(?:do not|don't|dont|never|always|must|must not|mustn't|should not|shouldn't|make sure|"
+    r"only use|avoid|no more than|at most|at least|without|instead of|not allowed|forbidden|required)\b"
+    r"|不要|别|必须|一定要|务必|总是|永远|禁止|不得|不能|只能|请勿",
+    re.IGNORECASE,
+)
+_ERROR = re.compile(r"\b(?:error|exception|failed|failure|not found|invalid|denied|traceback)\b", re.IGNORECASE)
+
+
+@lru_cache(maxsize=200_000)
+def stem(word: str) -> str:
+    """A light suffix stripper: enough to match 'painted' with 'paint'."""
+    if len(word) <= 4 or word.isdigit():
+        return word
+    for suffix, keep in (("ingly", 5), ("ings", 4), ("ing", 3), ("edly", 4), ("ied", 3), ("ies", 3),
+                         ("ed", 2), ("es", 2), ("ly", 2), ("s", 1)):
+        if word.endswith(suffix) and len(word) - keep >= 3:
+            base = word[:-keep]
+            if suffix in ("ied", "ies"):
+                return base + "y"
+            if suffix == "s" and word.endswith("ss"):
+                return word
+            return base
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased, stemmed content words; CJK runs become character bigrams."""
+    out: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        if _CJK.search(word):
+            chars = [c for c in word if _CJK.match(c)]
+            out.extend(a + b for a, b in zip(chars, chars[1:]))
+            out.extend(chars if len(chars) == 1 else ())
+            continue
+        if word in STOPWORDS or len(word) < 2:
+            continue
+        stemmed = stem(word)
+        out.append(stemmed)
+        if len(stemmed) >= 4:
+            # A coarse prefix term lets 'campfire' meet 'camping' at a lower weight.
+            out.append("~" + stemmed[:4])
+    return out
+
+
+def term_counts(text: str) -> Counter:
+    return Counter(terms(text))
+
+
+def entities(text: str) -> frozenset[str]:
+    found = set()
+    for match in _ENTITY.findall(text):
+        token = match.strip('"').lower()
+        if len(token) >= 3 and token not in STOPWORDS:
+            found.add(token.lstrip("#") if token.startswith("#") and len(token) > 3 else token)
+    return frozenset(found)
+
+
+def has_constraint(text: str) -> bool:
+    return _CONSTRAINT.search(text) is not None
+
+
+def looks_like_error(text: str) -> bool:
+    return _ERROR.search(text[:2000]) is not None

@@ -1,0 +1,99 @@
+"""Token counting, offline, cached per message content.
+
+The count is the contract of ``x-sieve-target-tokens``: per message, the
+tokens of its text content + tool-call names + argument strings, plus 4.
+Tool schemas are not counted.
+
+::
+
+    counter = TokenCounters().for_model("gpt-4o-mini")   # o200k_base (+ cl100k_base, see below)
+    counter.count_message({"role": "user", "content": "hi"})   # -> 5
+
+The cap is a promise, so counting is conservative: for the o200k families a
+text counts as the larger of its o200k_base and cl100k_base token counts
+(they differ by ~3 % on English chat). A client or a dashboard that counts
+with the older, more common cl100k_base never sees the cap exceeded.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable, Mapping
+
+import tiktoken
+
+from gateway.pruning.messages import message_token_text
+
+PER_MESSAGE_OVERHEAD = 4
+
+# Families tokenized with o200k_base; everything else falls back to cl100k_base.
+_O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")
+
+
+def encoding_name_for(model: str) -> str:
+    name = model.rsplit("/", 1)[-1].lower()
+    return "o200k_base" if name.startswith(_O200K_PREFIXES) else "cl100k_base"
+
+
+class TokenCounter:
+    """Counts message tokens with one tiktoken encoding; memoises text counts.
+
+    The cache is keyed by the token text itself (a dict lookup hashes it once),
+    bounded LRU so a long-running gateway does not grow without limit.
+    """
+
+    _encoders: dict[str, Callable[[str], list[int]]] = {}
+
+    def __init__(self, encoding_name: str = "cl100k_base", cache_size: int = 200_000) -> None:
+        self.encoding_name = encoding_name
+        names = (encoding_name, "cl100k_base") if encoding_name != "cl100k_base" else (encoding_name,)
+        encoders = [self._encoder(n) for n in names]
+        if len(encoders) == 1:
+            self._encode_len = lambda text, _e=encoders[0]: len(_e(text))
+        else:
+            self._encode_len = lambda text, _es=encoders: max(len(e(text)) for e in _es)
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cache_size = cache_size
+
+    @classmethod
+    def _encoder(cls, name: str) -> Callable[[str], list[int]]:
+        enc = cls._encoders.get(name)
+        if enc is None:
+            encoding = tiktoken.get_encoding(name)
+            # Special-token text inside user content must count as plain text.
+            enc = lambda text, _e=encoding: _e.encode(text, disallowed_special=())  # noqa: E731
+            cls._encoders[name] = enc
+        return enc
+
+    def count_text(self, text: str) -> int:
+        cache = self._cache
+        n = cache.get(text)
+        if n is not None:
+            cache.move_to_end(text)
+            return n
+        n = self._encode_len(text) if text else 0
+        cache[text] = n
+        if len(cache) > self._cache_size:
+            cache.popitem(last=False)
+        return n
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        return self.count_text(message_token_text(message)) + PER_MESSAGE_OVERHEAD
+
+    def count_messages(self, messages: list[Mapping[str, Any]]) -> int:
+        return sum(self.count_message(m) for m in messages)
+
+
+class TokenCounters:
+    """One shared counter per encoding (so caches are shared across requests)."""
+
+    def __init__(self, cache_size: int = 200_000) -> None:
+        self._by_encoding: dict[str, TokenCounter] = {}
+        self._cache_size = cache_size
+
+    def for_model(self, model: str) -> TokenCounter:
+        name = encoding_name_for(model)
+        counter = self._by_encoding.get(name)
+        if counter is None:
+            counter = self._by_encoding[name] = TokenCounter(name, self._cache_size)
+        return counter
