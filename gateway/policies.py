@@ -1,0 +1,94 @@
+"""Policies: YAML files in ``policies/``, validated strictly at start-up.
+
+Each file ``NAME.yaml`` holds one policy; any field of
+``gateway.pruning.policy.Policy`` may be set, plus ``extends: OTHER`` to start
+from another policy. Unknown keys and wrong types fail start-up with the file
+and line::
+
+    policies/agent.yaml:7: unknown key 'protect_last_unit' (did you mean 'protect_last_units'?)
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.errors import ConfigError
+from gateway.pruning.policy import POLICY_FIELDS, STRATEGIES, Policy
+
+_TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}
+
+
+def load_policies(folder: Path) -> dict[str, Policy]:
+    """All policies of ``folder``; a built-in ``default`` exists even if no file names it."""
+    raw: dict[str, tuple[Path, dict[str, tuple[Any, int]]]] = {}
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.y*ml")):
+            raw[path.stem] = (path, _read(path))
+    elif folder != Path("policies"):
+        raise ConfigError(f"{folder}: policies folder does not exist")
+    policies: dict[str, Policy] = {}
+
+    def build(name: str, chain: tuple[str, ...] = ()) -> Policy:
+        if name in policies:
+            return policies[name]
+        if name not in raw:
+            return Policy(name=name) if name == "default" else _missing(name, chain)
+        path, fields = raw[name]
+        base = Policy(name=name)
+        if "extends" in fields:
+            parent, line = fields["extends"]
+            if parent in chain + (name,):
+                raise ConfigError(f"{path}:{line}: 'extends' makes a cycle: {' -> '.join(chain + (name, parent))}")
+            base = build(str(parent), chain + (name,))
+        values = {k: v for k, (v, _) in fields.items() if k != "extends"}
+        for key, value in values.items():
+            _check(path, fields[key][1], key, value)
+        policy = base.with_overrides(name=name, **values)
+        policies[name] = policy
+        return policy
+
+    for name in raw:
+        build(name)
+    policies.setdefault("default", Policy())
+    return policies
+
+
+def _read(path: Path) -> dict[str, tuple[Any, int]]:
+    try:
+        node = yaml.compose(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read policy: {exc}") from exc
+    if node is None:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        raise ConfigError(f"{path}:{node.start_mark.line + 1}: a policy must be a mapping")
+    out: dict[str, tuple[Any, int]] = {}
+    for key_node, value_node in node.value:
+        key, line = key_node.value, key_node.start_mark.line + 1
+        if key != "extends" and key not in POLICY_FIELDS:
+            hint = difflib.get_close_matches(key, list(POLICY_FIELDS), n=1)
+            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ConfigError(f"{path}:{line}: unknown key {key!r}{suggestion}")
+        out[key] = (yaml.safe_load(yaml.serialize(value_node)), line)
+    return out
+
+
+def _check(path: Path, line: int, key: str, value: Any) -> None:
+    expected = _TYPES.get(str(POLICY_FIELDS[key]).replace("'", ""))
+    if expected is not None and (not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))):
+        raise ConfigError(f"{path}:{line}: {key} must be {POLICY_FIELDS[key]}, got {value!r}")
+    if key == "strategy" and value not in STRATEGIES:
+        raise ConfigError(f"{path}:{line}: strategy must be one of {', '.join(STRATEGIES)}, got {value!r}")
+    if key == "low_water_ratio" and not 0 < value <= 1:
+        raise ConfigError(f"{path}:{line}: low_water_ratio must be in (0, 1], got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise ConfigError(f"{path}:{line}: {key} must not be negative, got {value!r}")
+
+
+def _missing(name: str, chain: tuple[str, ...]) -> Policy:
+    where = f" (extended by {chain[-1]})" if chain else ""
+    raise ConfigError(f"policy {name!r}{where} does not exist")

@@ -1,0 +1,73 @@
+"""Providers that do not speak OpenAI's protocol (Anthropic, Bedrock, Vertex, ...),
+through ``litellm.acompletion``; the answer is re-encoded as OpenAI JSON / SSE.
+
+litellm is imported on first use only: it costs seconds at import time, and a
+gateway that routes everything through the fast path never pays it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+import orjson
+
+from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.settings import ModelRoute
+from gateway.upstream.openai_compat import UpstreamResponse
+
+_JSON = {"content-type": "application/json"}
+_SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+
+
+class LiteLLMUpstream:
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._litellm: Any = None
+
+    def _lib(self) -> Any:
+        if self._litellm is None:
+            import litellm  # noqa: PLC0415 - deliberate lazy import
+
+            litellm.drop_params = True
+            self._litellm = litellm
+        return self._litellm
+
+    async def complete(self, route: ModelRoute, body: dict[str, Any], client_key: str | None,
+                       stream: bool) -> UpstreamResponse:
+        litellm = self._lib()
+        params = {k: v for k, v in body.items() if k not in ("model",)}
+        params["model"] = route.litellm_model or route.name
+        params["timeout"] = self._timeout_s
+        if route.api_base:
+            params["api_base"] = route.api_base
+        key = route.api_key or client_key
+        if key:
+            params["api_key"] = key
+        try:
+            result = await litellm.acompletion(**params)
+        except Exception as exc:  # litellm raises its own tree; map by status
+            return _error_response(exc)
+        if not stream:
+            return UpstreamResponse(200, dict(_JSON), body=orjson.dumps(result.model_dump()))
+        return UpstreamResponse(200, dict(_SSE), chunks=_sse(result))
+
+
+async def _sse(stream: Any) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in stream:
+            yield b"data: " + orjson.dumps(chunk.model_dump()) + b"\n\n"
+    except Exception as exc:  # noqa: BLE001 - a provider error mid-stream ends the stream
+        raise UpstreamUnavailable(f"provider stream failed: {exc.__class__.__name__}") from exc
+    yield b"data: [DONE]\n\n"
+
+
+def _error_response(exc: Exception) -> UpstreamResponse:
+    status = getattr(exc, "status_code", None)
+    name = exc.__class__.__name__
+    if "Timeout" in name:
+        raise UpstreamTimeout(f"provider timed out ({name})") from exc
+    if not isinstance(status, int) or status < 400:
+        raise UpstreamUnavailable(f"provider call failed: {name}: {str(exc)[:300]}") from exc
+    body = {"error": {"message": str(getattr(exc, "message", exc))[:2000], "type": name,
+                      "param": None, "code": status}}
+    return UpstreamResponse(status, dict(_JSON), body=orjson.dumps(body))
