@@ -82,6 +82,10 @@ class Settings:
     log_level: str = "info"
     models: Mapping[str, ModelRoute] = field(default_factory=dict)
     virtual_keys: tuple[Mapping[str, Any], ...] = ()
+    passthrough: Mapping[str, str] = field(default_factory=dict)   # sha256(provider key) -> org
+    org_policies: Mapping[str, str] = field(default_factory=dict)  # org -> policy name
+    budgets: Mapping[str, Any] = field(default_factory=dict)       # see gateway.budgets
+    prices: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # model -> per-token prices
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
@@ -120,7 +124,8 @@ class Settings:
             raise ConfigError(f"{path}: cannot read config: {exc}") from exc
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: config must be a mapping")
-        allowed = {"models", "upstream", "keys", "redis_url", "admin_key_env", "policy"}
+        allowed = {"models", "upstream", "keys", "redis_url", "admin_key_env", "policy", "passthrough",
+                   "org_policies", "budgets", "prices"}
         _reject_unknown(raw, allowed, str(path))
         upstream = raw.get("upstream") or {}
         _reject_unknown(upstream, {"base_url", "api_key_env"}, f"{path}: upstream")
@@ -154,6 +159,10 @@ class Settings:
             admin_key=env.get(raw["admin_key_env"]) if raw.get("admin_key_env") else self.admin_key,
             default_policy=raw.get("policy") or self.default_policy,
             virtual_keys=tuple(raw.get("keys") or ()),
+            passthrough=_mapping(raw, "passthrough", path),
+            org_policies=_mapping(raw, "org_policies", path),
+            budgets=_mapping(raw, "budgets", path),
+            prices=_mapping(raw, "prices", path),
         )
 
     @property
@@ -186,6 +195,13 @@ def _reject_unknown(mapping: Mapping[str, Any], allowed: set[str], where: str) -
     unknown = sorted(set(mapping) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _mapping(raw: Mapping[str, Any], name: str, path: Path) -> Mapping[str, Any]:
+    value = raw.get(name) or {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{path}: {name} must be a mapping")
+    return dict(value)
 
 
 def _path(value: str | None) -> Path | None:

@@ -52,6 +52,14 @@ class PruneResult:
     goal_source: str = "derived"
     scored_units: int = 0
     epoch: int = 0
+    message_tokens: list[int] = field(default_factory=list)  # per original message
+
+    @property
+    def changed(self) -> bool:
+        """True when the forwarded messages differ from the original ones."""
+        return self.request.get("messages") is not None and (
+            any(a != "kept" for a in self.message_actions)
+            or len(self.request["messages"]) != len(self.message_actions))
 
     @property
     def saved_tokens(self) -> int:
@@ -98,6 +106,14 @@ def prune(
     messages: list[dict[str, Any]] = body["messages"]
     fps = [fingerprint(m) for m in messages]
     tokens = [counter.count_message(m) for m in messages]
+    result = _prune(body, messages, fps, tokens, policy, scorer, counter, state, target, strategy, goal, scores)
+    result.message_tokens = tokens
+    return result
+
+
+def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter: TokenCounter,
+           state: FrozenPlan | None, target: int | None, strategy: str | None, goal: str | None,
+           scores: Mapping[int, UnitScore] | None) -> PruneResult:
     original = sum(tokens)
     strategy = strategy or policy.strategy
     goal_source = "explicit" if goal else "derived"

@@ -36,7 +36,7 @@ class Policy:
     fail_open: bool = True
     audit_include_content: bool = False
     # Identity and budgets (enforced outside the pure pipeline).
-    allow_anonymous: bool = True
+    allow_anonymous: bool = False
     store_fail_open: bool = True
     default_max_completion_tokens: int = 4_096
     tighten_below: float = 0.0

@@ -57,6 +57,7 @@ class _Features:
     entities: frozenset[str]
     constraint: bool
     error: bool
+    speaker: str | None
 
 
 class LocalScorer:
@@ -65,6 +66,16 @@ class LocalScorer:
     name = "local"
     K1 = 1.2
     B = 0.75
+    GOAL_W = 0.25
+    WINDOW_W = 0.35
+    WINDOW_CAP = 0.6
+    WINDOW_HALF = 1e9
+    SPEAKER_BOOST = 1.0
+    ENTITY_IDF_FLOOR = 1.5
+    NEXT_SHARE, PREV_SHARE, PREV_ADD = 0.25, 0.5, 0.15
+    W_LEX, W_ENT, W_REF = 0.62, 0.28, 0.1
+    TOP_FRAC = 0.0
+    TOP_FLOOR = 0.1
 
     def __init__(self, cache_size: int = 50_000) -> None:
         self._cache: OrderedDict[str, _Features] = OrderedDict()
@@ -77,7 +88,7 @@ class LocalScorer:
             return feats
         counts = tf.term_counts(text)
         feats = _Features(counts, sum(counts.values()), tf.entities(text),
-                          tf.has_constraint(text), tf.looks_like_error(text))
+                          tf.has_constraint(text), tf.looks_like_error(text), tf.speaker(text))
         self._cache[text] = feats
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -96,21 +107,24 @@ class LocalScorer:
         idf = {t: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for t, d in df.items()}
         eidf = {e: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for e, d in edf.items()}
 
-        query = self._query_weights(conversation, window, feats)
-        entity_query = self._entity_weights(conversation, window, feats)
+        request = self.features(conversation.current_request)
+        query = self._query_weights(conversation, window, feats, request)
+        entity_query = self._entity_weights(conversation, window, feats, request)
         avg_len = (sum(f.length for f in feats) / n_docs) if n_docs else 1.0
-
+        k1, b = self.K1, self.B
         lexical: dict[int, float] = {}
         shared: dict[int, float] = {}
         matched: dict[int, list[str]] = {}
         for i in candidates:
             f = feats[i]
-            norm = self.K1 * (1 - self.B + self.B * f.length / (avg_len or 1.0))
+            norm = k1 * (1 - b + b * f.length / (avg_len or 1.0))
             s = 0.0
             for term, count in f.counts.items():
                 w = query.get(term)
                 if w:
-                    s += w * idf[term] * count * (self.K1 + 1) / (count + norm)
+                    s += w * idf[term] * count * (k1 + 1) / (count + norm)
+            if f.speaker and f.speaker in request.entities:
+                s *= self.SPEAKER_BOOST
             lexical[i] = s
             e_score = 0.0
             hits = []
@@ -119,49 +133,72 @@ class LocalScorer:
                 if w:
                     # A named entity of the current step counts even when common
                     # in this conversation (a person everyone talks about).
-                    e_score += w * max(eidf[ent], 1.5)
+                    e_score += w * max(eidf[ent], self.ENTITY_IDF_FLOOR)
                     hits.append(ent)
             shared[i] = e_score
             matched[i] = hits
 
-        lexical = _with_neighbours(lexical, units)
+        lexical = _with_neighbours(lexical, self.NEXT_SHARE, self.PREV_SHARE, self.PREV_ADD)
         references = self._references(conversation, candidates, feats, eidf)
         duplicates = self._duplicates(conversation, candidates)
         top_lex = max(lexical.values(), default=0.0) or 1.0
+        rel: dict[int, float] = {}
+        hard_set: set[int] = set()
+        for i in candidates:
+            if i in duplicates:
+                continue
+            unit, f = units[i], feats[i]
+            lex = lexical[i] / top_lex
+            ent = 1 - math.exp(-shared[i] / 6.0)
+            relevance = self.W_LEX * lex + self.W_ENT * ent + self.W_REF * min(references.get(i, 0), 3) / 3
+            relevance += _type_prior(unit.kind, f)
+            if unit.kind == KIND_USER and f.constraint and unit.tokens <= 200 and _imperative(unit.text):
+                relevance = max(relevance, 0.9)
+                hard_set.add(i)
+            rel[i] = relevance
+        ranked = sorted(rel, key=lambda i: (-rel[i], -i))
+        rank = {i: r for r, i in enumerate(ranked)}
+        n_rel = len(ranked) or 1
         out: dict[int, UnitScore] = {}
         for i in candidates:
             unit, f = units[i], feats[i]
             if i in duplicates:
                 out[i] = UnitScore(1, 0.0, "duplicate of a newer tool output")
                 continue
-            lex = lexical[i] / top_lex
-            ent = 1 - math.exp(-shared[i] / 6.0)
-            relevance = 0.62 * lex + 0.28 * ent + 0.1 * min(references.get(i, 0), 3) / 3
-            relevance += _type_prior(unit.kind, f)
-            hard = unit.kind == KIND_USER and f.constraint and unit.tokens <= 200 and _imperative(unit.text)
-            if hard:
-                relevance = max(relevance, 0.9)
-            out[i] = UnitScore(_tier(relevance), round(relevance, 6),
-                               _reason(hard, lex, matched[i], references.get(i, 0), unit.kind, f), hard)
+            relevance = rel[i]
+            tier = _tier(relevance)
+            if tier < 4 and relevance >= self.TOP_FLOOR and rank[i] < self.TOP_FRAC * n_rel:
+                tier = 4
+            out[i] = UnitScore(tier, round(relevance, 6),
+                               _reason(i in hard_set, lexical[i] / top_lex, matched[i],
+                                       references.get(i, 0), unit.kind, f),
+                               i in hard_set)
         return out
 
-    def _query_weights(self, conv: Conversation, window: Sequence[int], feats) -> dict[str, float]:
+    def _query_weights(self, conv: Conversation, window: Sequence[int], feats,
+                       request: _Features) -> dict[str, float]:
         weights: dict[str, float] = {}
         for term in tf.term_counts(conv.goal_text):
-            weights[term] = 0.25
-        for i in window:
-            for term in feats[i].counts:
-                weights[term] = min(weights.get(term, 0.0) + 0.35, 0.6)
-        for term in tf.term_counts(conv.current_request):
+            weights[term] = self.GOAL_W
+        # The recent window says what the step is about when the request itself is
+        # short ("yes, go ahead"); a self-contained request needs it less.
+        n_req = sum(1 for t in request.counts if not t.startswith("~"))
+        window_w = self.WINDOW_W / (1.0 + n_req / self.WINDOW_HALF)
+        if window_w > 0.01:
+            for i in window:
+                for term in feats[i].counts:
+                    weights[term] = min(weights.get(term, 0.0) + window_w, self.WINDOW_CAP)
+        for term in request.counts:
             weights[term] = weights.get(term, 0.0) + 1.0
         return weights
 
-    def _entity_weights(self, conv: Conversation, window: Sequence[int], feats) -> dict[str, float]:
+    def _entity_weights(self, conv: Conversation, window: Sequence[int], feats,
+                        request: _Features) -> dict[str, float]:
         weights: dict[str, float] = {e: 0.4 for e in tf.entities(conv.goal_text)}
         for i in window:
             for ent in feats[i].entities:
                 weights[ent] = max(weights.get(ent, 0.0), 0.7)
-        for ent in tf.entities(conv.current_request):
+        for ent in request.entities:
             weights[ent] = 1.0
         return weights
 
@@ -205,14 +242,15 @@ class LocalScorer:
         return dupes & set(candidates)
 
 
-def _with_neighbours(lexical: dict[int, float], units) -> dict[int, float]:
+def _with_neighbours(lexical: dict[int, float], next_share: float, prev_share: float,
+                     prev_add: float) -> dict[int, float]:
     """In a dialogue the answer follows the question: a unit right after an
     on-topic unit inherits part of its relevance (and a little from the one after)."""
     out = {}
     for i, s in lexical.items():
         prev_s = lexical.get(i - 1, 0.0)
         next_s = lexical.get(i + 1, 0.0)
-        out[i] = max(s, 0.5 * prev_s, 0.25 * next_s) + 0.15 * prev_s
+        out[i] = max(s, prev_share * prev_s, next_share * next_s) + prev_add * prev_s
     return out
 
 

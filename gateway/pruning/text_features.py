@@ -99,3 +99,13 @@ def has_constraint(text: str) -> bool:
 
 def looks_like_error(text: str) -> bool:
     return _ERROR.search(text[:2000]) is not None
+
+
+# "Name: text" transcripts (group chats, meeting notes), optionally after a
+# bracketed time stamp: the speaker is who the message is by.
+_SPEAKER = re.compile(r"^(?:\[[^\]\n]{1,60}\]\s*)?([A-Z][\w'.-]{1,30}(?: [A-Z][\w'.-]{1,30})?):\s")
+
+
+def speaker(text: str) -> str | None:
+    m = _SPEAKER.match(text)
+    return m.group(1).lower() if m else None

@@ -1,0 +1,81 @@
+# syntax=docker/dockerfile:1
+#
+# Sieve gateway image.
+#
+#   docker build -t sieve-gateway .
+#   docker run -p 8080:8080 -e SIEVE_ALLOW_OPEN=1 sieve-gateway
+#
+# Configuration is by environment (SIEVE_*, see gateway/settings.py) and mounted
+# files (SIEVE_CONFIG, SIEVE_KEYS_FILE, SIEVE_POLICIES_DIR). The image never
+# reaches the internet at run time: tiktoken reads the encodings litellm ships
+# and litellm uses its bundled price map.
+#
+# tests/integration/test_container_entrypoint.py builds a virtualenv the way the
+# builder stage does and runs the ENTRYPOINT + CMD below; keep them in step.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# ---------------------------------------------------------------- builder ----
+FROM ${PYTHON_IMAGE} AS builder
+
+# pip compiles bytecode on install: the image ships it, since the read-only
+# root filesystem of a pod cannot take it at run time.
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+
+# Every dependency publishes manylinux wheels for CPython 3.11 (amd64 and
+# arm64), so the builder needs no compiler; the final stage gets only the venv.
+RUN python -m venv /opt/sieve
+
+# README*.md is the readme pyproject names; the wildcard keeps it optional.
+COPY pyproject.toml README*.md ./
+COPY gateway ./gateway
+RUN /opt/sieve/bin/pip install --no-cache-dir . \
+    && /opt/sieve/bin/pip uninstall --yes pip
+
+# Prove at build time that every encoding Sieve counts with is on disk: the
+# dead proxy makes any attempt to download one fail the build instead of
+# silently caching it. (DL3064 matches the "TOKEN" in TIKTOKEN_CACHE_DIR: it is
+# a folder path, not a secret.)
+# hadolint ignore=DL3064
+ENV TIKTOKEN_CACHE_DIR=/opt/sieve/lib/python3.11/site-packages/litellm/litellm_core_utils/tokenizers
+RUN HTTPS_PROXY=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 \
+    /opt/sieve/bin/python -c "import tiktoken; [tiktoken.get_encoding(n) for n in ('cl100k_base', 'o200k_base', 'p50k_base')]"
+
+# ------------------------------------------------------------------ final ----
+FROM ${PYTHON_IMAGE}
+
+LABEL org.opencontainers.image.title="sieve-gateway" \
+      org.opencontainers.image.description="OpenAI-compatible gateway that prunes chat histories, cache-stably" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+RUN groupadd --system --gid 10001 sieve \
+    && useradd --system --uid 10001 --gid sieve --home-dir /home/sieve --create-home --shell /usr/sbin/nologin sieve
+
+COPY --from=builder /opt/sieve /opt/sieve
+COPY policies /opt/sieve/policies
+
+# HOME and caches point at /tmp so the pod can run with a read-only root
+# filesystem and an emptyDir on /tmp. (DL3064: TIKTOKEN_CACHE_DIR is a path.)
+# hadolint ignore=DL3064
+ENV PATH=/opt/sieve/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    XDG_CACHE_HOME=/tmp/.cache \
+    SIEVE_POLICIES_DIR=/opt/sieve/policies \
+    TIKTOKEN_CACHE_DIR=/opt/sieve/lib/python3.11/site-packages/litellm/litellm_core_utils/tokenizers \
+    LITELLM_LOCAL_MODEL_COST_MAP=True \
+    LITELLM_OFFLINE_MODE=true
+
+WORKDIR /home/sieve
+USER 10001:10001
+EXPOSE 8080
+
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4).status != 200)"]
+
+ENTRYPOINT ["sieve"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]

@@ -1,0 +1,140 @@
+"""After the response: settle the budget, count the savings, move metrics, write the audit line.
+
+Runs as a deferred task (``gateway.deferred``), so a client that disconnects
+mid-stream still gets its reservation settled or released and its request
+counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.budget_guard import BudgetGuard, Hold
+from gateway.pruner import PruneOutcome
+from gateway.telemetry.audit import AuditEntry, AuditLog, MessageDecision, Timings
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.pricing import PriceBook
+from gateway.telemetry.recording import LabelBounds, record_request
+from gateway.telemetry.savings import SavingsRecord, savings_for_request
+from gateway.telemetry.usage import Usage, usage_from_provider
+from gateway.upstream.router import ResolvedRoute
+
+if TYPE_CHECKING:
+    from gateway.proxy import ChatCall
+
+log = logging.getLogger("sieve.accounting")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    call: "ChatCall"
+    outcome: PruneOutcome
+    route: ResolvedRoute
+    hold: Hold | None
+    status: int = 0
+    error_status: int | None = None
+    outcome_label: str | None = None
+    overhead_before_s: float = 0.0
+    upstream_s: float = 0.0
+    response_usage: dict[str, Any] | None = None
+    stream_usage: dict[str, Any] | None = None
+    stream_delta_events: int = 0
+    stream_completed: bool = False
+    disconnected: bool = False
+    finished_at: float = field(default_factory=time.perf_counter)
+
+    def set_response_body(self, body: bytes) -> None:
+        if self.status < 400 and body:
+            try:
+                payload = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return
+            if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
+                self.response_usage = payload["usage"]
+
+
+class Accountant:
+    def __init__(self, metrics: Metrics, bounds: LabelBounds, prices: PriceBook, budgets: BudgetGuard,
+                 audit: AuditLog) -> None:
+        self._metrics = metrics
+        self._bounds = bounds
+        self._prices = prices
+        self._budgets = budgets
+        self._audit = audit
+
+    async def finish(self, record: RequestRecord) -> None:
+        record.finished_at = time.perf_counter()
+        usage = usage_from_provider(record.stream_usage or record.response_usage)
+        ok = record.error_status is None and 200 <= record.status < 400
+        if ok and (usage is not None or record.stream_completed or record.disconnected):
+            await self._budgets.settle(record.hold, _settle_tokens(record, usage))
+        else:
+            await self._budgets.release(record.hold)
+        result = record.outcome.result
+        savings = None
+        if ok and usage is not None:
+            savings = savings_for_request(
+                self._prices, model=record.call.body["model"],
+                original_message_tokens=_original_tokens(record), original_fingerprints=_fingerprints(record),
+                previous_fingerprints=record.outcome.previous_fingerprints,
+                forwarded_tokens=result.forwarded_tokens, usage=usage, scorer_usd=0.0,
+                pruned=result.changed)
+            if not savings.priced:
+                log.info("model %s has no price: savings not counted in dollars", record.call.body["model"])
+        label = record.outcome_label or _outcome(record, ok)
+        counts = result.action_counts()
+        overhead_s = record.finished_at - record.call.started - record.upstream_s
+        record_request(
+            self._metrics, bounds=self._bounds, org=record.call.identity.org, model=record.call.body["model"],
+            outcome=label, original_tokens=result.original_tokens, forwarded_tokens=result.forwarded_tokens,
+            completion_tokens=usage.completion_tokens if usage else 0, savings=savings,
+            unit_actions=counts, upstream_s=record.upstream_s, overhead_s=max(overhead_s, 0.0))
+        self._write_audit(record, label, savings, overhead_s)
+
+    def _write_audit(self, record: RequestRecord, label: str, savings: SavingsRecord | None,
+                     overhead_s: float) -> None:
+        if not self._audit.enabled:
+            return
+        result = record.outcome.result
+        report = result.report()
+        decisions = [MessageDecision(m["index"], m["action"], m["score"], m["reason"]) for m in report["messages"]]
+        call = record.call
+        auth = call.headers.get("authorization", "")
+        self._audit.write(AuditEntry(
+            request_id=call.request_id, timestamp=time.time(), org=call.identity.org, team=call.identity.team,
+            model=call.body["model"], strategy=result.strategy, outcome=label,
+            original_tokens=result.original_tokens, forwarded_tokens=result.forwarded_tokens,
+            decisions=decisions, savings=savings,
+            timings=Timings(prune_ms=record.outcome.prune_s * 1000, upstream_ms=record.upstream_s * 1000,
+                            overhead_ms=overhead_s * 1000),
+            request_body=call.body, include_content=call.policy.audit_include_content,
+            secrets=tuple(s for s in (auth[7:].strip(), call.headers.get("x-api-key", "")) if s)))
+
+
+def _settle_tokens(record: RequestRecord, usage: Usage | None) -> int:
+    if usage is not None:
+        return usage.prompt_tokens + usage.completion_tokens
+    # No usage reported (stream cut short, or a provider without usage):
+    # the forwarded prompt plus the deltas streamed so far.
+    return record.outcome.result.forwarded_tokens + record.stream_delta_events
+
+
+def _outcome(record: RequestRecord, ok: bool) -> str:
+    if not ok:
+        return "upstream_error"
+    if record.outcome.failed:
+        return "fail_open"
+    return "pruned" if record.outcome.result.saved_tokens > 0 else "passthrough"
+
+
+def _original_tokens(record: RequestRecord) -> list[int]:
+    return list(record.outcome.result.message_tokens)
+
+
+def _fingerprints(record: RequestRecord) -> list[str]:
+    return list(record.outcome.result.state.fingerprints)

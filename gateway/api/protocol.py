@@ -1,0 +1,133 @@
+"""The OpenAI chat-completions wire format: parsed leniently, checked where it matters.
+
+Unknown fields pass through untouched (the provider decides about them).
+What Sieve itself relies on — ``model``, ``messages`` and the shape of each
+message, tool calls included — is checked, and a violation is a 400 that
+names the field: ``messages[3].tool_calls[0].function.arguments must be a
+string``. Checking plain dicts is far cheaper than building pydantic models of
+a 100k-token history on every request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import orjson
+
+from gateway.errors import InvalidRequest
+from gateway.pruning.policy import STRATEGIES
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+MAX_TARGET_TOKENS = 10_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SieveHeaders:
+    """The optional ``x-sieve-*`` request headers, validated."""
+
+    target_tokens: int | None = None
+    strategy: str | None = None
+    goal: str | None = None
+    conversation_id: str | None = None
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        raise InvalidRequest("request body is empty; expected a JSON object with 'model' and 'messages'")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest(f"request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def check_chat_body(body: Mapping[str, Any]) -> None:
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
+    messages = body.get("messages")
+    if messages is None:
+        raise InvalidRequest("'messages' is required", param="messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty array of message objects", param="messages")
+    for i, message in enumerate(messages):
+        _check_message(i, message)
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise InvalidRequest(f"'{name}' must be a positive integer", param=name)
+
+
+def _check_message(i: int, message: Any) -> None:
+    where = f"messages[{i}]"
+    if not isinstance(message, dict):
+        raise InvalidRequest(f"{where} must be an object", param=where)
+    role = message.get("role")
+    if role not in ROLES:
+        raise InvalidRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {role!r}", param=f"{where}.role")
+    content = message.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise InvalidRequest(f"{where}.content must be a string, an array of content parts or null",
+                             param=f"{where}.content")
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            if not isinstance(part, (dict, str)):
+                raise InvalidRequest(f"{where}.content[{j}] must be a content part object",
+                                     param=f"{where}.content[{j}]")
+    if content is None and role not in ("assistant", "tool", "function"):
+        raise InvalidRequest(f"{where}.content is required for role {role!r}", param=f"{where}.content")
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if role != "assistant" or not isinstance(calls, list):
+            raise InvalidRequest(f"{where}.tool_calls must be an array on an assistant message",
+                                 param=f"{where}.tool_calls")
+        for j, call in enumerate(calls):
+            _check_tool_call(f"{where}.tool_calls[{j}]", call)
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        raise InvalidRequest(f"{where}.tool_call_id is required on a tool message (a string)",
+                             param=f"{where}.tool_call_id")
+
+
+def _check_tool_call(where: str, call: Any) -> None:
+    if not isinstance(call, dict):
+        raise InvalidRequest(f"{where} must be an object", param=where)
+    if not isinstance(call.get("id"), str):
+        raise InvalidRequest(f"{where}.id must be a string", param=f"{where}.id")
+    fn = call.get("function")
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise InvalidRequest(f"{where}.function.name must be a string", param=f"{where}.function.name")
+    if not isinstance(fn.get("arguments"), str):
+        raise InvalidRequest(f"{where}.function.arguments must be a string (JSON text)",
+                             param=f"{where}.function.arguments")
+
+
+def parse_sieve_headers(headers: Mapping[str, str]) -> SieveHeaders:
+    target = headers.get("x-sieve-target-tokens")
+    target_tokens = None
+    if target is not None:
+        try:
+            target_tokens = int(target.strip())
+        except ValueError:
+            raise InvalidRequest(f"x-sieve-target-tokens must be a positive integer, got {target!r}",
+                                 param="x-sieve-target-tokens") from None
+        if not 1 <= target_tokens <= MAX_TARGET_TOKENS:
+            raise InvalidRequest(f"x-sieve-target-tokens must be between 1 and {MAX_TARGET_TOKENS}, got {target!r}",
+                                 param="x-sieve-target-tokens")
+    strategy = headers.get("x-sieve-strategy")
+    if strategy is not None:
+        strategy = strategy.strip().lower()
+        if strategy not in STRATEGIES:
+            raise InvalidRequest(f"x-sieve-strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}",
+                                 param="x-sieve-strategy")
+    goal = headers.get("x-sieve-goal") or None
+    conversation = headers.get("x-sieve-conversation-id") or None
+    if conversation is not None and len(conversation) > 512:
+        raise InvalidRequest("x-sieve-conversation-id is longer than 512 characters",
+                             param="x-sieve-conversation-id")
+    return SieveHeaders(target_tokens, strategy, goal, conversation)

@@ -1,0 +1,41 @@
+"""Rendering: JSON bodies with orjson, and the one error handler."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import SieveError
+
+log = logging.getLogger("sieve")
+
+
+def json_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, headers=dict(headers or {}),
+                    media_type="application/json")
+
+
+def error_response(exc: SieveError, request_id: str | None = None) -> Response:
+    headers = dict(exc.headers)
+    if request_id:
+        headers["x-sieve-request-id"] = request_id
+    return json_response(exc.body(), exc.status, headers)
+
+
+async def handle_sieve_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SieveError)
+    return error_response(exc, getattr(request.state, "request_id", None))
+
+
+async def handle_unexpected(request: Request, exc: Exception) -> Response:
+    """Last resort: a bug must still answer in OpenAI's shape, without a traceback."""
+    request_id = getattr(request.state, "request_id", None)
+    log.exception("unhandled error in request %s", request_id)
+    body = {"error": {"message": "internal error in the Sieve gateway; the request was not forwarded"
+                                 f" (request id {request_id})", "type": "internal_error",
+                      "param": None, "code": "internal_error"}}
+    return json_response(body, 500, {"x-sieve-request-id": request_id} if request_id else None)

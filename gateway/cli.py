@@ -1,0 +1,89 @@
+"""The ``sieve`` command: serve | prune | replay.
+
+    sieve serve [--host 127.0.0.1] [--port 8080] [--config FILE]
+    sieve prune REQUEST.json [--target N] [--strategy S] [--policy NAME]
+    sieve replay LOGS.jsonl [--policy NAME] [--target N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from gateway.errors import ConfigError
+from gateway.settings import Settings, prepare_offline_environment
+
+
+def main(argv: list[str] | None = None) -> int:
+    prepare_offline_environment()
+    parser = argparse.ArgumentParser(prog="sieve", description="Sieve: a context-pruning gateway for LLM agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--config", type=Path, help="YAML config (models, upstreams, keys, budgets)")
+    serve.add_argument("--allow-open", action="store_true",
+                       help="allow a gateway without virtual keys on a non-loopback address")
+    prune = sub.add_parser("prune", help="print the pruned request and report for a request body")
+    prune.add_argument("file", type=Path)
+    prune.add_argument("--target", type=int)
+    prune.add_argument("--strategy", choices=("none", "window", "relevance"))
+    prune.add_argument("--policy", default=None)
+    replay = sub.add_parser("replay", help="estimate savings from recorded requests (JSON lines)")
+    replay.add_argument("file", type=Path)
+    replay.add_argument("--policy", default=None)
+    replay.add_argument("--target", type=int)
+    replay.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "prune":
+            from gateway.offline import prune_file  # noqa: PLC0415
+
+            return prune_file(args.file, _settings(None), args.policy, args.target, args.strategy)
+        from gateway.offline import replay_file  # noqa: PLC0415
+
+        return replay_file(args.file, _settings(None), args.policy, args.target, not args.no_progress)
+    except ConfigError as exc:
+        print(f"sieve: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _settings(args: argparse.Namespace | None) -> Settings:
+    overrides = {}
+    if args is not None:
+        if args.host:
+            overrides["host"] = args.host
+        if args.port:
+            overrides["port"] = args.port
+        if args.config:
+            overrides["config_path"] = args.config
+        if args.allow_open:
+            overrides["allow_open"] = True
+    return Settings.from_env(**overrides)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn  # noqa: PLC0415
+
+    from gateway.app import create_app  # noqa: PLC0415
+    from gateway.services import is_open  # noqa: PLC0415
+
+    settings = _settings(args)
+    if is_open(settings) and not settings.bind_is_loopback and not settings.allow_open:
+        print(f"sieve: refusing to listen on {settings.host}: no virtual keys are configured, so anyone "
+              "who can reach this address could spend your provider keys. Configure keys "
+              "(SIEVE_KEYS_FILE or `keys:` in the config), or pass --allow-open / SIEVE_ALLOW_OPEN=1 "
+              "if a network policy protects the gateway.", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
+                loop="auto", http="auto", access_log=False, timeout_graceful_shutdown=30)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""One chat completion through Sieve: prune, reserve, forward, relay, account.
+
+The route hands over a parsed, checked body; this module owns the sequence
+and the guarantees around it:
+
+* the forwarded body is the pruned request serialized once (orjson);
+* a stream is relayed chunk by chunk, its usage read on the way;
+* the budget reservation is settled on success and released on upstream
+  error, timeout or client disconnect;
+* accounting (budget settle, metrics, savings, audit) runs as a deferred task
+  that survives the client going away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Mapping
+
+import orjson
+from starlette.responses import Response, StreamingResponse
+
+from gateway.accounting import Accountant, RequestRecord
+from gateway.api.protocol import SieveHeaders
+from gateway.api.sse import SSEUsageTap
+from gateway.budget_guard import BudgetGuard, Hold
+from gateway.deferred import Deferred
+from gateway.errors import SieveError, UpstreamUnavailable
+from gateway.identity import Identity
+from gateway.pruner import PruneOutcome, Pruner
+from gateway.pruning.policy import Policy
+from gateway.upstream.litellm_route import LiteLLMUpstream
+from gateway.upstream.openai_compat import OpenAICompatibleUpstream, UpstreamResponse, forward_headers
+from gateway.upstream.router import ModelRouter, ResolvedRoute
+
+log = logging.getLogger("sieve.proxy")
+
+
+@dataclass(slots=True)
+class ChatCall:
+    request_id: str
+    body: dict[str, Any]
+    body_bytes: int
+    identity: Identity
+    policy: Policy
+    sieve: SieveHeaders
+    headers: Mapping[str, str]
+    started: float = field(default_factory=time.perf_counter)
+
+
+class ChatProxy:
+    def __init__(self, *, router: ModelRouter, pruner: Pruner, openai: OpenAICompatibleUpstream,
+                 litellm: LiteLLMUpstream, accountant: Accountant, budgets: BudgetGuard,
+                 deferred: Deferred) -> None:
+        self._router = router
+        self._pruner = pruner
+        self._openai = openai
+        self._litellm = litellm
+        self._accountant = accountant
+        self._budgets = budgets
+        self._deferred = deferred
+
+    async def prune_only(self, call: ChatCall) -> PruneOutcome:
+        self._router.resolve(call.body["model"])  # unknown models fail here as they would on /chat
+        return await self._pruner.prune(call.body, call.identity.org, call.sieve, call.policy, call.body_bytes)
+
+    async def complete(self, call: ChatCall) -> Response:
+        route = self._router.resolve(call.body["model"])
+        outcome = await self._pruner.prune(call.body, call.identity.org, call.sieve, call.policy,
+                                           call.body_bytes)
+        forwarded = outcome.result.request
+        stream = forwarded.get("stream") is True
+        strip_usage = False
+        if stream and not _client_wants_usage(forwarded):
+            forwarded = dict(forwarded)
+            forwarded["stream_options"] = {**(forwarded.get("stream_options") or {}), "include_usage": True}
+            strip_usage = True
+        if route.upstream_model:
+            forwarded = {**forwarded, "model": route.upstream_model}
+        hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded)
+        record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold)
+        headers = _sieve_headers(call.request_id, outcome, hold)
+        upstream_started = time.perf_counter()
+        record.overhead_before_s = upstream_started - call.started
+        try:
+            response = await self._send(route, forwarded, call, stream)
+        except SieveError as exc:
+            record.upstream_s = time.perf_counter() - upstream_started
+            record.outcome_label = "upstream_error"
+            record.error_status = exc.status
+            self._deferred.spawn(self._accountant.finish(record))
+            exc.headers.update(headers)
+            raise
+        record.status = response.status
+        if response.chunks is None:
+            record.upstream_s = time.perf_counter() - upstream_started
+            record.set_response_body(response.body or b"")
+            self._deferred.spawn(self._accountant.finish(record))
+            return Response(response.body, status_code=response.status,
+                            headers={**response.headers, **headers})
+        return StreamingResponse(self._relay(response, record, strip_usage, upstream_started),
+                                 status_code=response.status, headers={**response.headers, **headers})
+
+    async def _send(self, route: ResolvedRoute, body: dict[str, Any], call: ChatCall,
+                    stream: bool) -> UpstreamResponse:
+        client_key = _client_key(call)
+        if route.kind == "litellm":
+            return await self._litellm.complete(route.route, body, client_key, stream)
+        api_key = route.api_key or client_key
+        out_headers = forward_headers(call.headers, api_key)
+        if not api_key:
+            out_headers.pop("authorization", None)
+        return await self._openai.post(route.url or "", orjson.dumps(body), out_headers, stream)
+
+    async def _relay(self, response: UpstreamResponse, record: RequestRecord, strip_usage: bool,
+                     upstream_started: float) -> AsyncIterator[bytes]:
+        tap = SSEUsageTap(strip_usage)
+        completed = False
+        try:
+            assert response.chunks is not None
+            async for chunk in response.chunks:
+                out = tap.feed(chunk)
+                if out:
+                    yield out
+            tail = tap.flush()
+            if tail:
+                yield tail
+            completed = True
+        except SieveError as exc:
+            record.outcome_label = "upstream_error"
+            record.error_status = exc.status
+            yield b"data: " + orjson.dumps(exc.body()) + b"\n\n"
+        except (asyncio.CancelledError, GeneratorExit):
+            record.disconnected = True
+            raise
+        finally:
+            record.upstream_s = time.perf_counter() - upstream_started
+            record.stream_usage = tap.usage
+            record.stream_delta_events = tap.delta_events
+            record.stream_completed = completed
+            if response.release is not None:
+                _close_quietly(response.release)
+            self._deferred.spawn(self._accountant.finish(record))
+
+
+def _client_wants_usage(body: Mapping[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _client_key(call: ChatCall) -> str | None:
+    """The client's own provider key, forwarded only when it is not a Sieve key."""
+    if call.identity.kind.value == "virtual":
+        return None
+    auth = call.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip() or None
+    return call.headers.get("x-api-key") or None
+
+
+def _sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None) -> dict[str, str]:
+    r = outcome.result
+    headers = {
+        "x-sieve-request-id": request_id,
+        "x-sieve-original-tokens": str(r.original_tokens),
+        "x-sieve-forwarded-tokens": str(r.forwarded_tokens),
+        "x-sieve-saved-tokens": str(r.saved_tokens),
+    }
+    if hold is not None and hold.remaining_tokens is not None:
+        headers["x-sieve-budget-remaining-tokens"] = str(hold.remaining_tokens)
+    return headers
+
+
+def _close_quietly(resp: Any) -> None:
+    try:
+        resp.release()
+    except Exception:  # noqa: BLE001 - closing a dead connection
+        pass
+
+
+__all__ = ["ChatCall", "ChatProxy", "UpstreamUnavailable"]

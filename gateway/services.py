@@ -1,0 +1,164 @@
+"""Everything a request needs, built once per process from Settings.
+
+``Services.start(settings)`` runs in the app's lifespan: it creates the shared
+HTTP client and the stores (in-memory, or Redis when ``SIEVE_REDIS_URL`` is
+set), loads policies and keys, and wires the proxy. Routes reach it through
+``request.app.state.services``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import aiohttp
+
+from gateway.accounting import Accountant
+from gateway.budget_guard import BudgetGuard
+from gateway.budgets import BudgetConfig
+from gateway.deferred import Deferred
+from gateway.errors import ConfigError
+from gateway.identity import ANONYMOUS, Authenticator, Identity, KeyRegistry
+from gateway.policies import load_policies
+from gateway.pruner import Pruner
+from gateway.pruning.policy import Policy
+from gateway.pruning.scoring import LocalScorer
+from gateway.pruning.tokens import TokenCounters
+from gateway.proxy import ChatProxy
+from gateway.settings import Settings
+from gateway.state.memory import MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore, MemoryScoreCache
+from gateway.telemetry.audit import AuditLog
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.pricing import PriceBook
+from gateway.telemetry.recording import LabelBounds
+from gateway.upstream.litellm_route import LiteLLMUpstream
+from gateway.upstream.openai_compat import OpenAICompatibleUpstream
+from gateway.upstream.router import ModelRouter
+
+log = logging.getLogger("sieve")
+
+
+@dataclass
+class Services:
+    settings: Settings
+    policies: Mapping[str, Policy]
+    default_policy: Policy
+    org_policies: Mapping[str, str]
+    authenticator: Authenticator | None      # None: open gateway (loopback only)
+    router: ModelRouter
+    proxy: ChatProxy
+    metrics: Metrics
+    deferred: Deferred
+    session: aiohttp.ClientSession
+    redis: Any = None                         # RedisStores when configured
+    audit: AuditLog | None = None
+    key_store: Any = None
+    budget_guard: BudgetGuard | None = None
+    scores: Any = None
+    started_at: float = field(default_factory=time.time)
+
+    @classmethod
+    async def start(cls, settings: Settings, metrics: Metrics | None = None) -> "Services":
+        policies = load_policies(settings.policies_dir)
+        if settings.default_policy not in policies:
+            raise ConfigError(f"default policy {settings.default_policy!r} not found in {settings.policies_dir}")
+        for org, name in settings.org_policies.items():
+            if name not in policies:
+                raise ConfigError(f"org_policies.{org}: policy {name!r} not found in {settings.policies_dir}")
+        metrics = metrics or Metrics()
+        redis = None
+        if settings.redis_url:
+            from gateway.state.redis_store import RedisStores  # noqa: PLC0415 - only with Redis
+
+            redis = RedisStores.from_url(settings.redis_url)
+            conversations, scores, budget_store, key_store = redis.conversations, redis.scores, redis.budgets, redis.keys
+        else:
+            conversations, scores = MemoryConversationStore(), MemoryScoreCache()
+            budget_store, key_store = MemoryBudgetStore(), MemoryKeyStore()
+        authenticator = _authenticator(settings, key_store, policies[settings.default_policy])
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60)
+        session = aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",))
+        router = ModelRouter(settings)
+        bounds = LabelBounds(orgs=_known_orgs(settings), models=router.configured, dynamic_limit=200)
+        budgets = BudgetGuard(budget_store, BudgetConfig.from_mapping(settings.budgets), metrics, bounds.org)
+        audit = AuditLog.open(settings.audit_log, secrets=[s for s in (settings.upstream_api_key,
+                                                                       settings.admin_key) if s])
+        deferred = Deferred()
+        accountant = Accountant(metrics, bounds, PriceBook.from_litellm(settings.prices), budgets, audit)
+        pruner = Pruner(TokenCounters(), LocalScorer(), conversations, metrics)
+        proxy = ChatProxy(router=router, pruner=pruner,
+                          openai=OpenAICompatibleUpstream(session, settings.upstream_timeout_s,
+                                                          settings.upstream_connect_timeout_s),
+                          litellm=LiteLLMUpstream(settings.upstream_timeout_s), accountant=accountant,
+                          budgets=budgets, deferred=deferred)
+        return cls(settings, policies, policies[settings.default_policy], settings.org_policies,
+                   authenticator, router, proxy, metrics, deferred, session, redis, audit,
+                   key_store=key_store, budget_guard=budgets, scores=scores)
+
+    async def stop(self) -> None:
+        await self.deferred.drain()
+        await self.session.close()
+        if self.redis is not None:
+            await self.redis.aclose()
+        if self.audit is not None:
+            self.audit.close()
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Identity:
+        if self.authenticator is None:
+            return ANONYMOUS
+        return await self.authenticator.authenticate(headers)
+
+    def policy_for(self, identity: Identity) -> Policy:
+        name = self.org_policies.get(identity.org)
+        return self.policies[name] if name else self.default_policy
+
+    async def model_list(self) -> list[dict[str, Any]]:
+        return [{"id": name, "object": "model", "created": int(self.started_at), "owned_by": "sieve"}
+                for name in self.router.configured]
+
+    async def readiness_problems(self) -> list[str]:
+        if self.redis is None:
+            return []
+        try:
+            await self.redis.ping()
+        except Exception as exc:  # noqa: BLE001 - any failure means not ready
+            return [f"redis unreachable ({exc.__class__.__name__})"]
+        return []
+
+
+def is_open(settings: Settings) -> bool:
+    """No way to authenticate anyone: every caller is anonymous and brings its own provider key."""
+    return not settings.virtual_keys and settings.keys_file is None and not settings.passthrough \
+        and not settings.admin_key
+
+
+def _authenticator(settings: Settings, key_store: Any, default: Policy) -> Authenticator | None:
+    entries = list(settings.virtual_keys)
+    if settings.keys_file is not None:
+        import yaml  # noqa: PLC0415
+
+        try:
+            raw = yaml.safe_load(settings.keys_file.read_text()) or []
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{settings.keys_file}: cannot read keys file: {exc}") from exc
+        from_file = raw.get("keys") if isinstance(raw, dict) else raw
+        if not isinstance(from_file, list):
+            raise ConfigError(f"{settings.keys_file}: expected a list of keys (or a mapping with 'keys:')")
+        entries.extend(from_file)
+    registry = KeyRegistry.from_entries(entries or None, "keys")
+    if is_open(settings):
+        return None  # open gateway; the cli refuses a non-loopback bind unless told
+    return Authenticator(registry, key_store=key_store, passthrough=settings.passthrough,
+                         allow_anonymous=default.allow_anonymous)
+
+
+def _known_orgs(settings: Settings) -> list[str]:
+    orgs = {"anonymous"}
+    orgs.update(str(k.get("org")) for k in settings.virtual_keys if isinstance(k, dict))
+    orgs.update(settings.passthrough.values())
+    orgs.update(settings.org_policies)
+    budgets = settings.budgets or {}
+    orgs.update((budgets.get("orgs") or {}).keys())
+    return sorted(orgs)

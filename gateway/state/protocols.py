@@ -1,0 +1,104 @@
+"""What the gateway needs from shared state; each Protocol has an in-memory twin
+(``gateway.state.memory``) and a Redis implementation (``gateway.state.redis_store``),
+and one contract suite (``tests/contract``) runs against both.
+
+Every method may raise ``gateway.errors.StoreUnavailable`` when the backing
+store cannot be reached; none hangs longer than its configured timeouts.
+
+Budget protocol, in the order a request uses it::
+
+    reservation = await budgets.reserve(rid, limits, tokens, now)   # or BudgetExceeded (429)
+    try:
+        usage = await forward(...)
+    except BaseException:
+        await budgets.release(reservation)          # upstream error, timeout, disconnect
+        raise
+    await budgets.settle(reservation, usage.total_tokens)
+
+``reserve`` checks and holds the tokens on ALL limits at once or on none.
+``settle`` replaces the held amount by the actual usage (more or less).
+``release`` returns the held amount. Settle and release act once per
+reservation; any later settle/release of it is a no-op returning False.
+A reservation neither settled nor released within its TTL expires and its
+tokens are returned (a crashed replica cannot leak them); a settle that
+arrives after that still charges the actual usage.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+
+from gateway.budgets import BudgetLimit, BudgetStatus, Reservation
+
+if TYPE_CHECKING:
+    from gateway.identity import KeyRecord
+
+
+@runtime_checkable
+class ConversationStore(Protocol):
+    """Frozen pruning decisions per conversation; values are opaque bytes."""
+
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def put(self, key: str, value: bytes, ttl_s: int) -> None: ...
+
+
+@runtime_checkable
+class ScoreCache(Protocol):
+    """Scorer results by content key; a miss is ``None`` at the key's position."""
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]: ...
+
+    async def put_many(self, items: Mapping[str, bytes], ttl_s: int) -> None: ...
+
+
+@runtime_checkable
+class BudgetStore(Protocol):
+    async def reserve(
+        self, reservation_id: str, limits: Sequence[BudgetLimit], tokens: int, now: float
+    ) -> Reservation:
+        """Hold ``tokens`` on every limit (windows containing ``now``), atomically.
+
+        Raises ``BudgetExceeded`` naming the first limit that cannot cover it;
+        then nothing is held anywhere. All limits must belong to one org. With
+        no limits it returns an empty reservation without touching the store.
+        Retrying the same ``reservation_id`` does not hold the tokens twice.
+        """
+        ...
+
+    async def settle(self, reservation: Reservation, actual_tokens: int) -> bool:
+        """Charge ``actual_tokens`` in place of the held amount; False if already final."""
+        ...
+
+    async def release(self, reservation: Reservation) -> bool:
+        """Return the held tokens; idempotent, False if already settled/released/expired."""
+        ...
+
+    async def charge(self, limits: Sequence[BudgetLimit], tokens: int, now: float) -> None:
+        """Record usage without a check (fail-open reconciliation of unmetered requests)."""
+        ...
+
+    async def remaining(self, limits: Sequence[BudgetLimit], now: float) -> list[BudgetStatus]:
+        """Status of each limit in the window containing ``now``, in the given order."""
+        ...
+
+    async def usage(self, org: str, now: float) -> list[BudgetStatus]:
+        """Every counter of ``org`` in its current window (admin reporting)."""
+        ...
+
+    async def ping(self) -> None: ...
+
+
+@runtime_checkable
+class KeyStore(Protocol):
+    """Virtual keys added or revoked through the admin API (by SHA-256 digest)."""
+
+    async def get(self, key_sha256: str) -> "KeyRecord | None": ...
+
+    async def add(self, record: "KeyRecord") -> None: ...
+
+    async def revoke(self, key_sha256: str) -> None:
+        """Mark the key revoked (a tombstone that also masks the same key in the keys file)."""
+        ...
+
+    async def list(self, org: str | None = None) -> "list[KeyRecord]": ...

@@ -1,0 +1,158 @@
+"""The honest savings record of one request.
+
+::
+
+    record = savings_for_request(
+        prices, model="gpt-4o-mini",
+        original_message_tokens=[...], original_fingerprints=[...],
+        previous_fingerprints=state.previous_unpruned_fingerprints,   # or None
+        forwarded_tokens=report.forwarded_tokens, usage=usage,
+        scorer_usd=scorer_cost, pruned=report.changed)
+    record.net_usd   # counterfactual − actual − scorer; may be negative
+
+**Actual** is the provider's usage priced as billed.
+
+**Counterfactual** is what the same request would have cost had Sieve never
+existed, i.e. had every request of this conversation gone out unpruned. It
+bills:
+
+- prompt = the original messages' tokens + the non-message overhead (tool
+  schemas, chat formatting: ``usage.prompt_tokens − forwarded_tokens``; the
+  provider counts it on both sides). Written as ``usage.prompt_tokens +
+  (original − forwarded)``: the same when the overhead is positive, and not
+  inflated when our per-message estimate runs above the provider's count
+  (a negative overhead). ``overhead_tokens`` is reported floored at 0;
+- cache reads = the longest run of WHOLE leading messages whose fingerprints
+  equal the previous unpruned request's, plus the overhead (it precedes the
+  messages), because the provider would have cached that prefix; at least
+  what the actual request read from cache (pruning never gets credit for a
+  cache hit the unpruned request would have had too). Only when the model has
+  a cached price: a price map without one means the provider does not bill
+  caching for that family, so the counterfactual reads nothing from cache;
+- cache writes = what the actual request wrote, at most the counterfactual's
+  own uncached part (Anthropic bills writes above input; the unpruned request
+  would have written its new suffix, not more than Sieve's request did);
+- completion = the actual completion (same answer assumed).
+
+Every approximation leans toward the unpruned request: its whole matching
+prefix counts as cached (providers cache in blocks, above minimum sizes, and
+Anthropic only at client breakpoints), and its cache writes are capped. So the
+net saving is a lower bound. A request Sieve did not change (``pruned=False``)
+has counterfactual = actual exactly, so a passthrough never shows a saving
+or a loss that is only the model's noise.
+
+A request that is not priced (model unknown to the price book, or no usage
+reported) has ``priced=False``, counterfactual and actual 0.0, and
+``net_usd = −scorer_usd``: the scorer's dollars were spent either way, and
+that is what the dashboard's sum of the cost counters shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from gateway.telemetry.pricing import PriceBook, price_usage
+from gateway.telemetry.usage import Usage
+
+__all__ = ["SavingsRecord", "cached_prefix_messages", "savings_for_request"]
+
+
+@dataclass(frozen=True, slots=True)
+class SavingsRecord:
+    model: str
+    priced: bool
+    original_tokens: int  # message tokens as received
+    forwarded_tokens: int  # message tokens as forwarded
+    overhead_tokens: int  # provider prompt tokens beyond our message count
+    actual_prompt_tokens: int
+    actual_cached_tokens: int
+    actual_cache_write_tokens: int
+    completion_tokens: int
+    counterfactual_prompt_tokens: int
+    counterfactual_cached_tokens: int
+    counterfactual_cache_write_tokens: int
+    counterfactual_usd: float
+    actual_usd: float
+    scorer_usd: float
+    net_usd: float  # counterfactual − actual − scorer
+
+    @property
+    def saved_tokens(self) -> int:
+        return self.original_tokens - self.forwarded_tokens
+
+
+def cached_prefix_messages(original: Sequence[str], previous: Sequence[str] | None) -> int:
+    """How many leading messages of ``original`` equal those of ``previous``."""
+    if not previous:
+        return 0
+    n = 0
+    for mine, theirs in zip(original, previous):
+        if mine != theirs:
+            break
+        n += 1
+    return n
+
+
+def savings_for_request(
+    prices: PriceBook,
+    *,
+    model: str,
+    original_message_tokens: Sequence[int],
+    original_fingerprints: Sequence[str],
+    previous_fingerprints: Sequence[str] | None,
+    forwarded_tokens: int,
+    usage: Usage | None,
+    scorer_usd: float = 0.0,
+    pruned: bool | None = None,
+) -> SavingsRecord:
+    """Counterfactual, actual and net dollars of one request (rules above).
+
+    ``pruned`` says whether the forwarded messages differ from the original
+    ones; None infers it from the token counts.
+    """
+    if len(original_fingerprints) != len(original_message_tokens):
+        raise ValueError("original_message_tokens and original_fingerprints differ in length")
+    original = sum(original_message_tokens)
+    if pruned is None:
+        pruned = forwarded_tokens != original
+    price = prices.lookup(model)
+    scorer_usd = max(float(scorer_usd), 0.0)
+    if price is None or usage is None:
+        u = usage or Usage()
+        return SavingsRecord(
+            model=model, priced=False, original_tokens=original, forwarded_tokens=forwarded_tokens,
+            overhead_tokens=max(u.prompt_tokens - forwarded_tokens, 0) if usage else 0,
+            actual_prompt_tokens=u.prompt_tokens, actual_cached_tokens=u.cached_read_tokens,
+            actual_cache_write_tokens=u.cache_write_tokens, completion_tokens=u.completion_tokens,
+            counterfactual_prompt_tokens=0, counterfactual_cached_tokens=0,
+            counterfactual_cache_write_tokens=0, counterfactual_usd=0.0, actual_usd=0.0,
+            scorer_usd=scorer_usd, net_usd=-scorer_usd)
+
+    overhead = max(usage.prompt_tokens - forwarded_tokens, 0)
+    if pruned:
+        # = original + overhead when the overhead is positive; when our count
+        # runs above the provider's (overhead < 0) this does not overstate it.
+        cf_prompt = max(usage.prompt_tokens + original - forwarded_tokens, 0)
+        cf_cached = 0
+        if price.has_cached_price:
+            k = cached_prefix_messages(original_fingerprints, previous_fingerprints)
+            prefix = sum(original_message_tokens[:k]) + (overhead if k else 0)
+            cf_cached = min(max(prefix, usage.cached_read_tokens), cf_prompt)
+        cf_write = min(usage.cache_write_tokens, cf_prompt - cf_cached)
+        counterfactual = Usage(prompt_tokens=cf_prompt, completion_tokens=usage.completion_tokens,
+                               cached_read_tokens=cf_cached, cache_write_tokens=cf_write)
+    else:
+        counterfactual = usage
+    actual_usd = price_usage(price, usage).total_usd
+    cf_usd = price_usage(price, counterfactual).total_usd
+    return SavingsRecord(
+        model=model, priced=True, original_tokens=original, forwarded_tokens=forwarded_tokens,
+        overhead_tokens=overhead, actual_prompt_tokens=usage.prompt_tokens,
+        actual_cached_tokens=usage.cached_read_tokens, actual_cache_write_tokens=usage.cache_write_tokens,
+        completion_tokens=usage.completion_tokens,
+        counterfactual_prompt_tokens=counterfactual.prompt_tokens,
+        counterfactual_cached_tokens=counterfactual.cached_read_tokens,
+        counterfactual_cache_write_tokens=counterfactual.cache_write_tokens,
+        counterfactual_usd=cf_usd, actual_usd=actual_usd, scorer_usd=scorer_usd,
+        net_usd=cf_usd - actual_usd - scorer_usd)

@@ -1,0 +1,46 @@
+"""Redis key layout: prefixed, one cluster slot per org, a TTL on every key."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from gateway.budgets import BudgetLimit, Scope, Window, new_reservation_id
+from gateway.identity import KeyRecord, hash_key
+from gateway.state.redis_store import RedisStores
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.redis]
+
+
+async def test_keys_are_prefixed_tagged_by_org_and_expire(redis_server):
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.flushdb()
+    stores = RedisStores.from_url(redis_server.url)
+    now = time.time()
+    limits = [
+        BudgetLimit("acme", Scope.ORG, "acme", Window.MONTH, 10**9),
+        BudgetLimit("acme", Scope.TEAM, "se{arch}", Window.DAY, 10**9),  # braces must not move the tag
+        BudgetLimit("acme", Scope.KEY, "ci:bot", Window.MINUTE, 10**9),
+    ]
+    try:
+        held = await stores.budgets.reserve(new_reservation_id(), limits, 10, now)
+        settled = await stores.budgets.reserve(new_reservation_id(), limits, 10, now)
+        await stores.budgets.settle(settled, 7)
+        await stores.conversations.put("conv", b"x", ttl_s=60)
+        await stores.scores.put_many({"s1": b"1", "s2": b"2"}, ttl_s=60)
+        await stores.keys.add(KeyRecord(hash_key("sk"), "acme"))
+        keys = sorted(k.decode() for k in admin.scan_iter())
+        assert all(k.startswith("sieve:") for k in keys)
+        org_keys = [k for k in keys if k.startswith("sieve:{org:acme}:")]
+        assert len(org_keys) == 3 + 1 + 2  # counters, the held reservation, expiry and index zsets
+        assert len({key_slot(k.encode()) for k in org_keys}) == 1
+        assert f"sieve:{{org:acme}}:resv:{held.id}" in keys
+        for key in keys:
+            if key != "sieve:{keys}:vkeys":  # virtual keys are configuration: no TTL on purpose
+                assert admin.pttl(key) > 0, key
+    finally:
+        await stores.aclose()
+        admin.close()

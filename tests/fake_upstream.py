@@ -1,0 +1,349 @@
+"""A fake OpenAI-compatible provider: a real aiohttp server on 127.0.0.1.
+
+It runs in a background thread with its own loop, so sync and async tests can
+both use it; scripted replies are consumed in order, then ``default`` answers::
+
+    with FakeUpstream() as up:
+        up.enqueue(Reply(status=500), Reply(content="hi", usage={...}))
+        openai.OpenAI(base_url=up.base_url, api_key="k").chat.completions.create(...)
+        assert up.requests[-1].json["model"] == "m"
+
+As a process, for benchmarks (recording off)::
+
+    python -m tests.fake_upstream --port 9100 --latency-ms 20 --chunks 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import dataclasses
+import itertools
+import threading
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+__all__ = ["FakeUpstream", "RecordedRequest", "Reply", "MODELS"]
+
+MODELS = ("gpt-4o-mini", "gpt-4o", "fake-model")
+_SSE_DONE = b"data: [DONE]\n\n"
+_MODELS_BODY = orjson.dumps(
+    {
+        "object": "list",
+        "data": [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in MODELS],
+    }
+)
+
+
+@dataclasses.dataclass
+class Reply:
+    """One scripted behaviour of the fake provider."""
+
+    status: int = 200
+    json_body: dict | None = None  # returned verbatim (errors, custom completions)
+    content: str | None = None  # None: "ok", or null beside tool_calls
+    tool_calls: list | None = None  # OpenAI shape; missing id/type are filled in
+    usage: dict | None = None  # returned verbatim instead of the computed usage
+    delay_s: float = 0.0  # before any byte of the response
+    chunk_delay_s: float = 0.0  # between streamed chunks
+    chunks: list[str] | None = None  # content pieces when streaming
+    drop_connection: bool = False  # close mid-stream (or before answering, non-stream)
+    finish_reason: str | None = None  # default: "tool_calls" if tool_calls else "stop"
+
+
+@dataclasses.dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+    json: Any  # parsed body, or None
+
+
+def estimate_prompt_tokens(messages: Any) -> int:
+    """Cheap deterministic estimate: chars of contents // 4 + 4 per message."""
+    if not isinstance(messages, list):
+        return 0
+    chars = 0
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        c = m.get("content")
+        if isinstance(c, str):
+            chars += len(c)
+        elif isinstance(c, list):
+            for part in c:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    chars += len(part["text"])
+        for tc in m.get("tool_calls") or ():
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if isinstance(fn, dict):
+                chars += len(str(fn.get("name", ""))) + len(str(fn.get("arguments", "")))
+    return chars // 4 + 4 * len(messages)
+
+
+def _norm_tool_calls(tool_calls: list) -> list[dict]:
+    out = []
+    for i, tc in enumerate(tool_calls):
+        tc = dict(tc)
+        tc.setdefault("id", f"call_fake_{i}")
+        tc.setdefault("type", "function")
+        fn = dict(tc.get("function") or {})
+        fn.setdefault("name", "tool")
+        args = fn.get("arguments", "{}")
+        fn["arguments"] = args if isinstance(args, str) else orjson.dumps(args).decode()
+        tc["function"] = fn
+        out.append(tc)
+    return out
+
+
+class FakeUpstream:
+    """Fake OpenAI provider (aiohttp) on 127.0.0.1, in a background thread."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        record: bool = True,
+        default: Reply | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.record = record
+        self.default = default or Reply()
+        self.requests: list[RecordedRequest] = []
+        self._queue: collections.deque[Reply] = collections.deque()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    # -- scripting -------------------------------------------------------
+    def enqueue(self, *replies: Reply) -> None:
+        with self._lock:
+            self._queue.extend(replies)
+
+    def clear(self) -> None:
+        """Forget recorded requests and pending scripted replies."""
+        with self._lock:
+            self.requests.clear()
+            self._queue.clear()
+
+    def _next_reply(self) -> Reply:
+        with self._lock:
+            return self._queue.popleft() if self._queue else self.default
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    # -- lifecycle -------------------------------------------------------
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        return app
+
+    async def start_async(self) -> None:
+        """Start on the current loop (used by the thread and by the CLI)."""
+        self._runner = web.AppRunner(self.make_app(), access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def start(self) -> "FakeUpstream":
+        ready = threading.Event()
+        error: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start_async())
+            except BaseException as e:  # surfaced to start()'s caller
+                error.append(e)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="fake-upstream", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        if error:
+            raise error[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self._loop = self._thread = None
+
+    def __enter__(self) -> "FakeUpstream":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- handlers --------------------------------------------------------
+    async def _record(self, request: web.Request) -> tuple[bytes, Any]:
+        body = await request.read()
+        try:
+            parsed = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            parsed = None
+        if self.record:
+            rec = RecordedRequest(
+                method=request.method,
+                path=request.path,
+                headers={k.lower(): v for k, v in request.headers.items()},
+                body=body,
+                json=parsed,
+            )
+            with self._lock:
+                self.requests.append(rec)
+        return body, parsed
+
+    async def _models(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.Response(body=_MODELS_BODY, content_type="application/json")
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        err = {"error": {"message": f"no route {request.path}", "type": "invalid_request_error",
+                         "param": None, "code": "not_found"}}
+        return web.Response(status=404, body=orjson.dumps(err), content_type="application/json")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        _, req = await self._record(request)
+        reply = self._next_reply()
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
+        if reply.drop_connection and not (isinstance(req, dict) and req.get("stream")):
+            request.transport.close()  # type: ignore[union-attr]
+            return web.Response(status=500)  # never reaches the client
+        if reply.json_body is not None or reply.status != 200 or not isinstance(req, dict):
+            body = reply.json_body
+            if body is None:
+                body = {"error": {"message": "fake upstream error" if isinstance(req, dict)
+                                  else "body is not JSON", "type": "server_error",
+                                  "param": None, "code": None}}
+            status = reply.status if isinstance(req, dict) else 400
+            return web.Response(status=status, body=orjson.dumps(body),
+                                content_type="application/json")
+        model = req.get("model", "fake-model")
+        usage = reply.usage
+        if usage is None:
+            pt = estimate_prompt_tokens(req.get("messages"))
+            text = reply.content or ("" if reply.tool_calls else "ok")
+            ct = max(1, len(text) // 4)
+            usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
+        tool_calls = _norm_tool_calls(reply.tool_calls) if reply.tool_calls else None
+        content = reply.content if reply.content is not None or tool_calls else "ok"
+        finish = reply.finish_reason or ("tool_calls" if tool_calls else "stop")
+        cid = f"chatcmpl-fake-{next(self._ids)}"
+        created = int(time.time())
+        if req.get("stream"):
+            include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+            return await self._stream(request, reply, content, cid, created, model,
+                                      tool_calls, finish, usage if include_usage else None)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        body = {
+            "id": cid, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": finish}],
+            "usage": usage,
+        }
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def _stream(self, request: web.Request, reply: Reply, content: str | None,
+                      cid: str, created: int,
+                      model: str, tool_calls: list | None, finish: str,
+                      usage: dict | None) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
+
+        def chunk(delta: dict, finish_reason: str | None = None) -> bytes:
+            c = {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                      "finish_reason": finish_reason}]}
+            return b"data: " + orjson.dumps(c) + b"\n\n"
+
+        frames = [chunk({"role": "assistant", "content": ""})]
+        if reply.chunks is not None or content:
+            pieces = reply.chunks if reply.chunks is not None else [content]
+            frames.extend(chunk({"content": p}) for p in pieces)
+        if tool_calls:
+            for i, tc in enumerate(tool_calls):
+                frames.append(chunk({"tool_calls": [{
+                    "index": i, "id": tc["id"], "type": tc["type"],
+                    "function": {"name": tc["function"]["name"], "arguments": ""}}]}))
+                frames.append(chunk({"tool_calls": [{
+                    "index": i, "function": {"arguments": tc["function"]["arguments"]}}]}))
+        frames.append(chunk({}, finish))
+        if usage is not None:
+            frames.append(b"data: " + orjson.dumps({**head, "choices": [], "usage": usage})
+                          + b"\n\n")
+        frames.append(_SSE_DONE)
+        drop_at = len(frames) // 2 if reply.drop_connection else -1
+        for i, frame in enumerate(frames):
+            if i == drop_at:
+                request.transport.close()  # type: ignore[union-attr]
+                return resp
+            if i and reply.chunk_delay_s:
+                await asyncio.sleep(reply.chunk_delay_s)
+            await resp.write(frame)
+        await resp.write_eof()
+        return resp
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="Fake OpenAI-compatible upstream (benchmarks).")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9100)
+    p.add_argument("--latency-ms", type=float, default=0.0, help="fixed delay before answering")
+    p.add_argument("--chunks", type=int, default=4, help="content pieces when streaming")
+    p.add_argument("--chunk-delay-ms", type=float, default=0.0)
+    p.add_argument("--record", action="store_true", help="keep every request (grows memory)")
+    a = p.parse_args(argv)
+    try:
+        import uvloop  # optional: faster loop for benchmarks
+
+        run = uvloop.run
+    except (ImportError, AttributeError):
+        run = asyncio.run
+    pieces = [f"tok{i} " for i in range(a.chunks)]
+    up = FakeUpstream(host=a.host, port=a.port, record=a.record, default=Reply(
+        content="".join(pieces), chunks=pieces, delay_s=a.latency_ms / 1000,
+        chunk_delay_s=a.chunk_delay_ms / 1000))
+
+    async def serve() -> None:
+        await up.start_async()
+        print(f"fake upstream listening on {up.base_url}", flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

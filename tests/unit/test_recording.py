@@ -1,0 +1,159 @@
+"""record_request moves the §6 metrics by exactly the request's figures, with bounded labels."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost
+from gateway.telemetry.recording import LabelBounds, record_request
+from gateway.telemetry.savings import savings_for_request
+from gateway.telemetry.usage import usage_from_provider
+
+EXACT = dict(rel=1e-12, abs=0)
+TOKENS = [2000, 3000, 3000, 1000, 500, 500]
+FPS = ["a", "b", "c", "d", "e", "f"]
+PREVIOUS = ["a", "b", "c", "d"]
+
+
+@pytest.fixture(scope="module")
+def model_cost():
+    return load_litellm_model_cost()
+
+
+@pytest.fixture(scope="module")
+def book(model_cost):
+    return PriceBook(model_cost)
+
+
+@pytest.fixture
+def metrics():
+    return Metrics()
+
+
+BOUNDS = LabelBounds(orgs=["acme"], models=["gpt-4o-mini", "claude-haiku-4-5", "mystery-1"])
+
+
+def value(metrics, name, **labels):
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def cost(metrics, model, kind, org="acme"):
+    return value(metrics, "sieve_cost_usd_total", org=org, model=model, kind=kind)
+
+
+def record(metrics, savings, model, *, outcome="pruned", **kw):
+    args = dict(org="acme", model=model, outcome=outcome, original_tokens=savings.original_tokens,
+                forwarded_tokens=savings.forwarded_tokens, completion_tokens=savings.completion_tokens,
+                savings=savings, unit_actions={"kept": 5, "dropped": 1}, prune_s=0.002, scorer_s=0.01,
+                upstream_s=0.5, overhead_s=0.003)
+    args.update(kw)
+    record_request(metrics, bounds=BOUNDS, **args)
+
+
+def test_openai_usage_without_cache_moves_costs_exactly(metrics, book, model_cost):
+    e = model_cost["gpt-4o-mini"]
+    usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100})
+    s = savings_for_request(book, model="gpt-4o-mini", original_message_tokens=TOKENS, original_fingerprints=FPS,
+                            previous_fingerprints=None, forwarded_tokens=7000, usage=usage, scorer_usd=2e-5)
+    record(metrics, s, "gpt-4o-mini")
+    i, o = e["input_cost_per_token"], e["output_cost_per_token"]
+    assert cost(metrics, "gpt-4o-mini", "actual") == pytest.approx(7200 * i + 100 * o, **EXACT)
+    assert cost(metrics, "gpt-4o-mini", "counterfactual") == pytest.approx(10_200 * i + 100 * o, **EXACT)
+    assert cost(metrics, "gpt-4o-mini", "scorer") == pytest.approx(2e-5, **EXACT)
+    labels = dict(org="acme", model="gpt-4o-mini")
+    assert value(metrics, "sieve_prompt_tokens_original_total", **labels) == 10_000
+    assert value(metrics, "sieve_prompt_tokens_forwarded_total", **labels) == 7000
+    assert value(metrics, "sieve_completion_tokens_total", **labels) == 100
+    assert value(metrics, "sieve_requests_total", outcome="pruned", **labels) == 1
+    assert value(metrics, "sieve_units_total", org="acme", action="kept") == 5
+    assert value(metrics, "sieve_units_total", org="acme", action="dropped") == 1
+    for name in ("prune", "scorer", "upstream", "overhead"):
+        assert value(metrics, f"sieve_{name}_seconds_count") == 1
+    assert value(metrics, "sieve_overhead_seconds_sum") == pytest.approx(0.003)
+
+
+def test_openai_usage_with_cache_moves_costs_exactly(metrics, book, model_cost):
+    e = model_cost["gpt-4o-mini"]
+    i, rd, o = e["input_cost_per_token"], e["cache_read_input_token_cost"], e["output_cost_per_token"]
+    usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100,
+                                 "prompt_tokens_details": {"cached_tokens": 5200}})
+    s = savings_for_request(book, model="gpt-4o-mini", original_message_tokens=TOKENS, original_fingerprints=FPS,
+                            previous_fingerprints=PREVIOUS, forwarded_tokens=7000, usage=usage)
+    record(metrics, s, "gpt-4o-mini")
+    record(metrics, s, "gpt-4o-mini")  # counters accumulate
+    assert cost(metrics, "gpt-4o-mini", "actual") == pytest.approx(2 * (2000 * i + 5200 * rd + 100 * o), **EXACT)
+    assert cost(metrics, "gpt-4o-mini", "counterfactual") == pytest.approx(
+        2 * (1000 * i + 9200 * rd + 100 * o), **EXACT)
+
+
+def test_anthropic_usage_with_cache_read_and_creation(metrics, book, model_cost):
+    e = model_cost["claude-haiku-4-5"]
+    i, rd, wr, o = (e["input_cost_per_token"], e["cache_read_input_token_cost"],
+                    e["cache_creation_input_token_cost"], e["output_cost_per_token"])
+    usage = usage_from_provider({"input_tokens": 200, "output_tokens": 100,
+                                 "cache_read_input_tokens": 5000, "cache_creation_input_tokens": 2000})
+    s = savings_for_request(book, model="claude-haiku-4-5", original_message_tokens=TOKENS,
+                            original_fingerprints=FPS, previous_fingerprints=PREVIOUS, forwarded_tokens=7000,
+                            usage=usage, scorer_usd=1e-4)
+    record(metrics, s, "claude-haiku-4-5")
+    assert cost(metrics, "claude-haiku-4-5", "actual") == pytest.approx(
+        200 * i + 5000 * rd + 2000 * wr + 100 * o, **EXACT)
+    # counterfactual: 9,200 read, writes capped at its 1,000 uncached tokens
+    assert cost(metrics, "claude-haiku-4-5", "counterfactual") == pytest.approx(
+        9200 * rd + 1000 * wr + 100 * o, **EXACT)
+    assert cost(metrics, "claude-haiku-4-5", "scorer") == pytest.approx(1e-4, **EXACT)
+
+
+def test_broken_prefix_shows_a_negative_net_on_the_counters(metrics, book):
+    usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100})
+    s = savings_for_request(book, model="gpt-4o-mini", original_message_tokens=TOKENS, original_fingerprints=FPS,
+                            previous_fingerprints=PREVIOUS, forwarded_tokens=7000, usage=usage, scorer_usd=5e-5)
+    record(metrics, s, "gpt-4o-mini")
+    net = (cost(metrics, "gpt-4o-mini", "counterfactual") - cost(metrics, "gpt-4o-mini", "actual")
+           - cost(metrics, "gpt-4o-mini", "scorer"))
+    assert net == pytest.approx(s.net_usd, **EXACT)
+    assert net < 0
+
+
+def test_unpriced_model_counts_unpriced_and_only_the_scorer_cost(metrics, book):
+    usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100})
+    s = savings_for_request(book, model="mystery-1", original_message_tokens=TOKENS, original_fingerprints=FPS,
+                            previous_fingerprints=None, forwarded_tokens=7000, usage=usage, scorer_usd=3e-5)
+    record(metrics, s, "mystery-1")
+    assert value(metrics, "sieve_unpriced_requests_total", model="mystery-1") == 1
+    assert metrics.registry.get_sample_value(
+        "sieve_cost_usd_total", dict(org="acme", model="mystery-1", kind="actual")) is None
+    assert cost(metrics, "mystery-1", "scorer") == pytest.approx(3e-5, **EXACT)
+    assert value(metrics, "sieve_prompt_tokens_original_total", org="acme", model="mystery-1") == 10_000
+
+
+def test_requests_that_never_went_upstream_move_no_tokens(metrics):
+    record_request(metrics, bounds=BOUNDS, org="acme", model="gpt-4o-mini", outcome="budget_rejected",
+                   original_tokens=10_000, forwarded_tokens=0, completion_tokens=0, savings=None,
+                   unit_actions={}, prune_s=None, scorer_s=None, upstream_s=None, overhead_s=0.001)
+    labels = dict(org="acme", model="gpt-4o-mini")
+    assert value(metrics, "sieve_requests_total", outcome="budget_rejected", **labels) == 1
+    assert metrics.registry.get_sample_value("sieve_prompt_tokens_original_total", labels) is None
+    assert value(metrics, "sieve_upstream_seconds_count") == 0
+    assert value(metrics, "sieve_overhead_seconds_count") == 1
+
+
+def test_unknown_labels_become_other(metrics):
+    record_request(metrics, bounds=BOUNDS, org="evil-org-123", model="user-typed-model", outcome="passthrough",
+                   original_tokens=10, forwarded_tokens=10)
+    assert value(metrics, "sieve_requests_total", org="other", model="other", outcome="passthrough") == 1
+
+
+def test_dynamic_label_room_is_bounded():
+    bounds = LabelBounds(orgs=["acme"], models=[], dynamic_limit=2)
+    assert [bounds.model(m) for m in ("a", "b", "c", "a", "b", None)] == ["a", "b", "other", "a", "b", "other"]
+    assert bounds.org("acme") == "acme" and bounds.org("zed") == "zed" and bounds.org("") == "other"
+
+
+@pytest.mark.parametrize("kw", [{"outcome": "exploded"}, {"unit_actions": {"shredded": 1}}])
+def test_unknown_outcome_or_action_is_a_bug(metrics, kw):
+    args = dict(org="acme", model="gpt-4o-mini", outcome="ok")
+    args.update(kw)
+    with pytest.raises(ValueError):
+        record_request(metrics, bounds=BOUNDS, **args)
