@@ -14,6 +14,8 @@
 #                      are CRDs it has no schema for: they are skipped there
 #                      and checked by split_manifests.py instead (selector and
 #                      port; the PrometheusRule spec goes through promtool).
+#   gateway loaders    the rendered config.yaml and policy ConfigMap load with
+#                      gateway.settings / budgets / policies (strict keys)
 #   promtool           check rules, test rules (helm/sieve/rules)
 #
 # The chart declares the Bitnami redis chart as an optional dependency, which
@@ -133,6 +135,21 @@ render_and_validate() {  # NAME [helm args...]
   for v in "${K8S_VERSIONS[@]}"; do
     check "kubernetes-validate --strict k8s $v ($name)" kubernetes-validate --strict --quiet -k "$v" "$out/core.yaml"
   done
+  check "gateway loads the rendered config and policies ($name)" "$PYTHON" - "$out" "$ROOT" <<'PY'
+import sys
+from pathlib import Path
+out, root = Path(sys.argv[1]), sys.argv[2]
+sys.path.insert(0, root)
+from gateway.budgets import BudgetConfig
+from gateway.policies import load_policies
+from gateway.settings import DEFAULT_POLICIES_DIR, Settings
+settings = Settings.from_env({"SIEVE_CONFIG": str(out / "config.yaml")})
+BudgetConfig.from_mapping(settings.budgets)
+policies = load_policies(out / "policies" if (out / "policies").is_dir() else DEFAULT_POLICIES_DIR)
+for name in (settings.default_policy, *settings.org_policies.values()):
+    assert name in policies, f"policy {name!r} not among {sorted(policies)}"
+print(f"config: {len(settings.models)} models, budgets for {sorted(settings.budgets.get('orgs', {}))}, policies {sorted(policies)}")
+PY
   local rule
   for rule in "$out"/prometheusrule-*.yaml; do
     [ -e "$rule" ] || continue
@@ -142,10 +159,13 @@ render_and_validate() {  # NAME [helm args...]
 
 guard_rails() {
   # Several replicas on in-memory state would split budgets per pod: must fail.
-  if "$HELM" template sieve "$WORK/sieve" --set replicaCount=3 >/dev/null 2>&1; then
+  local refused
+  if refused="$("$HELM" template sieve "$WORK/sieve" --set replicaCount=3 2>&1)"; then
     fail "guard: replicaCount=3 without Redis must not render"
-  else
+  elif grep -q 'needs shared state' <<<"$refused"; then
     ok "guard: replicaCount=3 without Redis refused"
+  else
+    fail "guard: replicaCount=3 without Redis failed for another reason: $refused"
   fi
   # Bundled Redis: the URL is assembled from the Bitnami Secret, never inlined.
   local bundled

@@ -49,6 +49,14 @@ class BudgetGuard:
     def store(self) -> BudgetStore:
         return self._store
 
+    @property
+    def config(self) -> BudgetConfig:
+        return self._config
+
+    def unmetered_tokens(self, org: str) -> int:
+        """Tokens served during a store outage on this replica, not yet charged to ``org``."""
+        return sum(tokens for limits, tokens, _ in self._unmetered if limits and limits[0].org == org)
+
     async def reserve(self, call: "ChatCall", prompt_tokens: int, body: Mapping[str, Any]) -> Hold | None:
         limits = self._config.limits_for(call.identity)
         if not limits:

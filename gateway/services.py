@@ -19,7 +19,7 @@ from gateway.accounting import Accountant
 from gateway.budget_guard import BudgetGuard
 from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, StoreUnavailable
 from gateway.identity import ANONYMOUS, Authenticator, Identity, KeyRegistry
 from gateway.policies import load_policies
 from gateway.pruner import Pruner
@@ -124,7 +124,10 @@ class Services:
         try:
             await self.redis.ping()
         except Exception as exc:  # noqa: BLE001 - any failure means not ready
-            return [f"redis unreachable ({exc.__class__.__name__})"]
+            if self.default_policy.store_fail_open:
+                # Fail-open serves without Redis; unready pods would turn that into an outage.
+                return []
+            return [f"redis unreachable ({exc.__class__.__name__}) and the default policy is fail-closed"]
         return []
 
 
@@ -150,8 +153,26 @@ def _authenticator(settings: Settings, key_store: Any, default: Policy) -> Authe
     registry = KeyRegistry.from_entries(entries or None, "keys")
     if is_open(settings):
         return None  # open gateway; the cli refuses a non-loopback bind unless told
-    return Authenticator(registry, key_store=key_store, passthrough=settings.passthrough,
-                         allow_anonymous=default.allow_anonymous)
+    static = {digest.lower() for digest in settings.passthrough}
+    return Authenticator(registry, key_store=_KeysDuringOutage(key_store, registry, static),
+                         passthrough=settings.passthrough, allow_anonymous=default.allow_anonymous)
+
+
+class _KeysDuringOutage:
+    """The admin key store as the Authenticator reads it: an outage must not lock out
+    the keys file (else fail-open could never serve). While the store is down a file or
+    passthrough key is accepted unchecked for revocation; any other key is a 503, not a 401."""
+
+    def __init__(self, store: Any, registry: KeyRegistry, passthrough: set[str]) -> None:
+        self._store, self._registry, self._passthrough = store, registry, passthrough
+
+    async def get(self, key_sha256: str) -> Any:
+        try:
+            return await self._store.get(key_sha256)
+        except StoreUnavailable:
+            if self._registry.lookup(key_sha256) is not None or key_sha256 in self._passthrough:
+                return None
+            raise
 
 
 def _known_orgs(settings: Settings) -> list[str]:

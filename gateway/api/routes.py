@@ -96,3 +96,7 @@ ROUTES = [
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
 ]
+
+from gateway.api.admin import ADMIN_ROUTES  # noqa: E402 - admin routes register after the core table
+
+ROUTES += ADMIN_ROUTES

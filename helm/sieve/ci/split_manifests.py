@@ -8,7 +8,9 @@ kubernetes-validate --strict) and, for the Prometheus Operator custom
 resources that kubernetes-validate has no schema for, checks of their own:
 each PrometheusRule's spec goes to OUT_DIR/prometheusrule-N.yaml as a plain
 rule file for `promtool check rules`, and each ServiceMonitor must select the
-chart's Service and scrape a port that Service names. Prints the kinds found.
+chart's Service and scrape a port that Service names. The rendered config file
+and policy files go to OUT_DIR/config.yaml and OUT_DIR/policies/ so the
+gateway's strict loaders can read them. Prints the kinds found.
 """
 
 from __future__ import annotations
@@ -44,6 +46,15 @@ def main(argv: list[str]) -> int:
             missing = ports - {p.get("name") for p in svc["spec"]["ports"]}
             if missing:
                 problems.append(f"ServiceMonitor {name}: Service {svc['metadata']['name']} has no port {sorted(missing)}")
+    # The config file and policies the pods will mount, for the gateway's own strict loaders.
+    for doc in (d for d in docs if d["kind"] == "ConfigMap"):
+        name = doc["metadata"]["name"]
+        if name.endswith("-config"):
+            (out / "config.yaml").write_text(doc["data"]["config.yaml"])
+        elif name.endswith("-policies"):
+            (out / "policies").mkdir(exist_ok=True)
+            for filename, text in doc["data"].items():
+                (out / "policies" / filename).write_text(text)
     for problem in problems:
         print(f"split-manifests: {problem}", file=sys.stderr)
     kinds = [f"{d['kind']}/{d['metadata']['name']}" for d in docs]
