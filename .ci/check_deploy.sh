@@ -168,9 +168,11 @@ guard_rails() {
     fail "guard: replicaCount=3 without Redis failed for another reason: $refused"
   fi
   # Bundled Redis: the URL is assembled from the Bitnami Secret, never inlined.
+  # ($(...) below is Kubernetes' variable syntax, meant literally.)
   local bundled
+  # shellcheck disable=SC2016
   if bundled="$("$HELM" template sieve "$WORK/sieve" --set redis.enabled=true --set replicaCount=2)" \
-     && grep -q 'redis://:$(SIEVE_REDIS_PASSWORD)@sieve-redis-master:6379/0' <<<"$bundled" \
+     && grep -qF 'redis://:$(SIEVE_REDIS_PASSWORD)@sieve-redis-master:6379/0' <<<"$bundled" \
      && grep -q 'name: sieve-redis$' <<<"$bundled"; then
     ok "guard: redis.enabled renders the bundled Redis URL from its Secret"
   else

@@ -1,0 +1,56 @@
+"""Replay an agent conversation step by step: between epochs the provider sees byte-identical prefixes."""
+
+from __future__ import annotations
+
+import openai
+import orjson
+
+from tests.conversations import agent_history
+
+
+def _forwarded_prefix(raw: bytes) -> bytes:
+    """The raw request bytes up to the end of the last forwarded message."""
+    messages = orjson.loads(raw)["messages"]
+    array = orjson.dumps(messages)
+    return raw[: raw.index(array) + len(array) - 1]
+
+
+def test_agent_loop_keeps_a_byte_identical_prefix_between_epochs(gateway, upstream):
+    history = agent_history(40, output_lines=25)
+    client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="sk-x", max_retries=0)
+    # Each step of the agent resends everything so far; the request ends where the model answers.
+    cuts = [i for i in range(3, len(history) + 1) if history[i - 1]["role"] in ("user", "tool")
+            and (i == len(history) or history[i]["role"] == "assistant")]
+    saved = []
+    for cut in cuts:
+        resp = client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=history[:cut],
+            extra_headers={"x-sieve-conversation-id": "loop-1", "x-sieve-target-tokens": "5000"})
+        saved.append(int(resp.headers["x-sieve-saved-tokens"]))
+    bodies = [r.body for r in upstream.requests]
+    assert len(bodies) == len(cuts)
+    breaks = [n for n in range(1, len(bodies)) if not bodies[n].startswith(_forwarded_prefix(bodies[n - 1]))]
+    pruned_steps = sum(1 for s in saved if s > 0)
+    assert pruned_steps > len(cuts) // 2, "the history outgrows the target: most steps must be pruned"
+    # Hysteresis: an epoch prunes to the low-water mark, so several steps share a prefix.
+    assert 1 <= len(breaks) <= len(cuts) // 4, f"prefix changed at steps {breaks}"
+    for n in range(1, len(bodies)):
+        sent = orjson.loads(bodies[n])["messages"]
+        assert sum(1 for m in sent if m["role"] == "tool") >= 1
+    # Between breaks, every forwarded request extends the previous one exactly.
+    for a, b in zip(breaks, breaks[1:] + [len(bodies)]):
+        for n in range(a + 1, b):
+            assert bodies[n].startswith(_forwarded_prefix(bodies[n - 1]))
+
+
+def test_history_edit_gets_a_fresh_prune(gateway, upstream):
+    history = agent_history(30)
+    client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="sk-x", max_retries=0)
+    headers = {"x-sieve-conversation-id": "edit-1", "x-sieve-target-tokens": "4000"}
+    client.chat.completions.create(model="gpt-4o-mini", messages=history, extra_headers=headers)
+    edited = [dict(m) for m in history]
+    edited[1] = {"role": "user", "content": "A different task entirely: list my orders."}
+    r = gateway.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": edited}, headers=headers)
+    report = r.json()["report"]
+    assert report["mode"] == "stateless"
+    assert r.json()["request"]["messages"][1] == edited[1]

@@ -1,0 +1,150 @@
+"""The pure pruning pipeline, called directly (no server)."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+from gateway.pruning.conversation import KIND_BROKEN, KIND_TOOL_CHAIN, build_conversation
+from gateway.pruning.frozen import FrozenPlan
+from gateway.pruning.normalize import structural_problems
+from gateway.pruning.pipeline import prune
+from gateway.pruning.policy import Policy
+from gateway.pruning.scoring import LocalScorer
+from gateway.pruning.tokens import TokenCounter, TokenCounters, encoding_name_for
+from tests.conversations import GOAL, agent_history
+
+COUNTER = TokenCounters().for_model("gpt-4o-mini")
+SCORER = LocalScorer()
+
+
+def run(messages, **kw):
+    policy = kw.pop("policy", Policy())
+    return prune({"model": "gpt-4o-mini", "messages": messages}, policy, scorer=SCORER, counter=COUNTER, **kw)
+
+
+def test_pruning_package_is_pure():
+    banned = {"fastapi", "starlette", "httpx", "aiohttp", "redis", "litellm", "asyncio", "uvicorn", "requests"}
+    for path in pathlib.Path("gateway/pruning").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not {n.split(".")[0] for n in names} & banned, f"{path} imports I/O: {names}"
+
+
+def test_token_count_contract():
+    assert encoding_name_for("gpt-4o-mini") == "o200k_base"
+    assert encoding_name_for("openai/gpt-4.1") == "o200k_base"
+    assert encoding_name_for("claude-haiku-4-5") == "cl100k_base"
+    counter = TokenCounter("cl100k_base")
+    msg = {"role": "assistant", "content": None,
+           "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"a":1}'}}]}
+    assert counter.count_message(msg) == counter.count_text('lookup{"a":1}') + 4
+    assert counter.count_message({"role": "user", "content": [{"type": "text", "text": "hi"}]}) == 1 + 4
+
+
+def test_units_group_parallel_and_legacy_chains():
+    msgs = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "a", "content": "ra"},
+        {"role": "tool", "tool_call_id": "b", "content": "rb"},
+        {"role": "assistant", "content": None, "function_call": {"name": "h", "arguments": "{}"}},
+        {"role": "function", "name": "h", "content": "rh"},
+        {"role": "tool", "tool_call_id": "zzz", "content": "orphan"},
+        {"role": "user", "content": "next"},
+    ]
+    conv = build_conversation(msgs, COUNTER.count_message)
+    spans = [(u.start, u.stop, u.kind) for u in conv.units]
+    assert (2, 5, KIND_TOOL_CHAIN) in spans and (5, 7, KIND_TOOL_CHAIN) in spans
+    assert (7, 8, KIND_BROKEN) in spans
+    assert any("answers no call" in p for p in conv.problems)
+    assert conv.goal_units == (1,) and "s" in conv.goal_text and conv.current_request == "next"
+
+
+def test_below_minimum_nothing_happens():
+    msgs = [{"role": "user", "content": "short"}]
+    result = run(msgs)
+    assert result.mode == "under" and result.request["messages"] == msgs
+
+
+def test_explicit_target_overrides_minimums_and_fits():
+    history = agent_history(12)
+    result = run(history, target=2500)
+    assert result.forwarded_tokens <= 2500 < result.original_tokens
+    assert COUNTER.count_messages(result.request["messages"]) == result.forwarded_tokens
+    assert structural_problems(result.request["messages"]) == []
+    sent = result.request["messages"]
+    assert sent[0] == history[0] and sent[1] == {"role": "user", "content": GOAL} and sent[-1] == history[-1]
+
+
+def test_masking_keeps_the_call_and_its_ids():
+    history = agent_history(12, output_lines=60)
+    result = run(history, target=6000)
+    masked = [m for m in result.request["messages"] if str(m.get("content", "")).startswith("[sieve: tool output masked")]
+    assert masked, "old bulky tool outputs are masked"
+    assert all(m["role"] == "tool" and m["tool_call_id"] for m in masked)
+    assert result.action_counts()["masked"] == len(masked)
+
+
+def test_dropped_span_is_noted_once():
+    result = run(agent_history(25), target=2000)
+    markers = [m for m in result.request["messages"] if str(m.get("content", "")).startswith("[sieve:") and
+               "omitted" in m["content"]]
+    assert len(markers) == 1 and markers[0]["role"] == "user"
+
+
+def test_report_has_every_original_message():
+    history = agent_history(15)
+    report = run(history, target=3000).report()
+    assert [m["index"] for m in report["messages"]] == list(range(len(history)))
+    assert report["original_tokens"] - report["forwarded_tokens"] == report["saved_tokens"] > 0
+
+
+def test_frozen_plan_replays_byte_identically_and_survives_serialization():
+    history = agent_history(20)
+    first = run(history, target=4000, policy=Policy())
+    state = FrozenPlan.from_bytes(first.state.to_bytes())
+    extended = history + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and then?"}]
+    second = run(extended, target=4000, state=state)
+    assert second.mode == "frozen"
+    n = len(first.request["messages"])
+    assert second.request["messages"][:n] == first.request["messages"]
+    assert second.request["messages"][n:] == extended[len(history):]
+
+
+def test_epoch_goes_to_low_water_and_keeps_earlier_drops():
+    history = agent_history(30)
+    policy = Policy(low_water_ratio=0.5)
+    first = run(history[:40], target=4000, policy=policy)
+    state = first.state
+    dropped_before = {i for i, a in enumerate(first.message_actions) if a == "dropped"}
+    second = run(history, target=4000, state=state, policy=policy)
+    assert second.mode == "epoch" and second.epoch == first.epoch + 1
+    assert second.forwarded_tokens <= 4000 * 0.5 + 200
+    assert dropped_before <= {i for i, a in enumerate(second.message_actions) if a == "dropped"}
+
+
+def test_corrupt_state_is_ignored():
+    assert FrozenPlan.from_bytes(b"garbage") is None
+    assert FrozenPlan.from_bytes(b'{"v": 99}') is None
+
+
+def test_window_strategy_keeps_newest():
+    history = agent_history(20)
+    result = run(history, target=3000, strategy="window")
+    kept = [i for i, a in enumerate(result.message_actions) if a != "dropped"]
+    assert kept[-1] == len(history) - 1 and result.forwarded_tokens <= 3000
+
+
+@pytest.mark.parametrize("strategy", ["relevance", "window"])
+def test_pinned_exceeding_target_still_valid(strategy):
+    history = [{"role": "system", "content": "rules " * 3000}] + agent_history(5)[1:]
+    result = run(history, target=500, strategy=strategy)
+    assert result.request["messages"][0] == history[0]
+    assert structural_problems(result.request["messages"]) == []
