@@ -402,7 +402,7 @@ async def run_memory(a: argparse.Namespace, servers: dict[str, Server]) -> dict:
     mixes = [({"x-sieve-strategy": "none"}, False), ({"x-sieve-strategy": "none"}, True)] + [
         ({"x-sieve-conversation-id": f"bench-mem-{i}", "x-sieve-target-tokens":
           str(a.prune_target)}, i % 2 == 0) for i in range(8)]
-    marks, done, result = (1_000, 10_000), 0, {"rss_mb": {}}
+    marks, done, result = (1_000, 10_000), 0, {"rss_mb": {}, "errors": 0}
     result["rss_mb"]["start"] = rss_mb(sieve.pid)
     for mark in marks:
         while done < mark:
@@ -412,6 +412,7 @@ async def run_memory(a: argparse.Namespace, servers: dict[str, Server]) -> dict:
                 c = await drive(url, body, headers, stream, a.memory_concurrency, per, 600,
                                 sieve.pid, "sieve", warmup=False)
                 done += c.n + c.errors
+                result["errors"] += c.errors
                 if c.errors:
                     print(f"! errors: {c.errors} {c.first_error}", file=sys.stderr)
         result["rss_mb"][str(mark)] = rss_mb(sieve.pid)
@@ -420,6 +421,7 @@ async def run_memory(a: argparse.Namespace, servers: dict[str, Server]) -> dict:
     result["growth_pct"] = (r10 - r1) / r1 * 100
     print(f"Sieve RSS: start {result['rss_mb']['start']:.1f} MiB, after 1k {r1:.1f} MiB, "
           f"after 10k {r10:.1f} MiB, growth 1k->10k {result['growth_pct']:+.1f} % "
+          f"{result['errors']} errors "
           f"({'OK' if abs(result['growth_pct']) <= 10 else 'OVER'} the 10 % goal)")
     return result
 

@@ -63,7 +63,7 @@ class ChatProxy:
         self._deferred = deferred
 
     async def prune_only(self, call: ChatCall) -> PruneOutcome:
-        self._router.resolve(call.body["model"])  # unknown models fail here as they would on /chat
+        """What would be forwarded; no upstream needed, so any model name is accepted."""
         return await self._pruner.prune(call.body, call.identity.org, call.sieve, call.policy, call.body_bytes)
 
     async def complete(self, call: ChatCall) -> Response:

@@ -143,13 +143,14 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
         return unchanged("under", plan)
 
     continuing = usable or (state is not None and state.continues(fps))
-    budget = int(high_water * policy.low_water_ratio) if continuing else high_water
     prior = dict(state.actions) if usable else {}
     conv = build_conversation(messages, counter.count_message, explicit_goal=goal,
                               fingerprints=fps, tokens=tokens)
+    budget = _low_water(conv, high_water, policy.low_water_ratio) if continuing else high_water
     plan_epoch = (state.epoch + 1) if (state is not None and continuing) else 1
+    boundary = state.decided if usable else 0
     result = _decide(body, conv, policy, scorer, counter, strategy, budget, high_water,
-                     _forced_unit_actions(conv, prior), scores, plan_epoch)
+                     _forced_unit_actions(conv, prior), scores, plan_epoch, boundary)
     result.mode = "epoch" if continuing else "stateless"
     result.target_tokens = target
     result.goal_source = goal_source
@@ -158,13 +159,22 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
 
 def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: TokenCounter,
             strategy: str, budget: int, cap: int, forced: dict[int, str],
-            scores: Mapping[int, UnitScore] | None, epoch: int) -> PruneResult:
+            scores: Mapping[int, UnitScore] | None, epoch: int, boundary: int = 0) -> PruneResult:
     units = conv.units
     last = len(units) - 1
     hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last}
     window = _window(conv, policy)
     soft_pins = [i for i in window if i not in hard_pins]
     candidates = [u.index for u in units if u.index not in hard_pins and u.index not in window]
+    masked_cost = {u.index: _masked_tokens(conv, u.index, counter) for u in units
+                   if u.tool_result_tokens and policy.mask_tool_outputs}
+    settled = _settled_prefix(conv, boundary, forced, masked_cost, hard_pins | set(window), budget)
+    if settled is not None:
+        # Append-only epoch: the decided prefix stays exactly as forwarded before
+        # (the provider's cache keeps it); only the newer units are decided now.
+        for i, act in settled.items():
+            forced[i] = act
+        candidates = [i for i in candidates if i not in settled]
     if strategy == "window":
         unit_scores = {i: UnitScore(3, 0.0, "older than the window") for i in candidates}
     elif scores is not None:
@@ -175,11 +185,10 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     else:
         unit_scores = scorer.score(conv, candidates, window) if candidates else {}
     hard = {i for i, s in unit_scores.items() if s.hard}
-    pinned = hard_pins | set(soft_pins) | hard
-
-    masked_cost = {u.index: _masked_tokens(conv, u.index, counter) for u in units
-                   if u.tool_result_tokens and policy.mask_tool_outputs}
-    pinned_tokens = sum(units[i].tokens for i in pinned)
+    locked_keep = {i for i, a in (settled or {}).items() if a == sel.KEEP}
+    locked_mask = {i for i, a in (settled or {}).items() if a == sel.MASK}
+    pinned = hard_pins | set(soft_pins) | hard | locked_keep
+    pinned_tokens = sum(units[i].tokens for i in pinned) + sum(masked_cost[i] for i in locked_mask)
     reminder = _reminder(conv, policy)
     reserve = MARKER_RESERVE + (counter.count_message(reminder) if reminder else 0)
     rules = sel.SelectionRules(budget - pinned_tokens - reserve, policy.keep_threshold,
@@ -189,6 +198,8 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     actions = sel.select(conv, scored, pinned, masked_cost, rules, forced)
     for i in hard:
         actions[i] = sel.KEEP
+    for i, act in (settled or {}).items():
+        actions[i] = act
     excess = pinned_tokens + reserve - budget
     if excess > 0:  # the protected window itself is over: give up its oldest units
         release = sorted(soft_pins) + sorted(hard - hard_pins)
@@ -221,6 +232,35 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
                        scored_units=len(unit_scores), epoch=epoch)
 
 
+def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, str],
+                    masked_cost: Mapping[int, int], protected: set[int], budget: int) -> dict[int, str] | None:
+    """The previous epoch's decisions on the units before ``boundary``, if keeping
+    them as they are still leaves room for the protected units within ``budget``."""
+    if boundary <= 0:
+        return None
+    settled: dict[int, str] = {}
+    tokens = sum(conv.units[i].tokens for i in protected) + MARKER_RESERVE
+    for u in conv.units:
+        if u.stop > boundary:
+            break
+        if u.index in protected:
+            continue
+        act = forced.get(u.index, sel.KEEP)
+        settled[u.index] = act
+        tokens += u.tokens if act == sel.KEEP else masked_cost.get(u.index, 0) if act == sel.MASK else 0
+    return settled if tokens <= budget else None
+
+
+def _low_water(conv: Conversation, high_water: int, ratio: float) -> int:
+    """The epoch's budget. Hysteresis applies to the history: the system prompt is a
+    fixed, always-cached cost, so the low-water mark leaves it whole and takes
+    ``ratio`` of what remains for everything else."""
+    system = sum(u.tokens for u in conv.units if u.kind == KIND_SYSTEM)
+    if system >= high_water:
+        return high_water
+    return system + int((high_water - system) * ratio)
+
+
 def _window(conv: Conversation, policy: Policy) -> list[int]:
     """The protected recent units: the last N, and the active tool chain (every
     unit since the newest user message)."""
@@ -242,8 +282,7 @@ def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: lis
     reminder_at = conv.units[window[0]].start if (reminder and removed and window) else None
     for u in conv.units:
         if u.start == marker_at:
-            marker = dropped_marker(sum(len(d.indices) for d in dropped_units),
-                                    sum(d.tokens for d in dropped_units))
+            marker = dropped_marker()
             out.append(marker), sources.append(-1), plan.inserts.append((u.start, marker))
         if u.start == reminder_at:
             out.append(reminder), sources.append(-1), plan.inserts.append((u.start, reminder))

@@ -66,16 +66,18 @@ class LocalScorer:
     name = "local"
     K1 = 1.2
     B = 0.75
-    GOAL_W = 0.25
+    GOAL_W = 0.1
     WINDOW_W = 0.35
     WINDOW_CAP = 0.6
-    WINDOW_HALF = 1e9
-    SPEAKER_BOOST = 1.0
+    WINDOW_HALF = 1.0
+    SPEAKER_BOOST = 1.6
     ENTITY_IDF_FLOOR = 1.5
     NEXT_SHARE, PREV_SHARE, PREV_ADD = 0.25, 0.5, 0.15
+    SPAN, SPAN_DECAY, SPAN_W = 5, 0.75, 0.3
     W_LEX, W_ENT, W_REF = 0.62, 0.28, 0.1
-    TOP_FRAC = 0.0
+    TOP_FRAC = 0.3
     TOP_FLOOR = 0.1
+    PRF_K, PRF_TERMS, PRF_W = 10, 20, 0.3
 
     def __init__(self, cache_size: int = 50_000) -> None:
         self._cache: OrderedDict[str, _Features] = OrderedDict()
@@ -111,24 +113,16 @@ class LocalScorer:
         query = self._query_weights(conversation, window, feats, request)
         entity_query = self._entity_weights(conversation, window, feats, request)
         avg_len = (sum(f.length for f in feats) / n_docs) if n_docs else 1.0
-        k1, b = self.K1, self.B
-        lexical: dict[int, float] = {}
+        lexical = self._bm25(query, feats, candidates, idf, avg_len, request)
+        if self.PRF_W > 0:
+            query = self._expand(query, lexical, feats, idf)
+            lexical = self._bm25(query, feats, candidates, idf, avg_len, request)
         shared: dict[int, float] = {}
         matched: dict[int, list[str]] = {}
         for i in candidates:
-            f = feats[i]
-            norm = k1 * (1 - b + b * f.length / (avg_len or 1.0))
-            s = 0.0
-            for term, count in f.counts.items():
-                w = query.get(term)
-                if w:
-                    s += w * idf[term] * count * (k1 + 1) / (count + norm)
-            if f.speaker and f.speaker in request.entities:
-                s *= self.SPEAKER_BOOST
-            lexical[i] = s
             e_score = 0.0
             hits = []
-            for ent in f.entities:
+            for ent in feats[i].entities:
                 w = entity_query.get(ent)
                 if w:
                     # A named entity of the current step counts even when common
@@ -138,7 +132,8 @@ class LocalScorer:
             shared[i] = e_score
             matched[i] = hits
 
-        lexical = _with_neighbours(lexical, self.NEXT_SHARE, self.PREV_SHARE, self.PREV_ADD)
+        lexical = _with_neighbours(lexical, self.NEXT_SHARE, self.PREV_SHARE, self.PREV_ADD,
+                                   int(self.SPAN), self.SPAN_DECAY, self.SPAN_W)
         references = self._references(conversation, candidates, feats, eidf)
         duplicates = self._duplicates(conversation, candidates)
         top_lex = max(lexical.values(), default=0.0) or 1.0
@@ -174,6 +169,45 @@ class LocalScorer:
                                        references.get(i, 0), unit.kind, f),
                                i in hard_set)
         return out
+
+    def _bm25(self, query: dict[str, float], feats, candidates: Sequence[int], idf, avg_len: float,
+              request: _Features) -> dict[int, float]:
+        k1, b = self.K1, self.B
+        out: dict[int, float] = {}
+        for i in candidates:
+            f = feats[i]
+            norm = k1 * (1 - b + b * f.length / (avg_len or 1.0))
+            s = 0.0
+            for term, count in f.counts.items():
+                w = query.get(term)
+                if w:
+                    s += w * idf[term] * count * (k1 + 1) / (count + norm)
+            if f.speaker and f.speaker in request.entities:
+                s *= self.SPEAKER_BOOST
+            out[i] = s
+        return out
+
+    def _expand(self, query: dict[str, float], lexical: dict[int, float], feats, idf) -> dict[str, float]:
+        """Pseudo-relevance feedback: the best-matching units' distinctive terms
+        join the query at a low weight (the request says 'trip', they say 'Chicago')."""
+        top = sorted((i for i in lexical if lexical[i] > 0), key=lambda i: (-lexical[i], -i))[: int(self.PRF_K)]
+        if not top:
+            return query
+        best = lexical[top[0]]
+        mass: Counter = Counter()
+        for i in top:
+            f = feats[i]
+            share = lexical[i] / best
+            for term, count in f.counts.items():
+                if term not in query and not term.startswith("~"):
+                    mass[term] += share * idf[term] * count / (f.length or 1)
+        expanded = dict(query)
+        ranked = sorted(mass.items(), key=lambda kv: (-kv[1], kv[0]))[: int(self.PRF_TERMS)]
+        if ranked:
+            top_mass = ranked[0][1]
+            for term, m in ranked:
+                expanded[term] = self.PRF_W * m / top_mass
+        return expanded
 
     def _query_weights(self, conv: Conversation, window: Sequence[int], feats,
                        request: _Features) -> dict[str, float]:
@@ -243,14 +277,20 @@ class LocalScorer:
 
 
 def _with_neighbours(lexical: dict[int, float], next_share: float, prev_share: float,
-                     prev_add: float) -> dict[int, float]:
+                     prev_add: float, span: int, decay: float, context: float) -> dict[int, float]:
     """In a dialogue the answer follows the question: a unit right after an
-    on-topic unit inherits part of its relevance (and a little from the one after)."""
+    on-topic unit inherits part of its relevance (and a little from the one after).
+    Topics also run for a few turns: a unit near an on-topic one gains a little."""
     out = {}
     for i, s in lexical.items():
         prev_s = lexical.get(i - 1, 0.0)
         next_s = lexical.get(i + 1, 0.0)
-        out[i] = max(s, prev_share * prev_s, next_share * next_s) + prev_add * prev_s
+        near = 0.0
+        w = 1.0
+        for d in range(1, span + 1):
+            near = max(near, w * lexical.get(i - d, 0.0), w * lexical.get(i + d, 0.0))
+            w *= decay
+        out[i] = max(s, prev_share * prev_s, next_share * next_s) + prev_add * prev_s + context * near
     return out
 
 

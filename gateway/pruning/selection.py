@@ -99,18 +99,22 @@ def shrink_to_fit(
     masked_cost: Mapping[int, int],
     excess: int,
 ) -> int:
-    """Release protected-but-not-sacred units (oldest of ``order`` first) until
-    ``excess`` tokens are freed: mask if that is enough, else drop. Returns what
-    is still over."""
+    """Free ``excess`` tokens from ``order`` (oldest first): first by masking bulky
+    tool output, which keeps the calls and their ids, then by dropping. Returns
+    what is still over."""
+    for i in order:
+        if excess <= 0:
+            return excess
+        if actions.get(i) == KEEP and i in masked_cost:
+            gain = conversation.units[i].tokens - masked_cost[i]
+            if gain > 0:
+                actions[i] = MASK
+                excess -= gain
     for i in order:
         if excess <= 0:
             break
-        unit = conversation.units[i]
-        current = masked_cost[i] if actions.get(i) == MASK else unit.tokens
-        if actions.get(i) == KEEP and i in masked_cost and current - masked_cost[i] >= excess:
-            actions[i] = MASK
-            excess -= current - masked_cost[i]
-        elif actions.get(i) in (KEEP, MASK):
+        current = actions.get(i)
+        if current in (KEEP, MASK):
             actions[i] = DROP
-            excess -= current
+            excess -= masked_cost[i] if current == MASK else conversation.units[i].tokens
     return excess

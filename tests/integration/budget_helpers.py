@@ -92,10 +92,17 @@ class GatewayProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 60.0) -> "GatewayProcess":
+        return self.spawn().wait_ready(timeout_s)
+
+    def spawn(self) -> "GatewayProcess":
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
              "--config", str(self.config)],
             cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> "GatewayProcess":
+        assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
