@@ -8,9 +8,7 @@ Markers stay tiny; a long placeholder eats the saving it announces.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator, Mapping
-
-import orjson
+from typing import Any, Mapping
 
 from gateway.pruning.messages import content_text
 
@@ -18,8 +16,8 @@ MASKED_PREFIX = "[sieve: tool output masked"
 MAX_KEPT_VALUES = 48
 
 # Values an agent's next call reuses verbatim: ids, codes, amounts, e-mails.
-_AMOUNT = re.compile(r"-?\d{1,4}(?:\.\d+)?")
-_ID_LIKE = re.compile(r"#?[A-Za-z_]*\d[\w.\-@]*|[\w.+-]+@[\w-]+\.[\w.]+")
+_AMOUNT = re.compile(r"-?\d{1,4}(?:\.\d+)?|-?\d+\.\d{1,2}")
+_TOKEN = re.compile(r"[#\w.+@\-]*\d[#\w.+@\-]*")
 
 
 def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str) -> dict[str, Any]:
@@ -37,42 +35,17 @@ def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str) ->
 
 
 def kept_values(text: str) -> list[str]:
-    """Id-like values of a tool output, first occurrence first, deduplicated."""
+    """Id-like values of a tool output (three digits or more; amounts and short
+    numbers excluded), first occurrence first, deduplicated. One regex pass:
+    this runs on every tool output of a conversation at each epoch."""
     seen: dict[str, None] = {}
-    stripped = text.strip()
-    pairs: Iterator[str]
-    if stripped[:1] in "[{":
-        try:
-            pairs = _json_leaves(orjson.loads(stripped), "")
-        except orjson.JSONDecodeError:
-            pairs = _plain_ids(text)
-    else:
-        pairs = _plain_ids(text)
-    for item in pairs:
-        if len(item) >= 3 and item not in seen:
-            seen[item] = None
+    for token in _TOKEN.findall(text):
+        token = token.strip(".-")
+        if token not in seen and sum(ch.isdigit() for ch in token) >= 3 and not _AMOUNT.fullmatch(token):
+            seen[token] = None
             if len(seen) >= MAX_KEPT_VALUES:
                 break
     return list(seen)
-
-
-def _plain_ids(text: str) -> Iterator[str]:
-    return (t for t in _ID_LIKE.findall(text) if not _AMOUNT.fullmatch(t))
-
-
-def _json_leaves(value: Any, key: str) -> Iterator[str]:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if _ID_LIKE.fullmatch(str(k)):
-                yield str(k)  # ids used as keys (payment methods by id)
-            yield from _json_leaves(v, str(k))
-    elif isinstance(value, list):
-        for v in value:
-            yield from _json_leaves(v, key)
-    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000:
-        yield str(value)  # large integers are ids; small ones and floats are amounts
-    elif isinstance(value, str) and _ID_LIKE.fullmatch(value) and not _AMOUNT.fullmatch(value):
-        yield value
 
 
 DROPPED_MARKER = "[sieve: earlier messages from here on were omitted as not relevant to the current step]"

@@ -17,7 +17,6 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from gateway.pruning.compression import masked_message
 
 MASK, DROP = "mask", "drop"
 
@@ -28,15 +27,15 @@ class FrozenPlan:
     decided: int = 0                 # decisions cover original messages [0, decided)
     actions: dict[int, str] = field(default_factory=dict)  # index -> mask | drop
     inserts: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (before index, message)
-    masked_tokens: dict[int, int] = field(default_factory=dict)  # index -> original tokens (marker text)
+    masked: dict[int, str] = field(default_factory=dict)  # index -> the masked content, as forwarded
     epoch: int = 0
 
     def to_bytes(self) -> bytes:
         return orjson.dumps({
-            "v": 1, "fp": self.fingerprints, "decided": self.decided,
+            "v": 2, "fp": self.fingerprints, "decided": self.decided,
             "actions": [[i, a] for i, a in sorted(self.actions.items())],
             "inserts": [[i, m] for i, m in self.inserts],
-            "masked_tokens": [[i, t] for i, t in sorted(self.masked_tokens.items())],
+            "masked": [[i, t] for i, t in sorted(self.masked.items())],
             "epoch": self.epoch,
         })
 
@@ -45,13 +44,13 @@ class FrozenPlan:
         """Decode; a corrupt or foreign value is treated as no state at all."""
         try:
             d = orjson.loads(raw)
-            if d.get("v") != 1:
+            if d.get("v") != 2:
                 return None
             return cls(
                 fingerprints=list(d["fp"]), decided=int(d["decided"]),
                 actions={int(i): str(a) for i, a in d["actions"]},
                 inserts=[(int(i), dict(m)) for i, m in d["inserts"]],
-                masked_tokens={int(i): int(t) for i, t in d["masked_tokens"]},
+                masked={int(i): str(t) for i, t in d["masked"]},
                 epoch=int(d["epoch"]),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
@@ -82,7 +81,9 @@ class FrozenPlan:
             if action == DROP:
                 continue
             if action == MASK:
-                out.append(masked_message(message, self.masked_tokens.get(i, 0), _fp_ref(self, i)))
+                replaced = dict(message)
+                replaced["content"] = self.masked[i]
+                out.append(replaced)
             else:
                 out.append(message)  # type: ignore[arg-type]
             sources.append(i)
@@ -91,7 +92,3 @@ class FrozenPlan:
             sources.append(-1)
             pending = next(inserts, None)
         return out, sources
-
-
-def _fp_ref(plan: FrozenPlan, i: int) -> str:
-    return plan.fingerprints[i] if i < len(plan.fingerprints) else "0" * 10

@@ -294,8 +294,8 @@ def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: lis
                 continue
             if act == sel.MASK and is_maskable(m):
                 plan.actions[j] = MASK
-                plan.masked_tokens[j] = conv.tokens[j]
                 m = masked_message(m, conv.tokens[j], conv.fingerprints[j])
+                plan.masked[j] = m["content"]
             out.append(m)
             sources.append(j)
     return out, sources, plan

@@ -74,7 +74,7 @@ class LocalScorer:
     ENTITY_IDF_FLOOR = 1.5
     NEXT_SHARE, PREV_SHARE, PREV_ADD = 0.25, 0.5, 0.15
     SPAN, SPAN_DECAY, SPAN_W = 5, 0.75, 0.3
-    W_LEX, W_ENT, W_REF = 0.62, 0.28, 0.1
+    W_LEX, W_ENT, W_REF = 0.62, 0.2, 0.1
     TOP_FRAC = 0.3
     TOP_FLOOR = 0.1
     PRF_K, PRF_TERMS, PRF_W = 10, 20, 0.3

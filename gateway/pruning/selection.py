@@ -33,6 +33,7 @@ class SelectionRules:
     fill_budget: bool = True
     mask_tool_outputs: bool = True
     mask_min_tokens: int = 120
+    mask_before_drop: bool = True
 
 
 def select(
@@ -52,20 +53,30 @@ def select(
     for i in pinned:
         actions[i] = KEEP
 
+    ranked = _ranked(scores, pinned, rules)
+    if rules.mask_before_drop:
+        # Every tool chain first gets its masked form (about a quarter of its size,
+        # calls and ids intact) while room allows: a later call is far more likely
+        # to reuse an old id than an old sentence. Upgrades to full come below.
+        for i, _ in ranked:
+            if i in masked_cost and forced.get(i) != DROP and masked_cost[i] <= remaining:
+                actions[i], remaining = MASK, remaining - masked_cost[i]
+
     def offer(i: int, prefer_mask: bool) -> None:
         nonlocal remaining
         unit = conversation.units[i]
         prior = forced.get(i)
-        can_mask = i in masked_cost
+        held = masked_cost[i] if actions.get(i) == MASK else 0
         full_allowed = prior is None and not prefer_mask
-        if full_allowed and unit.tokens <= remaining:
-            actions[i], remaining = KEEP, remaining - unit.tokens
-        elif can_mask and prior != DROP and masked_cost[i] <= remaining:
+        if full_allowed and unit.tokens - held <= remaining:
+            actions[i], remaining = KEEP, remaining - unit.tokens + held
+        elif held:
+            return  # stays masked
+        elif i in masked_cost and prior != DROP and masked_cost[i] <= remaining:
             actions[i], remaining = MASK, remaining - masked_cost[i]
         else:
             actions[i] = DROP
 
-    ranked = _ranked(scores, pinned, rules)
     for i, tier in ranked:
         unit = conversation.units[i]
         bulky = rules.mask_tool_outputs and unit.tool_result_tokens >= rules.mask_min_tokens

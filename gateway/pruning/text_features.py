@@ -61,22 +61,39 @@ def stem(word: str) -> str:
     return word
 
 
+_WORD_TERMS: dict[str, tuple[str, ...]] = {}
+
+
+def _word_terms(word: str) -> tuple[str, ...]:
+    """The terms of one lower-cased, non-CJK word (memoised: chat vocabularies are small)."""
+    got = _WORD_TERMS.get(word)
+    if got is None:
+        if word in STOPWORDS or len(word) < 2:
+            got = ()
+        else:
+            stemmed = stem(word)
+            # A coarse prefix term lets 'campfire' meet 'camping' at a lower weight.
+            got = (stemmed, "~" + stemmed[:4]) if len(stemmed) >= 4 else (stemmed,)
+        if len(_WORD_TERMS) < 500_000:
+            _WORD_TERMS[word] = got
+    return got
+
+
 def terms(text: str) -> list[str]:
     """Lower-cased, stemmed content words; CJK runs become character bigrams."""
     out: list[str] = []
-    for word in _WORD.findall(text.lower()):
+    words = _WORD.findall(text.lower())
+    if _CJK.search(text) is None:
+        for word in words:
+            out.extend(_word_terms(word))
+        return out
+    for word in words:
         if _CJK.search(word):
             chars = [c for c in word if _CJK.match(c)]
             out.extend(a + b for a, b in zip(chars, chars[1:]))
             out.extend(chars if len(chars) == 1 else ())
             continue
-        if word in STOPWORDS or len(word) < 2:
-            continue
-        stemmed = stem(word)
-        out.append(stemmed)
-        if len(stemmed) >= 4:
-            # A coarse prefix term lets 'campfire' meet 'camping' at a lower weight.
-            out.append("~" + stemmed[:4])
+        out.extend(_word_terms(word))
     return out
 
 
@@ -84,12 +101,48 @@ def term_counts(text: str) -> Counter:
     return Counter(terms(text))
 
 
+_TOKEN = re.compile(r"#?\w[\w\-]*", re.UNICODE)
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
+_QUOTED = re.compile(r"\"([^\"\n]{2,60})\"")
+_FILE = re.compile(
+    r"[\w\-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|txt|csv|html|css|sh|sql|toml|cfg|ini|log|xml)\b")
+_FILE_GATE = re.compile(r"\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|txt|csv|html|css|sh|sql|toml|cfg|ini|log|xml)\b")
+_SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+
+
+def _add_entity(found: set, token: str) -> None:
+    token = token.lower()
+    if len(token) >= 3 and token not in STOPWORDS:
+        found.add(token.lstrip("#") if token.startswith("#") and len(token) > 3 else token)
+
+
 def entities(text: str) -> frozenset[str]:
-    found = set()
-    for match in _ENTITY.findall(text):
-        token = match.strip('"').lower()
-        if len(token) >= 3 and token not in STOPWORDS:
-            found.add(token.lstrip("#") if token.startswith("#") and len(token) > 3 else token)
+    """Things an agent's next call reuses verbatim: ids and numbers (any token with
+    a digit), e-mails, file names, snake_case identifiers, quoted and capitalised names."""
+    found: set[str] = set()
+    if "@" in text:
+        for m in _EMAIL.findall(text):
+            _add_entity(found, m)
+    if '"' in text:
+        for m in _QUOTED.findall(text):
+            _add_entity(found, m)
+    if _FILE_GATE.search(text):
+        for m in _FILE.findall(text):
+            _add_entity(found, m)
+    for tok in _TOKEN.findall(text):
+        first = tok[1] if tok[0] == "#" and len(tok) > 1 else tok[0]
+        if any(c.isdigit() for c in tok):
+            _add_entity(found, tok)
+        elif first.isupper():
+            word = tok.lstrip("#")
+            if len(word) >= 3 and word.isalpha() and word.isascii():
+                _add_entity(found, word)
+            elif "-" in word:
+                for part in word.split("-"):
+                    if len(part) >= 3 and part[0].isupper() and part.isalpha() and part.isascii():
+                        _add_entity(found, part)
+        elif "_" in tok and _SNAKE.fullmatch(tok):
+            _add_entity(found, tok)
     return frozenset(found)
 
 

@@ -122,7 +122,8 @@ def test_revoking_a_file_key_masks_it(gateway: GatewayServer) -> None:
 
 
 @pytest.mark.parametrize("body, field", [
-    ({"team": "t"}, "org"), ({"org": ""}, "org"), ({"org": "a", "nmae": "x"}, "nmae"), ({"org": "a", "team": 3}, "team"),
+    ({"team": "t"}, "org"), ({"org": ""}, "org"), ({"org": "a", "nmae": "x"}, "nmae"),
+    ({"org": "a", "team": 3}, "team"),
 ])
 def test_create_key_rejects_bad_bodies(gateway: GatewayServer, body: dict, field: str) -> None:
     response = gateway.post("/admin/keys", headers=admin_headers(), json=body)

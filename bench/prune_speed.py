@@ -1,0 +1,118 @@
+"""Latency of the pure pruning pipeline as histories grow, cold and warm.
+
+    python bench/prune_speed.py [--sizes 1000,10000,50000,100000,200000] [--repeats 7]
+
+For each size it builds an agent history of that many tokens from the dev
+sessions (tool chains, real tool outputs) and times ``prune()``:
+
+* cold: a fresh process state (empty token and feature caches, no conversation
+  state) pruning to 30 % of the history;
+* warm: the second request of the same conversation, one new message appended,
+  with the frozen plan of the first (the common case of an agent loop);
+* warm-epoch: the same, but the new message pushes it over the cap (a new epoch).
+
+Prints medians (ms), and the per-1k-token cost so growth can be read off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gateway.settings import prepare_offline_environment  # noqa: E402
+
+prepare_offline_environment()
+
+from gateway.pruning.frozen import FrozenPlan  # noqa: E402
+from gateway.pruning.pipeline import prune  # noqa: E402
+from gateway.pruning.policy import Policy  # noqa: E402
+from gateway.pruning.scoring import LocalScorer  # noqa: E402
+from gateway.pruning.tokens import TokenCounters  # noqa: E402
+
+SESSIONS = ROOT.parent / "shared" / "data" / "dev-sessions-retail.jsonl.gz"
+
+
+def history_of(tokens: int, counter) -> list[dict]:
+    """System prompt + whole trajectories (renumbered call ids) until ``tokens`` is reached."""
+    sessions = [json.loads(line) for line in gzip.open(SESSIONS)]
+    messages = [sessions[0]["messages"][0]]
+    total = counter.count_message(messages[0])
+    n = 0
+    while total < tokens:
+        for session in sessions:
+            for m in session["messages"][1:]:
+                m = dict(m)
+                if m.get("tool_calls"):
+                    m["tool_calls"] = [dict(c, id=f"{c['id']}_{n}") for c in m["tool_calls"]]
+                if m.get("tool_call_id"):
+                    m["tool_call_id"] = f"{m['tool_call_id']}_{n}"
+                messages.append(m)
+                total += counter.count_message(m)
+                if total >= tokens and m["role"] in ("user", "tool") and not _open_call(messages):
+                    return messages
+            n += 1
+    return messages
+
+
+def _open_call(messages: list[dict]) -> bool:
+    for m in reversed(messages):
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            answered = {x.get("tool_call_id") for x in messages[messages.index(m):]}
+            return any(c["id"] not in answered for c in m["tool_calls"])
+        if m["role"] != "tool":
+            return False
+    return False
+
+
+def timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return (time.perf_counter() - t0) * 1000, out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1000,10000,50000,100000,200000")
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    policy = Policy()
+    print(f"{'tokens':>8} {'msgs':>6} {'cold ms':>9} {'warm ms':>9} {'epoch ms':>9} {'cold ms/1k':>11} {'warm ms/1k':>11}")
+    for size in [int(s) for s in args.sizes.split(",")]:
+        base_counter = TokenCounters().for_model("gpt-4o-mini")
+        messages = history_of(size, base_counter)
+        body = {"model": "gpt-4o-mini", "messages": messages}
+        actual = base_counter.count_messages(messages)
+        target = max(500, int(actual * 0.3))
+        extended = {"model": "gpt-4o-mini", "messages": messages + [
+            {"role": "assistant", "content": "Done. Anything else?"}]}
+        cold, warm, epoch = [], [], []
+        for _ in range(args.repeats):
+            counter = TokenCounters().for_model("gpt-4o-mini")  # empty caches: a cold process
+            scorer = LocalScorer()
+            ms, first = timed(lambda: prune(body, policy, scorer=scorer, counter=counter, target=target))
+            cold.append(ms)
+            raw = first.state.to_bytes()
+            ms, second = timed(lambda: prune(extended, policy, scorer=scorer, counter=counter,
+                                             state=FrozenPlan.from_bytes(raw),
+                                             target=max(target, first.forwarded_tokens) + 200))
+            assert second.mode == "frozen", second.mode
+            warm.append(ms)
+            ms, third = timed(lambda: prune(extended, policy, scorer=scorer, counter=counter,
+                                            state=FrozenPlan.from_bytes(raw), target=first.forwarded_tokens))
+            epoch.append(ms)
+        c, w, e = statistics.median(cold), statistics.median(warm), statistics.median(epoch)
+        print(f"{actual:>8} {len(messages):>6} {c:>9.2f} {w:>9.2f} {e:>9.2f} {c / actual * 1000:>11.3f} "
+              f"{w / actual * 1000:>11.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
