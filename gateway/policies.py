@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from gateway.errors import ConfigError
-from gateway.pruning.policy import POLICY_FIELDS, STRATEGIES, Policy
+from gateway.pruning.policy import POLICY_FIELDS, SCORER_FALLBACKS, SCORERS, STRATEGIES, Policy
 
 _TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}
 
@@ -83,6 +83,12 @@ def _check(path: Path, line: int, key: str, value: Any) -> None:
         raise ConfigError(f"{path}:{line}: {key} must be {POLICY_FIELDS[key]}, got {value!r}")
     if key == "strategy" and value not in STRATEGIES:
         raise ConfigError(f"{path}:{line}: strategy must be one of {', '.join(STRATEGIES)}, got {value!r}")
+    if key == "scorer" and value not in SCORERS:
+        raise ConfigError(f"{path}:{line}: scorer must be one of {', '.join(SCORERS)}, got {value!r}")
+    if key == "scorer_fallback" and value not in SCORER_FALLBACKS:
+        raise ConfigError(f"{path}:{line}: scorer_fallback must be one of {', '.join(SCORER_FALLBACKS)}, got {value!r}")
+    if key in ("scorer_batch_size", "scorer_batch_timeout_s", "scorer_deadline_s") and value <= 0:
+        raise ConfigError(f"{path}:{line}: {key} must be positive, got {value!r}")
     if key == "low_water_ratio" and not 0 < value <= 1:
         raise ConfigError(f"{path}:{line}: low_water_ratio must be in (0, 1], got {value!r}")
     if isinstance(value, int) and not isinstance(value, bool) and value < 0:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 STRATEGIES = ("none", "window", "relevance")
+SCORERS = ("local", "llm", "hybrid")
+SCORER_FALLBACKS = ("local", "keep")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,23 @@ class Policy:
     store_fail_open: bool = True
     default_max_completion_tokens: int = 4_096
     tighten_below: float = 0.0
+    # The cheap LLM scorer (gateway.scorers.llm). "local": the embedded scorer only;
+    # "llm": the model scores every candidate; "hybrid": the local scorer picks the
+    # hybrid_top_k best candidates and only those go to the model.
+    scorer: str = "local"
+    scorer_model: str = "gpt-4o-mini"       # any litellm model string
+    scorer_api_base: str = ""               # OpenAI-compatible base URL: the aiohttp fast path
+    scorer_batch_size: int = 12
+    scorer_batch_timeout_s: float = 1.0     # per call to the model
+    scorer_deadline_s: float = 1.5          # the whole scoring round
+    scorer_fallback: str = "local"          # a failed batch: "local" scores, or "keep" (score 5)
+    scorer_min_history_tokens: int = 2_000  # fewer candidate tokens: the local scorer decides
+    scorer_cost_check: bool = True          # skip the model when scoring costs more than it saves
+    scorer_cache_ttl_s: int = 3_600         # 0: no score cache
+    scorer_json_mode: bool = True           # response_format json_object
+    scorer_max_unit_chars: int = 1_000      # longer units are cut to a head and a tail
+    scorer_context_chars: int = 1_200       # recent window shown to the model, not scored
+    hybrid_top_k: int = 48
 
     def with_overrides(self, **changes) -> "Policy":
         values = {f.name: getattr(self, f.name) for f in fields(self)}
