@@ -82,7 +82,7 @@ class Accountant:
                 self._prices, model=record.call.body["model"],
                 original_message_tokens=_original_tokens(record), original_fingerprints=_fingerprints(record),
                 previous_fingerprints=record.outcome.previous_fingerprints,
-                forwarded_tokens=result.forwarded_tokens, usage=usage, scorer_usd=0.0,
+                forwarded_tokens=result.forwarded_tokens, usage=usage, scorer_usd=record.outcome.scorer_usd,
                 pruned=result.changed)
             if not savings.priced:
                 log.info("model %s has no price: savings not counted in dollars", record.call.body["model"])

@@ -4,6 +4,12 @@ Around ``gateway.pruning.pipeline.prune`` (pure) this adds what needs I/O:
 the conversation's frozen plan from the state store, and saving the new one.
 A store or pipeline failure never fails the request: it is forwarded
 unpruned and the failure is counted (``sieve_fail_open_total{reason}``).
+
+When the policy names an LLM scorer (``scorer: llm | hybrid``), the pipeline
+runs first with the local scorer behind a ``CapturingScorer``; if it scored
+anything (an epoch or a stateless prune), the cheap model scores those units
+(``gateway.scorers.llm``) and the pipeline runs again with its scores. A
+frozen or under-the-trigger request never reaches the model.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from gateway.pruning.pipeline import PruneResult, prune
 from gateway.pruning.policy import Policy
 from gateway.pruning.scoring import Scorer
 from gateway.pruning.tokens import TokenCounters
+from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import Metrics
 
@@ -41,15 +48,21 @@ class PruneOutcome:
     previous_fingerprints: list[str] | None   # of the previous unpruned request (savings)
     prune_s: float
     failed: str | None = None                 # fail-open reason, if any
+    scorer: ScorerRun | None = None           # the LLM scoring round, when one ran
+
+    @property
+    def scorer_usd(self) -> float:
+        return self.scorer.usd if self.scorer is not None else 0.0
 
 
 class Pruner:
     def __init__(self, counters: TokenCounters, scorer: Scorer, store: ConversationStore,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, llm: LLMScorer | None = None) -> None:
         self._counters = counters
         self._scorer = scorer
         self._store = store
         self._metrics = metrics
+        self._llm = llm
 
     async def prune(self, body: dict[str, Any], org: str, headers: SieveHeaders, policy: Policy,
                     body_bytes: int) -> PruneOutcome:
@@ -60,6 +73,7 @@ class Pruner:
         key = conversation_key(org, body, headers.conversation_id)
         failed = None
         state = None
+        raw = None
         try:
             raw = await self._store.get(key)
             state = FrozenPlan.from_bytes(raw) if raw else None
@@ -71,10 +85,27 @@ class Pruner:
         goal = headers.goal or _metadata_goal(body)
         counter = self._counters.for_model(body["model"])
         t0 = time.perf_counter()
-        call = lambda: prune(body, policy, scorer=self._scorer, counter=counter, state=state,  # noqa: E731
-                             target=headers.target_tokens, strategy=headers.strategy, goal=goal)
+        capture = CapturingScorer(self._scorer) if self._llm is not None and policy.scorer != "local" else None
+        scorer_run = None
+
+        def call(plan: FrozenPlan | None, scorer: Scorer, scores=None) -> PruneResult:
+            return prune(body, policy, scorer=scorer, counter=counter, state=plan, target=headers.target_tokens,
+                         strategy=headers.strategy, goal=goal, scores=scores)
+
+        async def run(plan: FrozenPlan | None, scorer: Scorer, scores=None) -> PruneResult:
+            if body_bytes > THREAD_THRESHOLD_BYTES:
+                return await asyncio.to_thread(call, plan, scorer, scores)
+            return call(plan, scorer, scores)
+
         try:
-            result = await asyncio.to_thread(call) if body_bytes > THREAD_THRESHOLD_BYTES else call()
+            result = await run(state, capture or self._scorer)
+            if capture is not None and capture.request is not None:
+                scorer_run = await self._score_with_llm(capture, policy, body["model"], result)
+                if scorer_run is not None and scorer_run.scores:
+                    # The epoch/stateless paths leave the stored plan untouched, but a
+                    # fresh decode costs microseconds and rules out any aliasing.
+                    fresh = FrozenPlan.from_bytes(raw) if raw else None
+                    result = await run(fresh, self._scorer, scorer_run.scores)
         except Exception as exc:  # noqa: BLE001 - a pruning bug must not fail the request
             log.exception("pruning failed; forwarding unpruned: %s", exc)
             self._metrics.fail_open.labels(reason="pruning_error").inc()
@@ -88,7 +119,17 @@ class Pruner:
             except Exception as exc:  # noqa: BLE001
                 self._metrics.fail_open.labels(reason="state_store").inc()
                 log.warning("state store unavailable (%s): decisions of this request not saved", exc)
-        return PruneOutcome(result, key, previous, prune_s, failed)
+        return PruneOutcome(result, key, previous, prune_s, failed, scorer_run)
+
+    async def _score_with_llm(self, capture: CapturingScorer, policy: Policy, model: str,
+                              first: PruneResult) -> ScorerRun | None:
+        assert self._llm is not None and capture.request is not None
+        try:
+            return await self._llm.score(capture.request, policy, model=model, saved_tokens=first.saved_tokens)
+        except Exception as exc:  # noqa: BLE001 - the local decision stands
+            log.exception("LLM scorer failed; keeping the local scores: %s", exc)
+            self._metrics.scorer_failures.labels(reason="error").inc()
+            return None
 
 
 def conversation_key(org: str, body: Mapping[str, Any], conversation_id: str | None) -> str:

@@ -27,6 +27,7 @@ from gateway.pruning.policy import Policy
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.proxy import ChatProxy
+from gateway.scorers.llm import LLMScorer
 from gateway.settings import Settings
 from gateway.state.memory import MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore, MemoryScoreCache
 from gateway.telemetry.audit import AuditLog
@@ -83,11 +84,15 @@ class Services:
         router = ModelRouter(settings)
         bounds = LabelBounds(orgs=_known_orgs(settings), models=router.configured, dynamic_limit=200)
         budgets = BudgetGuard(budget_store, BudgetConfig.from_mapping(settings.budgets), metrics, bounds.org)
-        audit = AuditLog.open(settings.audit_log, secrets=[s for s in (settings.upstream_api_key,
-                                                                       settings.admin_key) if s])
+        audit = AuditLog.open(settings.audit_log, secrets=[s for s in (settings.upstream_api_key, settings.admin_key,
+                                                                       settings.scorer_api_key) if s])
         deferred = Deferred()
-        accountant = Accountant(metrics, bounds, PriceBook.from_litellm(settings.prices), budgets, audit)
-        pruner = Pruner(TokenCounters(), LocalScorer(), conversations, metrics)
+        prices = PriceBook.from_litellm(settings.prices)
+        accountant = Accountant(metrics, bounds, prices, budgets, audit)
+        counters = TokenCounters()
+        llm = LLMScorer(session=session, cache=scores, metrics=metrics, prices=prices, counters=counters,
+                        api_key=settings.scorer_api_key)
+        pruner = Pruner(counters, LocalScorer(), conversations, metrics, llm=llm)
         proxy = ChatProxy(router=router, pruner=pruner,
                           openai=OpenAICompatibleUpstream(session, settings.upstream_timeout_s,
                                                           settings.upstream_connect_timeout_s),
@@ -114,9 +119,27 @@ class Services:
         name = self.org_policies.get(identity.org)
         return self.policies[name] if name else self.default_policy
 
-    async def model_list(self) -> list[dict[str, Any]]:
-        return [{"id": name, "object": "model", "created": int(self.started_at), "owned_by": "sieve"}
-                for name in self.router.configured]
+    async def model_list(self, identity: Identity, headers: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Configured models, plus what the default upstream lists (asked with the
+        configured key, or the client's own in passthrough); its failure is not ours."""
+        models = {name: {"id": name, "object": "model", "created": int(self.started_at), "owned_by": "sieve"}
+                  for name in self.router.configured}
+        base = self.settings.upstream_base_url
+        if base:
+            key = self.settings.upstream_api_key
+            if key is None and identity.kind.value != "virtual":
+                key = _bearer(headers)
+            try:
+                async with self.session.get(base.rstrip("/") + "/models", timeout=aiohttp.ClientTimeout(total=3),
+                                            headers={"authorization": f"Bearer {key}"} if key else {}) as resp:
+                    if resp.status == 200:
+                        listed = (await resp.json()).get("data") or []
+                        for item in listed:
+                            if isinstance(item, dict) and isinstance(item.get("id"), str):
+                                models.setdefault(item["id"], item)
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                log.info("default upstream did not list its models: %s", exc.__class__.__name__)
+        return sorted(models.values(), key=lambda m: m["id"])
 
     async def readiness_problems(self) -> list[str]:
         if self.redis is None:
@@ -129,6 +152,11 @@ class Services:
                 return []
             return [f"redis unreachable ({exc.__class__.__name__}) and the default policy is fail-closed"]
         return []
+
+
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() or None if auth.lower().startswith("bearer ") else None
 
 
 def is_open(settings: Settings) -> bool:

@@ -21,6 +21,7 @@ SIEVE_ALLOW_OPEN                "1" allows an open gateway on a non-loopback bin
 SIEVE_MAX_BODY_BYTES            request body limit (default 32 MiB)
 SIEVE_UPSTREAM_TIMEOUT_S        upstream read timeout (default 600)
 SIEVE_UPSTREAM_CONNECT_TIMEOUT_S  upstream connect timeout (default 10)
+SIEVE_SCORER_API_KEY            key for the LLM scorer model (policies name the model)
 SIEVE_AUDIT_LOG                 path of the JSON-lines audit log, "-" = stdout
 SIEVE_LOG_LEVEL                 default "info"
 ==============================  ==============================================
@@ -80,6 +81,7 @@ class Settings:
     upstream_connect_timeout_s: float = 10.0
     audit_log: str | None = None
     log_level: str = "info"
+    scorer_api_key: str | None = None
     models: Mapping[str, ModelRoute] = field(default_factory=dict)
     virtual_keys: tuple[Mapping[str, Any], ...] = ()
     passthrough: Mapping[str, str] = field(default_factory=dict)   # sha256(provider key) -> org
@@ -109,6 +111,7 @@ class Settings:
                 env, "SIEVE_UPSTREAM_CONNECT_TIMEOUT_S", cls.upstream_connect_timeout_s
             ),
             audit_log=env.get("SIEVE_AUDIT_LOG") or None,
+            scorer_api_key=env.get("SIEVE_SCORER_API_KEY") or None,
             log_level=env.get("SIEVE_LOG_LEVEL", cls.log_level),
         )
         settings = replace(settings, **overrides)

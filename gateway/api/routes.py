@@ -67,8 +67,8 @@ async def prune(request: Request) -> Response:
 
 async def models(request: Request) -> Response:
     services: Services = request.app.state.services
-    await services.authenticate(request.headers)
-    return json_response({"object": "list", "data": await services.model_list()})
+    identity = await services.authenticate(request.headers)
+    return json_response({"object": "list", "data": await services.model_list(identity, request.headers)})
 
 
 async def healthz(request: Request) -> Response:

@@ -6,14 +6,24 @@ unique ids, key data); 4 affects the next key steps; 3 useful background;
 
 The embedded ``LocalScorer`` needs no network and no model. It combines:
 
-* lexical relevance (BM25) to the current user request, the recent window and
-  the goal, weighted in that order;
+* lexical relevance (BM25 over stemmed terms + 4-letter prefixes, CJK bigrams)
+  to the current user request, then the recent window (weighted down when the
+  request is self-contained) and the goal; one round of pseudo-relevance
+  feedback adds the best matches' distinctive terms at a low weight;
+* speakers: in "Name: text" transcripts a message *by* a person the request
+  names gains; dialogue adjacency (an answer follows its question) and topic
+  locality (units near a strong match gain a little);
 * shared entities (ids, numbers, e-mails, file names, quoted and proper names)
   with the current request and the recent window: an agent's next call reuses
   them verbatim;
 * user constraints ("never", "must", "不要", ...) and message-type priors;
 * references: a unit whose entities later units mention again is worth more;
 * duplicates: of identical tool outputs only the newest copy scores.
+
+Tiers: the absolute rubric thresholds, plus the most relevant ``TOP_FRAC`` of
+the candidates (above a floor) are lifted to 4, so selection takes them by
+relevance rather than newest-first. Cost is dominated by per-text features,
+cached per text and per token (``text_features.analyse``).
 """
 
 from __future__ import annotations
@@ -88,9 +98,10 @@ class LocalScorer:
         if feats is not None:
             self._cache.move_to_end(text)
             return feats
-        counts = tf.term_counts(text)
-        feats = _Features(counts, sum(counts.values()), tf.entities(text),
-                          tf.has_constraint(text), tf.looks_like_error(text), tf.speaker(text))
+        info = tf.analyse(text)
+        counts = Counter(info.terms)
+        feats = _Features(counts, len(info.terms), info.entities, info.constraint, info.error,
+                          tf.speaker(text))
         self._cache[text] = feats
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

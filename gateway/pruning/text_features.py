@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from functools import lru_cache
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -23,16 +24,6 @@ under until up very was we were what when where which while who whom why will wi
 yours yourself yourselves yes yeah oh ok okay hey hi hello thanks thank really also got get like
 one go going know think well lot much s t d ll m re ve let us im
 """.split())
-
-# Entities: things an agent's next call reuses verbatim.
-_ENTITY = re.compile(
-    r"[\w.+-]+@[\w-]+\.[\w.-]+"                                   # e-mail
-    r"|#?[A-Za-z_]*\d[\w\-]*"                                     # ids, numbers, codes
-    r"|[\w\-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|txt|csv|html|css|sh|sql|toml|cfg|ini|log|xml)\b"
-    r"|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"                       # snake_case identifiers
-    r"|\"[^\"\n]{2,60}\""                                        # quoted names
-    r"|\b[A-Z][a-zA-Z]{2,}\b"                                     # capitalised names (weak)
-)
 
 # User constraints: what the agent must (not) do, in English and Chinese.
 _CONSTRAINT = re.compile(
@@ -65,10 +56,13 @@ _WORD_TERMS: dict[str, tuple[str, ...]] = {}
 
 
 def _word_terms(word: str) -> tuple[str, ...]:
-    """The terms of one lower-cased, non-CJK word (memoised: chat vocabularies are small)."""
+    """The terms of one lower-cased word (memoised: chat vocabularies are small)."""
     got = _WORD_TERMS.get(word)
     if got is None:
-        if word in STOPWORDS or len(word) < 2:
+        if _CJK.search(word):
+            chars = [c for c in word if _CJK.match(c)]
+            got = tuple(a + b for a, b in zip(chars, chars[1:])) or tuple(chars)
+        elif word in STOPWORDS or len(word) < 2:
             got = ()
         else:
             stemmed = stem(word)
@@ -82,17 +76,7 @@ def _word_terms(word: str) -> tuple[str, ...]:
 def terms(text: str) -> list[str]:
     """Lower-cased, stemmed content words; CJK runs become character bigrams."""
     out: list[str] = []
-    words = _WORD.findall(text.lower())
-    if _CJK.search(text) is None:
-        for word in words:
-            out.extend(_word_terms(word))
-        return out
-    for word in words:
-        if _CJK.search(word):
-            chars = [c for c in word if _CJK.match(c)]
-            out.extend(a + b for a, b in zip(chars, chars[1:]))
-            out.extend(chars if len(chars) == 1 else ())
-            continue
+    for word in _WORD.findall(text.lower()):
         out.extend(_word_terms(word))
     return out
 
@@ -101,49 +85,100 @@ def term_counts(text: str) -> Counter:
     return Counter(terms(text))
 
 
+# One pass of tokens feeds terms, entities and the constraint/error gates; each
+# distinct token is classified once (memoised), so a text costs a regex scan
+# plus a dictionary lookup per token.
 _TOKEN = re.compile(r"#?\w[\w\-]*", re.UNICODE)
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
 _QUOTED = re.compile(r"\"([^\"\n]{2,60})\"")
-_FILE = re.compile(
-    r"[\w\-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|txt|csv|html|css|sh|sql|toml|cfg|ini|log|xml)\b")
-_FILE_GATE = re.compile(r"\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|txt|csv|html|css|sh|sql|toml|cfg|ini|log|xml)\b")
+_EXTENSIONS = r"(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|txt|csv|html|css|sh|sql|toml|cfg|ini|log|xml)\b"
+_FILE = re.compile(r"[\w\-]+\." + _EXTENSIONS)
+_FILE_GATE = re.compile(r"\." + _EXTENSIONS)
 _SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
 
+_CONSTRAINT_WORDS = frozenset("never always must mustn shouldn dont avoid without forbidden required".split())
+_CONSTRAINT_PHRASE_WORDS = frozenset("not don sure only most least instead more".split())
+_ERROR_WORDS = frozenset("error exception failed failure found invalid denied traceback".split())
+_F_CONSTRAINT, _F_PHRASE, _F_ERROR = 1, 2, 4
 
-def _add_entity(found: set, token: str) -> None:
+
+@dataclass(frozen=True, slots=True)
+class TextInfo:
+    terms: list[str]
+    entities: frozenset[str]
+    constraint: bool
+    error: bool
+
+
+_TOKEN_INFO: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {}
+
+
+def _entity_form(token: str) -> str | None:
     token = token.lower()
-    if len(token) >= 3 and token not in STOPWORDS:
-        found.add(token.lstrip("#") if token.startswith("#") and len(token) > 3 else token)
+    if len(token) < 3 or token in STOPWORDS:
+        return None
+    return token.lstrip("#") if token.startswith("#") and len(token) > 3 else token
+
+
+def _token_info(tok: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
+    info = _TOKEN_INFO.get(tok)
+    if info is not None:
+        return info
+    words = _WORD.findall(tok.lower())
+    term_list: list[str] = []
+    flags = 0
+    for w in words:
+        term_list.extend(_word_terms(w))
+        if w in _CONSTRAINT_WORDS:
+            flags |= _F_CONSTRAINT
+        elif w in _CONSTRAINT_PHRASE_WORDS:
+            flags |= _F_PHRASE
+        if w in _ERROR_WORDS:
+            flags |= _F_ERROR
+    ents: list[str | None] = []
+    if any(c.isdigit() for c in tok):
+        ents.append(_entity_form(tok))                       # ids, numbers, codes
+    else:
+        for part in tok.lstrip("#").split("-"):
+            if len(part) >= 3 and part[0].isupper() and part.isascii() and part.isalpha():
+                ents.append(_entity_form(part))              # capitalised names (weak)
+            elif "_" in part and _SNAKE.fullmatch(part):
+                ents.append(_entity_form(part))              # snake_case identifiers
+    info = (tuple(term_list), tuple(e for e in ents if e), flags)
+    if len(_TOKEN_INFO) < 500_000:
+        _TOKEN_INFO[tok] = info
+    return info
+
+
+def analyse(text: str) -> TextInfo:
+    """Terms, entities, constraint and error flags of a text in one pass."""
+    term_list: list[str] = []
+    found: set[str] = set()
+    flags = 0
+    for tok in _TOKEN.findall(text):
+        t, e, f = _token_info(tok)
+        if t:
+            term_list.extend(t)
+        if e:
+            found.update(e)
+        flags |= f
+    if "@" in text:
+        found.update(filter(None, map(_entity_form, _EMAIL.findall(text))))
+    if '"' in text:
+        found.update(filter(None, map(_entity_form, _QUOTED.findall(text))))
+    if _FILE_GATE.search(text):
+        found.update(filter(None, map(_entity_form, _FILE.findall(text))))
+    cjk = _CJK.search(text) is not None
+    constraint = bool(flags & _F_CONSTRAINT) or (
+        (cjk or bool(flags & _F_PHRASE)) and _CONSTRAINT.search(text) is not None)
+    error = bool(flags & _F_ERROR) and _ERROR.search(text[:2000]) is not None
+    return TextInfo(term_list, frozenset(found), constraint, error)
 
 
 def entities(text: str) -> frozenset[str]:
     """Things an agent's next call reuses verbatim: ids and numbers (any token with
     a digit), e-mails, file names, snake_case identifiers, quoted and capitalised names."""
-    found: set[str] = set()
-    if "@" in text:
-        for m in _EMAIL.findall(text):
-            _add_entity(found, m)
-    if '"' in text:
-        for m in _QUOTED.findall(text):
-            _add_entity(found, m)
-    if _FILE_GATE.search(text):
-        for m in _FILE.findall(text):
-            _add_entity(found, m)
-    for tok in _TOKEN.findall(text):
-        first = tok[1] if tok[0] == "#" and len(tok) > 1 else tok[0]
-        if any(c.isdigit() for c in tok):
-            _add_entity(found, tok)
-        elif first.isupper():
-            word = tok.lstrip("#")
-            if len(word) >= 3 and word.isalpha() and word.isascii():
-                _add_entity(found, word)
-            elif "-" in word:
-                for part in word.split("-"):
-                    if len(part) >= 3 and part[0].isupper() and part.isalpha() and part.isascii():
-                        _add_entity(found, part)
-        elif "_" in tok and _SNAKE.fullmatch(tok):
-            _add_entity(found, tok)
-    return frozenset(found)
+    return analyse(text).entities
 
 
 def has_constraint(text: str) -> bool:

@@ -207,3 +207,24 @@ def _metric(text: str, series: str) -> float:
 def test_readyz_lists_no_problem_without_redis(gateway):
     r = httpx.get(gateway.base_url + "/readyz")
     assert r.status_code == 200
+
+
+def test_models_lists_configured_and_upstream_models(start_gateway, upstream):
+    from gateway.settings import ModelRoute
+    gw = start_gateway(models={"house-model": ModelRoute(name="house-model", api_base=upstream.base_url)})
+    ids = [m.id for m in client(gw).models.list().data]
+    assert "house-model" in ids and "gpt-4o-mini" in ids
+
+
+def test_dashboard_queries_only_use_live_metrics(gateway, upstream):
+    """Every metric the Grafana dashboard queries is in the live /metrics output."""
+    import pathlib
+    import re
+    client(gateway).chat.completions.create(model="gpt-4o-mini", messages=agent_history(10),
+                                            extra_headers={"x-sieve-target-tokens": "1500"})
+    gateway.wait_idle()
+    live = set(re.findall(r"^# TYPE (\w+)", gateway.get("/metrics").text, re.M))
+    dashboard = json.loads(pathlib.Path("helm/sieve/dashboards/sieve-overview.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"\b(sieve_\w+)", e)}
+    assert used and used <= live, used - live

@@ -1,0 +1,182 @@
+"""Offline use of the pipeline: ``sieve prune FILE`` and ``sieve replay LOGS.jsonl``.
+
+``replay`` runs recorded chat requests (one request body per line, or audit-log
+lines that carry the request under ``"request"``) through the same pure
+pipeline and conversation logic as the gateway, and prints projected savings
+per model — prompt tokens and dollars, with the prompt cache modelled: a
+request's leading messages that equal those of the previous request of the
+same conversation are priced as cached, for the unpruned and for the pruned
+stream alike. Nothing is sent anywhere.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+import orjson
+
+from gateway.api.protocol import check_chat_body
+from gateway.errors import ConfigError, SieveError
+from gateway.policies import load_policies
+from gateway.pruner import conversation_key
+from gateway.pruning.frozen import FrozenPlan
+from gateway.pruning.messages import fingerprint
+from gateway.pruning.pipeline import prune
+from gateway.pruning.policy import Policy
+from gateway.pruning.scoring import LocalScorer
+from gateway.pruning.tokens import TokenCounters
+from gateway.settings import Settings
+from gateway.telemetry.pricing import PriceBook
+from gateway.telemetry.usage import Usage
+
+
+def prune_file(path: Path, settings: Settings, policy_name: str | None, target: int | None,
+               strategy: str | None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        body = orjson.loads(path.read_bytes())
+        check_chat_body(body)
+    except (OSError, orjson.JSONDecodeError, SieveError) as exc:
+        print(f"sieve prune: {path}: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+    policy = _policy(settings, policy_name)
+    result = prune(body, policy, scorer=LocalScorer(), counter=TokenCounters().for_model(body["model"]),
+                   target=target, strategy=strategy)
+    out.write(orjson.dumps({"request": result.request, "report": result.report()},
+                           option=orjson.OPT_INDENT_2).decode() + "\n")
+    return 0
+
+
+@dataclass
+class ModelTotals:
+    requests: int = 0
+    original_tokens: int = 0
+    forwarded_tokens: int = 0
+    original_cached: int = 0
+    forwarded_cached: int = 0
+    original_usd: float = 0.0
+    forwarded_usd: float = 0.0
+    priced: bool = True
+    modes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+def replay_file(path: Path, settings: Settings, policy_name: str | None, target: int | None,
+                progress: bool, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    policy = _policy(settings, policy_name)
+    try:
+        lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+    except OSError as exc:
+        print(f"sieve replay: cannot read {path}: {exc}", file=sys.stderr)
+        return 1
+    prices = PriceBook.from_litellm(settings.prices)
+    counters, scorer = TokenCounters(), LocalScorer()
+    states: dict[str, FrozenPlan] = {}
+    previous: dict[str, tuple[list[str], list[str]]] = {}  # key -> (original fps, forwarded fps)
+    totals: dict[str, ModelTotals] = defaultdict(ModelTotals)
+    skipped = 0
+    for n, (body, conversation_id) in enumerate(_requests(lines), 1):
+        if progress and (n % 25 == 0 or n == len(lines)):
+            _progress(n, len(lines))
+        if body is None:
+            skipped += 1
+            continue
+        key = conversation_key("replay", body, conversation_id)
+        result = prune(body, policy, scorer=scorer, counter=counters.for_model(body["model"]),
+                       state=states.get(key), target=target)
+        states[key] = result.state
+        forwarded_fps = [fingerprint(m) for m in result.request["messages"]]
+        before = previous.get(key, ([], []))
+        counter = counters.for_model(body["model"])
+        fwd_tokens = [counter.count_message(m) for m in result.request["messages"]]
+        original_cached = _cached(result.state.fingerprints, before[0], result.message_tokens)
+        forwarded_cached = _cached(forwarded_fps, before[1], fwd_tokens)
+        previous[key] = (list(result.state.fingerprints), forwarded_fps)
+        t = totals[body["model"]]
+        t.requests += 1
+        t.modes[result.mode] += 1
+        t.original_tokens += result.original_tokens
+        t.forwarded_tokens += result.forwarded_tokens
+        t.original_cached += original_cached
+        t.forwarded_cached += forwarded_cached
+        original_cost = prices.cost(body["model"], Usage(result.original_tokens, 0, original_cached, 0))
+        forwarded_cost = prices.cost(body["model"], Usage(result.forwarded_tokens, 0, forwarded_cached, 0))
+        if original_cost is None or forwarded_cost is None:
+            t.priced = False
+        else:
+            t.original_usd += original_cost.total_usd
+            t.forwarded_usd += forwarded_cost.total_usd
+    if progress:
+        print(file=sys.stderr)
+    _print_totals(totals, skipped, policy, target, out)
+    return 0
+
+
+def _requests(lines: list[bytes]) -> Iterator[tuple[dict[str, Any] | None, str | None]]:
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            yield None, None
+            continue
+        body = record.get("request") if isinstance(record, dict) and "request" in record else record
+        conversation = record.get("conversation_id") if isinstance(record, dict) else None
+        try:
+            check_chat_body(body)
+        except SieveError:
+            yield None, None
+            continue
+        yield body, conversation if isinstance(conversation, str) else None
+
+
+def _cached(fps: list[str], previous: list[str], tokens: list[int]) -> int:
+    n = 0
+    for mine, theirs in zip(fps, previous):
+        if mine != theirs:
+            break
+        n += 1
+    return sum(tokens[:n])
+
+
+def _progress(done: int, total: int) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+    sys.stderr.flush()
+
+
+def _print_totals(totals: dict[str, ModelTotals], skipped: int, policy: Policy, target: int | None,
+                  out: TextIO) -> None:
+    out.write(f"policy {policy.name}, target {target or policy.target_tokens} tokens "
+              f"(cache modelled: a repeated leading prefix of a conversation is priced as cached)\n")
+    out.write(f"{'model':<28} {'requests':>8} {'prompt tokens':>14} {'forwarded':>12} {'saved %':>8} "
+              f"{'cost unpruned $':>16} {'cost pruned $':>14} {'saved $':>10}\n")
+    for model, t in sorted(totals.items()):
+        saved_pct = 100 * (1 - t.forwarded_tokens / t.original_tokens) if t.original_tokens else 0.0
+        if t.priced:
+            dollars = (f"{t.original_usd:>16.4f} {t.forwarded_usd:>14.4f} "
+                       f"{t.original_usd - t.forwarded_usd:>10.4f}")
+        else:
+            dollars = f"{'unpriced':>16} {'-':>14} {'-':>10}"
+        out.write(f"{model:<28} {t.requests:>8} {t.original_tokens:>14} {t.forwarded_tokens:>12} "
+                  f"{saved_pct:>8.1f} {dollars}\n")
+    if skipped:
+        out.write(f"skipped {skipped} line(s) that are not chat requests\n")
+
+
+def _policy(settings: Settings, name: str | None) -> Policy:
+    policies = load_policies(settings.policies_dir)
+    chosen = name or settings.default_policy
+    if chosen not in policies:
+        raise ConfigError(f"policy {chosen!r} not found in {settings.policies_dir} "
+                          f"(have: {', '.join(sorted(policies))})")
+    return policies[chosen]
+
+
+__all__ = ["prune_file", "replay_file"]
