@@ -372,6 +372,7 @@ def test_agent_loop_scores_each_unit_once(policy_gateway, upstream, model):
           f"{len(model.requests)} calls / {len(uncached)} units without")
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # litellm's pydantic models warn on import
 async def test_litellm_transport_reaches_an_openai_compatible_base(model):
     """The path for non-OpenAI-compatible model strings, exercised against the fake with
     litellm's ``openai/`` provider (offline: local price map, no network)."""
