@@ -48,7 +48,7 @@ def kept_values(text: str) -> list[str]:
     return list(seen)
 
 
-DROPPED_MARKER = "[sieve: earlier messages from here on were omitted as not relevant to the current step]"
+DROPPED_MARKER = "[sieve: some earlier messages omitted]"
 
 
 def dropped_marker() -> dict[str, Any]:

@@ -34,7 +34,7 @@ from gateway.pruning.policy import Policy
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.tokens import PER_MESSAGE_OVERHEAD, TokenCounter
 
-MARKER_RESERVE = 40  # tokens held back for the drop marker
+MARKER_RESERVE = 12  # tokens held back for the drop marker
 
 
 @dataclass(slots=True)
@@ -200,14 +200,19 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         actions[i] = sel.KEEP
     for i, act in (settled or {}).items():
         actions[i] = act
+    # The cap is attainable when the system prompt and the current step fit in it.
+    # Then the rest of the protected window yields, oldest first, to meet it;
+    # when it is not attainable, shedding the window would harm the agent and
+    # still miss the cap, so the pinned units go whole.
+    attainable = sum(units[i].tokens for i in hard_pins if i not in conv.goal_units) <= cap
     excess = pinned_tokens + reserve - budget
-    if excess > 0:  # the protected window itself is over: give up its oldest units
+    if excess > 0 and attainable:  # the protected window itself is over: give up its oldest units
         release = sorted(soft_pins) + sorted(hard - hard_pins)
         sel.shrink_to_fit(conv, actions, release, masked_cost, excess)
 
     forwarded, sources, plan = _assemble(conv, actions, reminder, window, counter, epoch)
     fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
-    if fwd_tokens > cap:  # markers cost more than reserved, or pins alone are over
+    if fwd_tokens > cap and attainable:  # markers cost more than reserved, or pins alone are over
         order = sorted(candidates, key=lambda i: (unit_scores[i].score, unit_scores[i].relevance, i))
         sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - cap)
         forwarded, sources, plan = _assemble(conv, actions, reminder, window, counter, epoch)

@@ -111,7 +111,7 @@ def test_frozen_plan_replays_byte_identically_and_survives_serialization():
     first = run(history, target=4000, policy=Policy())
     state = FrozenPlan.from_bytes(first.state.to_bytes())
     extended = history + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and then?"}]
-    second = run(extended, target=4000, state=state)
+    second = run(extended, target=first.forwarded_tokens + 200, state=state)
     assert second.mode == "frozen"
     n = len(first.request["messages"])
     assert second.request["messages"][:n] == first.request["messages"]
