@@ -17,6 +17,7 @@ MAX_KEPT_VALUES = 48
 
 # Values an agent's next call reuses verbatim: ids, codes, amounts, e-mails.
 _AMOUNT = re.compile(r"-?\d{1,4}(?:\.\d+)?|-?\d+\.\d{1,2}")
+_THREE_DIGITS = re.compile(r"\d\D*\d\D*\d")
 _TOKEN = re.compile(r"[#\w.+@\-]*\d[#\w.+@\-]*")
 
 
@@ -41,7 +42,7 @@ def kept_values(text: str) -> list[str]:
     seen: dict[str, None] = {}
     for token in _TOKEN.findall(text):
         token = token.strip(".-")
-        if token not in seen and sum(ch.isdigit() for ch in token) >= 3 and not _AMOUNT.fullmatch(token):
+        if token not in seen and _THREE_DIGITS.search(token) and not _AMOUNT.fullmatch(token):
             seen[token] = None
             if len(seen) >= MAX_KEPT_VALUES:
                 break

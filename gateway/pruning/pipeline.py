@@ -166,7 +166,8 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     window = _window(conv, policy)
     soft_pins = [i for i in window if i not in hard_pins]
     candidates = [u.index for u in units if u.index not in hard_pins and u.index not in window]
-    masked_cost = {u.index: _masked_tokens(conv, u.index, counter) for u in units
+    masked_forms = _masked_forms(conv) if policy.mask_tool_outputs else {}
+    masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
                    if u.tool_result_tokens and policy.mask_tool_outputs}
     settled = _settled_prefix(conv, boundary, forced, masked_cost, hard_pins | set(window), budget)
     if settled is not None:
@@ -210,12 +211,12 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         release = sorted(soft_pins) + sorted(hard - hard_pins)
         sel.shrink_to_fit(conv, actions, release, masked_cost, excess)
 
-    forwarded, sources, plan = _assemble(conv, actions, reminder, window, counter, epoch)
+    forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch)
     fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     if fwd_tokens > cap and attainable:  # markers cost more than reserved, or pins alone are over
         order = sorted(candidates, key=lambda i: (unit_scores[i].score, unit_scores[i].relevance, i))
         sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - cap)
-        forwarded, sources, plan = _assemble(conv, actions, reminder, window, counter, epoch)
+        forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch)
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     check_no_new_problems(conv.messages, forwarded)
 
@@ -277,7 +278,7 @@ def _window(conv: Conversation, policy: Policy) -> list[int]:
 
 
 def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: list[int],
-              counter: TokenCounter, epoch: int) -> tuple[list[dict], list[int], FrozenPlan]:
+              masked_forms: Mapping[int, dict[str, Any]], epoch: int) -> tuple[list[dict], list[int], FrozenPlan]:
     out: list[dict[str, Any]] = []
     sources: list[int] = []
     plan = FrozenPlan(list(conv.fingerprints), decided=len(conv.messages), epoch=epoch)
@@ -299,7 +300,7 @@ def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: lis
                 continue
             if act == sel.MASK and is_maskable(m):
                 plan.actions[j] = MASK
-                m = masked_message(m, conv.tokens[j], conv.fingerprints[j])
+                m = masked_forms[j]
                 plan.masked[j] = m["content"]
             out.append(m)
             sources.append(j)
@@ -322,16 +323,17 @@ def _is_masked(m: Mapping[str, Any]) -> bool:
     return isinstance(c, str) and c.startswith("[sieve: tool output masked")
 
 
-def _masked_tokens(conv: Conversation, unit_index: int, counter: TokenCounter) -> int:
-    u = conv.units[unit_index]
-    total = 0
-    for j in u.indices:
-        m = conv.messages[j]
-        if is_maskable(m):
-            total += counter.count_message(masked_message(m, conv.tokens[j], conv.fingerprints[j]))
-        else:
-            total += conv.tokens[j]
-    return total
+def _masked_forms(conv: Conversation) -> dict[int, dict[str, Any]]:
+    """The masked form of every tool result of the conversation, built once per decision."""
+    return {j: masked_message(m, conv.tokens[j], conv.fingerprints[j])
+            for u in conv.units if u.tool_result_tokens for j in u.indices
+            if is_maskable(m := conv.messages[j])}
+
+
+def _masked_tokens(conv: Conversation, unit_index: int, counter: TokenCounter,
+                   masked_forms: Mapping[int, dict[str, Any]]) -> int:
+    return sum(counter.count_message(masked_forms[j]) if j in masked_forms else conv.tokens[j]
+               for j in conv.units[unit_index].indices)
 
 
 def _forced_unit_actions(conv: Conversation, prior: Mapping[int, str]) -> dict[int, str]:

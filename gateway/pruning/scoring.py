@@ -99,8 +99,7 @@ class LocalScorer:
             self._cache.move_to_end(text)
             return feats
         info = tf.analyse(text)
-        counts = Counter(info.terms)
-        feats = _Features(counts, len(info.terms), info.entities, info.constraint, info.error,
+        feats = _Features(info.counts, info.length, info.entities, info.constraint, info.error,
                           tf.speaker(text))
         self._cache[text] = feats
         if len(self._cache) > self._cache_size:

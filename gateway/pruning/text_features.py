@@ -104,10 +104,15 @@ _F_CONSTRAINT, _F_PHRASE, _F_ERROR = 1, 2, 4
 
 @dataclass(frozen=True, slots=True)
 class TextInfo:
-    terms: list[str]
+    counts: Counter          # term -> occurrences
+    length: int              # number of terms
     entities: frozenset[str]
     constraint: bool
     error: bool
+
+    @property
+    def terms(self) -> list[str]:
+        return list(self.counts.elements())
 
 
 _TOKEN_INFO: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {}
@@ -152,13 +157,15 @@ def _token_info(tok: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
 
 def analyse(text: str) -> TextInfo:
     """Terms, entities, constraint and error flags of a text in one pass."""
-    term_list: list[str] = []
+    counts: Counter = Counter()
     found: set[str] = set()
     flags = 0
-    for tok in _TOKEN.findall(text):
+    # Count tokens first (in C): JSON keys and common words repeat a lot, so the
+    # per-token work below runs once per distinct token.
+    for tok, n in Counter(_TOKEN.findall(text)).items():
         t, e, f = _token_info(tok)
-        if t:
-            term_list.extend(t)
+        for term in t:
+            counts[term] += n
         if e:
             found.update(e)
         flags |= f
@@ -172,7 +179,7 @@ def analyse(text: str) -> TextInfo:
     constraint = bool(flags & _F_CONSTRAINT) or (
         (cjk or bool(flags & _F_PHRASE)) and _CONSTRAINT.search(text) is not None)
     error = bool(flags & _F_ERROR) and _ERROR.search(text[:2000]) is not None
-    return TextInfo(term_list, frozenset(found), constraint, error)
+    return TextInfo(counts, sum(counts.values()), frozenset(found), constraint, error)
 
 
 def entities(text: str) -> frozenset[str]:

@@ -8,7 +8,6 @@ the local scorer's, or 5 = keep), and the fallback counters are checked.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -377,11 +376,10 @@ async def test_litellm_transport_reaches_an_openai_compatible_base(model):
     """The path for non-OpenAI-compatible model strings, exercised against the fake with
     litellm's ``openai/`` provider (offline: local price map, no network)."""
     client = LiteLLMClient(model.base_url, "sk-test")
-    got = await client.complete("openai/gpt-4o-mini", [{"role": "system", "content": "s"},
-                                                       {"role": "user", "content": "MESSAGES TO SCORE:\n[4] (user/message) hi"}],
-                                max_tokens=64, json_mode=True, timeout_s=30)
+    messages = [{"role": "system", "content": "s"},
+                {"role": "user", "content": "MESSAGES TO SCORE:\n[4] (user/message) hi"}]
+    got = await client.complete("openai/gpt-4o-mini", messages, max_tokens=64, json_mode=True, timeout_s=30)
     assert json.loads(got.text) == {"scores": [{"id": 4, "score": 1, "reason": "fake"}]}
     assert got.prompt_tokens and got.completion_tokens
     assert model.requests[-1].json["temperature"] == 0
     assert model.requests[-1].headers["authorization"] == "Bearer sk-test"
-    await asyncio.sleep(0)

@@ -123,3 +123,30 @@ def test_cache_context_changes_with_goal_step_and_model():
     # the unit's own hash ignores its position
     a = UnitView.of(conv(), 2, 1000)
     assert a.content_hash == UnitView(9, a.label, a.text).content_hash
+
+
+# -- policy fields ----------------------------------------------------------------
+
+@pytest.mark.parametrize("line,message", [("scorer: gpt\n", "scorer must be one of local, llm, hybrid"),
+                                          ("scorer_fallback: drop\n", "scorer_fallback must be one of local, keep"),
+                                          ("scorer_batch_size: 0\n", "scorer_batch_size must be positive"),
+                                          ("scorer_deadline_s: fast\n", "scorer_deadline_s must be float")])
+def test_scorer_policy_fields_are_checked(tmp_path, line, message):
+    from gateway.errors import ConfigError
+    from gateway.policies import load_policies
+
+    (tmp_path / "default.yaml").write_text("scorer: llm\n" + line)
+    with pytest.raises(ConfigError, match=message):
+        load_policies(tmp_path)
+
+
+def test_scorer_policy_defaults_are_local_and_safe(tmp_path):
+    from gateway.policies import load_policies
+
+    (tmp_path / "default.yaml").write_text("scorer: hybrid\nscorer_api_base: http://127.0.0.1:8000/v1\n")
+    policy = load_policies(tmp_path)["default"]
+    assert policy.scorer == "hybrid" and policy.scorer_batch_size == 12 and policy.scorer_deadline_s == 1.5
+    assert policy.scorer_fallback == "local" and policy.scorer_cost_check
+    from gateway.pruning.policy import Policy
+
+    assert Policy().scorer == "local"
