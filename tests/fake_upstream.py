@@ -11,6 +11,13 @@ both use it; scripted replies are consumed in order, then ``default`` answers::
 As a process, for benchmarks (recording off)::
 
     python -m tests.fake_upstream --port 9100 --latency-ms 20 --chunks 8
+
+Opt-in prompt-cache simulation (``PromptCache``): computed usage then reports
+cached reads (and, Anthropic-style, cache writes) for the longest prefix, in
+whole messages, that an earlier request already sent::
+
+    up = FakeUpstream(prompt_cache=PromptCache("openai"))      # or "anthropic"
+    python -m tests.fake_upstream --prompt-cache openai
 """
 
 from __future__ import annotations
@@ -19,15 +26,16 @@ import argparse
 import asyncio
 import collections
 import dataclasses
+import hashlib
 import itertools
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import orjson
 from aiohttp import web
 
-__all__ = ["FakeUpstream", "RecordedRequest", "Reply", "MODELS"]
+__all__ = ["FakeUpstream", "PromptCache", "RecordedRequest", "Reply", "MODELS", "estimate_prompt_tokens"]
 
 MODELS = ("gpt-4o-mini", "gpt-4o", "fake-model")
 _SSE_DONE = b"data: [DONE]\n\n"
@@ -86,6 +94,119 @@ def estimate_prompt_tokens(messages: Any) -> int:
     return chars // 4 + 4 * len(messages)
 
 
+def estimate_tools_tokens(tools: Any) -> int:
+    """Tool schemas, in the same cheap estimate: chars of their JSON // 4."""
+    return len(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)) // 4 if tools else 0
+
+
+CACHE_SHAPES = ("openai", "anthropic")
+
+
+class PromptCache:
+    """A provider's prompt cache, simulated over whole messages.
+
+    What is modelled (the rest is simplified on purpose):
+
+    - **Prompt tokens**: tool schemas first (``estimate_tools_tokens``), then
+      each message at ``estimate_prompt_tokens([message])``; the prompt is
+      their sum (so it differs by rounding from the plain estimate).
+    - **What can hit**: the longest run of leading messages, with the same
+      model and tools, whose bytes (JSON, sorted keys) equal those of an
+      earlier request's leading messages, seen within ``ttl_s`` (a hit
+      refreshes it). Granularity is whole messages: one changed byte in a
+      message misses it and everything after it, as a real provider does.
+      A prefix of zero messages never hits.
+    - **OpenAI** (``shape="openai"``): automatic caching, writes are free.
+      Only prompts of at least ``min_tokens`` (1,024) are cached, and a hit
+      is the matched prefix rounded DOWN to ``min_tokens + k × block_tokens``
+      (128): OpenAI's documented granularity. Reported as
+      ``prompt_tokens_details.cached_tokens``, part of ``prompt_tokens``.
+    - **Anthropic** (``shape="anthropic"``): the client is taken to put a
+      ``cache_control`` breakpoint on the last message of every request (the
+      usual agent-loop setup). A hit is token-exact, but only looked up within
+      the last ``lookback_blocks`` (20) messages before the breakpoint, as
+      Anthropic does; everything after the hit up to the breakpoint is WRITTEN
+      (billed at the write price). Prompts under ``min_tokens`` are neither
+      read nor written (1,024 is the Sonnet/Opus minimum; set it higher for
+      models with a larger one). Reported as litellm's OpenAI-shaped usage
+      does for Anthropic: ``prompt_tokens`` = uncached + read + write, with
+      ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` beside
+      ``prompt_tokens_details.cached_tokens`` / ``cache_creation_tokens``
+      (the same tokens named twice).
+
+    Not modelled: per-organisation cache scope (one cache for all keys),
+    eviction under load, OpenAI's ``prompt_cache_key`` routing, Anthropic's
+    explicit breakpoints inside the prompt and its 1-hour TTL, and partial
+    messages (a provider can hit inside a message; here only whole ones).
+    """
+
+    def __init__(self, shape: str = "openai", *, min_tokens: int = 1024, block_tokens: int | None = None,
+                 ttl_s: float = 300.0, lookback_blocks: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if shape not in CACHE_SHAPES:
+            raise ValueError(f"shape must be one of {', '.join(CACHE_SHAPES)}, got {shape!r}")
+        self.shape = shape
+        self.min_tokens = min_tokens
+        self.block_tokens = block_tokens if block_tokens is not None else (128 if shape == "openai" else 1)
+        self.lookback_blocks = lookback_blocks if lookback_blocks is not None else (
+            None if shape == "openai" else 20)
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._seen: dict[bytes, float] = {}  # prefix digest -> last used
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+    def usage(self, request: Mapping[str, Any], completion_tokens: int) -> dict[str, Any]:
+        """Usage for ``request`` as this provider would bill it; remembers its prefixes."""
+        messages = [m for m in request.get("messages") or () if isinstance(m, dict)]
+        tools = request.get("tools")
+        per_message = [estimate_prompt_tokens([m]) for m in messages]
+        tools_tokens = estimate_tools_tokens(tools)
+        prompt = tools_tokens + sum(per_message)
+        digests = self._prefix_digests(request.get("model"), tools, messages)
+        now = self._clock()
+        with self._lock:
+            first = 0 if self.lookback_blocks is None else max(len(digests) - self.lookback_blocks, 0)
+            hit = 0
+            for i in range(len(digests), first, -1):  # longest live prefix of i messages
+                used = self._seen.get(digests[i - 1])
+                if used is not None and now - used <= self.ttl_s:
+                    hit = i
+                    break
+            if prompt >= self.min_tokens:
+                for d in digests:
+                    self._seen[d] = now
+        matched = tools_tokens + sum(per_message[:hit]) if hit else 0
+        read = self._granular(matched) if prompt >= self.min_tokens else 0
+        if self.shape == "openai":
+            return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                    "total_tokens": prompt + completion_tokens,
+                    "prompt_tokens_details": {"cached_tokens": read}}
+        write = prompt - read if prompt >= self.min_tokens else 0
+        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                "total_tokens": prompt + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": read, "cache_creation_tokens": write,
+                                          "text_tokens": prompt - read - write},
+                "cache_read_input_tokens": read, "cache_creation_input_tokens": write}
+
+    def _granular(self, matched: int) -> int:
+        if matched < self.min_tokens:
+            return 0
+        return self.min_tokens + (matched - self.min_tokens) // self.block_tokens * self.block_tokens
+
+    @staticmethod
+    def _prefix_digests(model: Any, tools: Any, messages: list[dict]) -> list[bytes]:
+        h = hashlib.blake2b(orjson.dumps([model, tools], option=orjson.OPT_SORT_KEYS), digest_size=16)
+        out = []
+        for m in messages:
+            h.update(orjson.dumps(m, option=orjson.OPT_SORT_KEYS))
+            out.append(h.copy().digest())
+        return out
+
+
 def _norm_tool_calls(tool_calls: list) -> list[dict]:
     out = []
     for i, tc in enumerate(tool_calls):
@@ -111,8 +232,10 @@ class FakeUpstream:
         port: int = 0,
         record: bool = True,
         default: Reply | None = None,
+        prompt_cache: PromptCache | None = None,
     ) -> None:
         self.host = host
+        self.prompt_cache = prompt_cache  # None: computed usage reports no caching
         self.port = port
         self.record = record
         self.default = default or Reply()
@@ -130,10 +253,12 @@ class FakeUpstream:
             self._queue.extend(replies)
 
     def clear(self) -> None:
-        """Forget recorded requests and pending scripted replies."""
+        """Forget recorded requests, pending scripted replies and cached prefixes."""
         with self._lock:
             self.requests.clear()
             self._queue.clear()
+        if self.prompt_cache is not None:
+            self.prompt_cache.clear()
 
     def _next_reply(self) -> Reply:
         with self._lock:
@@ -246,11 +371,13 @@ class FakeUpstream:
             return web.Response(status=status, body=orjson.dumps(body),
                                 content_type="application/json")
         model = req.get("model", "fake-model")
-        usage = reply.usage
+        text = reply.content or ("" if reply.tool_calls else "ok")
+        ct = max(1, len(text) // 4)
+        # The cache sees every answered request, even one whose usage is scripted.
+        simulated = self.prompt_cache.usage(req, ct) if self.prompt_cache is not None else None
+        usage = reply.usage if reply.usage is not None else simulated
         if usage is None:
             pt = estimate_prompt_tokens(req.get("messages"))
-            text = reply.content or ("" if reply.tool_calls else "ok")
-            ct = max(1, len(text) // 4)
             usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
         tool_calls = _norm_tool_calls(reply.tool_calls) if reply.tool_calls else None
         content = reply.content if reply.content is not None or tool_calls else "ok"
@@ -322,6 +449,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--chunks", type=int, default=4, help="content pieces when streaming")
     p.add_argument("--chunk-delay-ms", type=float, default=0.0)
     p.add_argument("--record", action="store_true", help="keep every request (grows memory)")
+    p.add_argument("--prompt-cache", choices=CACHE_SHAPES, default=None,
+                   help="simulate a provider prompt cache in the reported usage (see PromptCache)")
     a = p.parse_args(argv)
     try:
         import uvloop  # optional: faster loop for benchmarks
@@ -332,7 +461,8 @@ def main(argv: list[str] | None = None) -> None:
     pieces = [f"tok{i} " for i in range(a.chunks)]
     up = FakeUpstream(host=a.host, port=a.port, record=a.record, default=Reply(
         content="".join(pieces), chunks=pieces, delay_s=a.latency_ms / 1000,
-        chunk_delay_s=a.chunk_delay_ms / 1000))
+        chunk_delay_s=a.chunk_delay_ms / 1000),
+        prompt_cache=PromptCache(a.prompt_cache) if a.prompt_cache else None)
 
     async def serve() -> None:
         await up.start_async()

@@ -29,6 +29,7 @@ class FrozenPlan:
     inserts: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (before index, message)
     masked: dict[int, str] = field(default_factory=dict)  # index -> the masked content, as forwarded
     epoch: int = 0
+    cap: int = 0                     # the high-water mark the decisions were taken under
 
     def to_bytes(self) -> bytes:
         return orjson.dumps({
@@ -36,7 +37,7 @@ class FrozenPlan:
             "actions": [[i, a] for i, a in sorted(self.actions.items())],
             "inserts": [[i, m] for i, m in self.inserts],
             "masked": [[i, t] for i, t in sorted(self.masked.items())],
-            "epoch": self.epoch,
+            "epoch": self.epoch, "cap": self.cap,
         })
 
     @classmethod
@@ -51,7 +52,7 @@ class FrozenPlan:
                 actions={int(i): str(a) for i, a in d["actions"]},
                 inserts=[(int(i), dict(m)) for i, m in d["inserts"]],
                 masked={int(i): str(t) for i, t in d["masked"]},
-                epoch=int(d["epoch"]),
+                epoch=int(d["epoch"]), cap=int(d.get("cap", 0)),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             return None

@@ -127,6 +127,10 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
     if strategy == "none":
         return unchanged("none", FrozenPlan(fps))
     high_water = target if target is not None else policy.target_tokens
+    if state is not None and state.cap not in (0, high_water):
+        # Decisions hold for the cap they were taken under; a client that asks
+        # for another cap gets a fresh decision.
+        state = None
     usable = state is not None and state.decided > 0 and state.prefix_matches(fps)
 
     if usable:
@@ -140,6 +144,7 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
         target is None and (original < policy.min_prompt_tokens or len(messages) < policy.min_messages)
     ):
         plan = state if state is not None and state.continues(fps) and state.decided == 0 else FrozenPlan(fps)
+        plan.cap = high_water
         return unchanged("under", plan)
 
     continuing = usable or (state is not None and state.continues(fps))
@@ -152,6 +157,7 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
     result = _decide(body, conv, policy, scorer, counter, strategy, budget, high_water,
                      _forced_unit_actions(conv, prior), scores, plan_epoch, boundary)
     result.mode = "epoch" if continuing else "stateless"
+    result.state.cap = high_water
     result.target_tokens = target
     result.goal_source = goal_source
     return result

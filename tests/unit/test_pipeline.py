@@ -108,14 +108,23 @@ def test_report_has_every_original_message():
 
 def test_frozen_plan_replays_byte_identically_and_survives_serialization():
     history = agent_history(20)
-    first = run(history, target=4000, policy=Policy())
-    state = FrozenPlan.from_bytes(first.state.to_bytes())
-    extended = history + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and then?"}]
-    second = run(extended, target=first.forwarded_tokens + 200, state=state)
-    assert second.mode == "frozen"
-    n = len(first.request["messages"])
-    assert second.request["messages"][:n] == first.request["messages"]
-    assert second.request["messages"][n:] == extended[len(history):]
+    turn = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and then?"}]
+    first = run(history, target=4000)
+    assert first.mode == "stateless"          # first sight: pruned to the cap itself
+    second = run(history + turn, target=4000, state=FrozenPlan.from_bytes(first.state.to_bytes()))
+    assert second.mode == "epoch"             # over the cap: down to the low-water mark
+    third = run(history + turn + turn, target=4000, state=FrozenPlan.from_bytes(second.state.to_bytes()))
+    assert third.mode == "frozen"
+    n = len(second.request["messages"])
+    assert third.request["messages"][:n] == second.request["messages"]
+    assert third.request["messages"][n:] == turn
+
+
+def test_another_cap_gets_a_fresh_decision():
+    history = agent_history(20)
+    first = run(history, target=4000)
+    again = run(history, target=3000, state=first.state)
+    assert again.mode == "stateless" and again.forwarded_tokens <= 3000
 
 
 def test_epoch_goes_to_low_water_and_keeps_earlier_drops():
