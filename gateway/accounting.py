@@ -105,13 +105,15 @@ class Accountant:
         decisions = [MessageDecision(m["index"], m["action"], m["score"], m["reason"]) for m in report["messages"]]
         call = record.call
         auth = call.headers.get("authorization", "")
+        scorer = record.outcome.scorer
         self._audit.write(AuditEntry(
             request_id=call.request_id, timestamp=time.time(), org=call.identity.org, team=call.identity.team,
             model=call.body["model"], strategy=result.strategy, outcome=label,
             original_tokens=result.original_tokens, forwarded_tokens=result.forwarded_tokens,
             decisions=decisions, savings=savings,
-            timings=Timings(prune_ms=record.outcome.prune_s * 1000, upstream_ms=record.upstream_s * 1000,
-                            overhead_ms=overhead_s * 1000),
+            timings=Timings(prune_ms=record.outcome.prune_s * 1000,
+                            scorer_ms=scorer.seconds * 1000 if scorer is not None else None,
+                            upstream_ms=record.upstream_s * 1000, overhead_ms=overhead_s * 1000),
             request_body=call.body, include_content=call.policy.audit_include_content,
             secrets=tuple(s for s in (auth[7:].strip(), call.headers.get("x-api-key", "")) if s)))
 

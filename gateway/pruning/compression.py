@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from gateway.pruning.messages import content_text
 
-MASKED_PREFIX = "[sieve: tool output masked"
+MASKED_PREFIX = "[sieve: masked"
 MAX_KEPT_VALUES = 48
 
 # Values an agent's next call reuses verbatim: ids, codes, amounts, e-mails.
@@ -30,8 +30,8 @@ def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str) ->
     """
     masked = dict(message)
     values = kept_values(content_text(message.get("content")))
-    kept = f"; kept values: {' '.join(values)}" if values else ""
-    masked["content"] = f"{MASKED_PREFIX}: {tokens} tokens, ref {fingerprint[:10]}{kept}]"
+    kept = f"; ids: {' '.join(values)}" if values else ""
+    masked["content"] = f"{MASKED_PREFIX} {tokens} tokens, ref {fingerprint[:8]}{kept}]"
     return masked
 
 

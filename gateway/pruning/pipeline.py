@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gateway.pruning import selection as sel
-from gateway.pruning.compression import dropped_marker, goal_reminder, is_maskable, masked_message
+from gateway.pruning.compression import MASKED_PREFIX, dropped_marker, goal_reminder, is_maskable, masked_message
 from gateway.pruning.conversation import KIND_SYSTEM, KIND_USER, Conversation, build_conversation
 from gateway.pruning.frozen import DROP, MASK, FrozenPlan
 from gateway.pruning.messages import fingerprint
@@ -326,7 +326,7 @@ def _count_forwarded(forwarded: Sequence[Mapping[str, Any]], sources: Sequence[i
 
 def _is_masked(m: Mapping[str, Any]) -> bool:
     c = m.get("content")
-    return isinstance(c, str) and c.startswith("[sieve: tool output masked")
+    return isinstance(c, str) and c.startswith(MASKED_PREFIX)
 
 
 def _masked_forms(conv: Conversation) -> dict[int, dict[str, Any]]:

@@ -16,6 +16,7 @@ uncached part; an unchanged request costs exactly what it cost.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -24,9 +25,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.pruning.tokens import TokenCounters
+from gateway.settings import Settings
 from gateway.telemetry.pricing import load_litellm_model_cost
 from tests.conversations import agent_history
+from tests.fake_scorer import ScorerModel, answer
 from tests.fake_upstream import PromptCache, Reply
+from tests.gateway_server import GatewayServer
 
 ORG = "anonymous"  # an open gateway's callers
 OPENAI_MODEL, ANTHROPIC_MODEL = "gpt-4o-mini", "claude-haiku-4-5"
@@ -284,6 +288,43 @@ def test_cache_break_loss_is_the_cost_of_the_lost_cache(gateway, cached_upstream
     # Over the whole loop so far the dashboard's net figure is negative too.
     assert d.net(ANTHROPIC_MODEL) < 0
     assert d("sieve_requests_total", org=ORG, model=ANTHROPIC_MODEL, outcome="pruned") == epochs
+
+
+# -- the scorer's own dollars -------------------------------------------------
+
+def test_llm_scorer_cost_is_counted_and_taken_off_the_saving(tmp_path, upstream):
+    """The cheap scoring model's usage, priced at ITS model's price, moves kind=scorer,
+    and the net saving is counterfactual − actual − scorer."""
+    scorer_usage = {"prompt_tokens": 900, "completion_tokens": 60, "total_tokens": 960}
+
+    def respond(ids, attempt, req):
+        return Reply(content=answer({i: 1 for i in ids}), usage=scorer_usage)
+
+    with ScorerModel(respond) as scorer:
+        folder = tmp_path / "policies"
+        folder.mkdir()
+        fields = {"scorer": "llm", "scorer_model": OPENAI_MODEL, "scorer_api_base": scorer.base_url,
+                  "scorer_min_history_tokens": 0, "scorer_cost_check": False,
+                  "scorer_batch_timeout_s": 5.0, "scorer_deadline_s": 10.0}
+        (folder / "default.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in fields.items()))
+        with GatewayServer(Settings(upstream_base_url=upstream.base_url, policies_dir=folder)) as gw:
+            history = agent_history(24, output_lines=25)
+            upstream.enqueue(Reply(content="done", usage=openai_usage(3000, 20)))
+            before = scrape(gw)
+            got, _ = ask(gw, ANTHROPIC_MODEL, history, headers={"x-sieve-target-tokens": "4000"})
+            d = Delta(before, scrape(gw))
+        calls = len(scorer.requests)
+    assert calls >= 1
+    r = rates(OPENAI_MODEL)  # the scorer model's price, not the main model's
+    expected_scorer = calls * (900 * r["input"] + 60 * r["output"])
+    assert d.cost(ANTHROPIC_MODEL, "scorer") == pytest.approx(expected_scorer, rel=1e-12)
+    original, forwarded = int(got["x-sieve-original-tokens"]), int(got["x-sieve-forwarded-tokens"])
+    assert forwarded < original
+    assert d.cost(ANTHROPIC_MODEL, "actual") == pytest.approx(bill(ANTHROPIC_MODEL, 3000, 20), rel=1e-12)
+    assert d.cost(ANTHROPIC_MODEL, "counterfactual") == pytest.approx(
+        bill(ANTHROPIC_MODEL, 3000 + original - forwarded, 20), rel=1e-12)
+    assert d.net(ANTHROPIC_MODEL) == pytest.approx(
+        (original - forwarded) * rates(ANTHROPIC_MODEL)["input"] - expected_scorer, rel=1e-9)
 
 
 # -- no price, no guess -------------------------------------------------------

@@ -86,7 +86,7 @@ def test_explicit_target_overrides_minimums_and_fits():
 def test_masking_keeps_the_call_and_its_ids():
     history = agent_history(12, output_lines=60)
     result = run(history, target=6000)
-    masked = [m for m in result.request["messages"] if str(m.get("content", "")).startswith("[sieve: tool output masked")]
+    masked = [m for m in result.request["messages"] if str(m.get("content", "")).startswith("[sieve: masked")]
     assert masked, "old bulky tool outputs are masked"
     assert all(m["role"] == "tool" and m["tool_call_id"] for m in masked)
     assert result.action_counts()["masked"] == len(masked)
