@@ -19,7 +19,8 @@ from gateway.accounting import Accountant
 from gateway.budget_guard import BudgetGuard
 from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
-from gateway.errors import ConfigError, StoreUnavailable
+from gateway.errors import (BodyTooLarge, BudgetExceeded, ConfigError, Forbidden, InvalidRequest, SieveError,
+                            StoreUnavailable, Unauthorized)
 from gateway.identity import ANONYMOUS, Authenticator, Identity, KeyRegistry
 from gateway.policies import load_policies
 from gateway.pruner import Pruner
@@ -33,12 +34,17 @@ from gateway.state.memory import MemoryBudgetStore, MemoryConversationStore, Mem
 from gateway.telemetry.audit import AuditLog
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.recording import LabelBounds
+from gateway.telemetry.recording import LabelBounds, record_request
 from gateway.upstream.litellm_route import LiteLLMUpstream
 from gateway.upstream.openai_compat import OpenAICompatibleUpstream
 from gateway.upstream.router import ModelRouter
 
 log = logging.getLogger("sieve")
+
+_REJECTIONS: dict[type, str] = {
+    BudgetExceeded: "budget_rejected", Unauthorized: "unauthorized", InvalidRequest: "client_error",
+    BodyTooLarge: "client_error", Forbidden: "client_error",
+}
 
 
 @dataclass
@@ -58,6 +64,7 @@ class Services:
     key_store: Any = None
     budget_guard: BudgetGuard | None = None
     scores: Any = None
+    bounds: LabelBounds | None = None
     started_at: float = field(default_factory=time.time)
 
     @classmethod
@@ -100,7 +107,7 @@ class Services:
                           budgets=budgets, deferred=deferred)
         return cls(settings, policies, policies[settings.default_policy], settings.org_policies,
                    authenticator, router, proxy, metrics, deferred, session, redis, audit,
-                   key_store=key_store, budget_guard=budgets, scores=scores)
+                   key_store=key_store, budget_guard=budgets, scores=scores, bounds=bounds)
 
     async def stop(self) -> None:
         await self.deferred.drain()
@@ -109,6 +116,13 @@ class Services:
             await self.redis.aclose()
         if self.audit is not None:
             self.audit.close()
+
+    def count_rejection(self, exc: SieveError, org: str | None, model: str | None) -> None:
+        """Requests refused before reaching the provider still count, by outcome.
+        (Upstream failures are counted by the accountant, with their timings.)"""
+        outcome = next((label for cls, label in _REJECTIONS.items() if isinstance(exc, cls)), None)
+        if outcome is not None and self.bounds is not None:
+            record_request(self.metrics, bounds=self.bounds, org=org or "unknown", model=model, outcome=outcome)
 
     async def authenticate(self, headers: Mapping[str, str]) -> Identity:
         if self.authenticator is None:

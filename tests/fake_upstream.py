@@ -107,9 +107,11 @@ class PromptCache:
 
     What is modelled (the rest is simplified on purpose):
 
-    - **Prompt tokens**: tool schemas first (``estimate_tools_tokens``), then
-      each message at ``estimate_prompt_tokens([message])``; the prompt is
-      their sum (so it differs by rounding from the plain estimate).
+    - **Prompt tokens**: tool schemas first (``count_tools``, default
+      ``estimate_tools_tokens``), then each message (``count_message``,
+      default ``estimate_prompt_tokens([message])``; pass a real tokenizer's
+      count for realistic figures); the prompt is their sum (so with the
+      defaults it differs by rounding from the plain estimate).
     - **What can hit**: the longest run of leading messages, with the same
       model and tools, whose bytes (JSON, sorted keys) equal those of an
       earlier request's leading messages, seen within ``ttl_s`` (a hit
@@ -142,7 +144,9 @@ class PromptCache:
 
     def __init__(self, shape: str = "openai", *, min_tokens: int = 1024, block_tokens: int | None = None,
                  ttl_s: float = 300.0, lookback_blocks: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 count_message: Callable[[Mapping[str, Any]], int] | None = None,
+                 count_tools: Callable[[Any], int] | None = None) -> None:
         if shape not in CACHE_SHAPES:
             raise ValueError(f"shape must be one of {', '.join(CACHE_SHAPES)}, got {shape!r}")
         self.shape = shape
@@ -152,6 +156,8 @@ class PromptCache:
             None if shape == "openai" else 20)
         self.ttl_s = ttl_s
         self._clock = clock
+        self._count_message = count_message or (lambda m: estimate_prompt_tokens([m]))
+        self._count_tools = count_tools or estimate_tools_tokens
         self._seen: dict[bytes, float] = {}  # prefix digest -> last used
         self._lock = threading.Lock()
 
@@ -163,8 +169,8 @@ class PromptCache:
         """Usage for ``request`` as this provider would bill it; remembers its prefixes."""
         messages = [m for m in request.get("messages") or () if isinstance(m, dict)]
         tools = request.get("tools")
-        per_message = [estimate_prompt_tokens([m]) for m in messages]
-        tools_tokens = estimate_tools_tokens(tools)
+        per_message = [self._count_message(m) for m in messages]
+        tools_tokens = self._count_tools(tools) if tools else 0
         prompt = tools_tokens + sum(per_message)
         digests = self._prefix_digests(request.get("model"), tools, messages)
         now = self._clock()

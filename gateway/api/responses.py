@@ -28,6 +28,9 @@ def error_response(exc: SieveError, request_id: str | None = None) -> Response:
 
 async def handle_sieve_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SieveError)
+    services = getattr(request.app.state, "services", None)
+    if services is not None and request.url.path.endswith("/chat/completions"):
+        services.count_rejection(exc, getattr(request.state, "org", None), getattr(request.state, "model", None))
     return error_response(exc, getattr(request.state, "request_id", None))
 
 

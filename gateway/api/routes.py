@@ -1,6 +1,7 @@
 """The route table and thin handlers: parse → service → respond.
 
-Auth is on by default; the open routes are listed here explicitly.
+Every /v1 route authenticates first; /healthz, /readyz and /metrics are open
+(probes and the Prometheus scraper carry no key).
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ from gateway.api.responses import json_response
 from gateway.errors import BodyTooLarge, StoreUnavailable
 from gateway.proxy import ChatCall
 from gateway.services import Services
-
-OPEN_ROUTES = ("/healthz", "/readyz", "/metrics")
-
 
 async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
@@ -40,8 +38,10 @@ async def _chat_call(request: Request) -> ChatCall:
     request_id = request.state.request_id = "req_" + uuid.uuid4().hex[:24]
     headers = request.headers
     identity = await services.authenticate(headers)
+    request.state.org = identity.org
     raw = await read_body(request, services.settings.max_body_bytes)
     body = parse_body(raw)
+    request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
     check_chat_body(body)
     return ChatCall(request_id, body, len(raw), identity, services.policy_for(identity),
                     parse_sieve_headers(headers), headers)

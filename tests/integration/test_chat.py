@@ -228,3 +228,11 @@ def test_dashboard_queries_only_use_live_metrics(gateway, upstream):
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     used = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"\b(sieve_\w+)", e)}
     assert used and used <= live, used - live
+
+
+def test_refused_requests_are_counted_by_outcome(gateway):
+    gateway.post("/v1/chat/completions", json={"model": "gpt-4o-mini", "messages": []})
+    gateway.post("/v1/chat/completions", content=b"{oops")
+    text = gateway.get("/metrics").text
+    assert 'sieve_requests_total{model="gpt-4o-mini",org="anonymous",outcome="client_error"} 1.0' in text
+    assert 'sieve_requests_total{model="other",org="anonymous",outcome="client_error"} 1.0' in text
