@@ -57,6 +57,20 @@ class BudgetGuard:
         """Tokens served during a store outage on this replica, not yet charged to ``org``."""
         return sum(tokens for limits, tokens, _ in self._unmetered if limits and limits[0].org == org)
 
+    async def budget_left(self, call: "ChatCall") -> float | None:
+        """Fraction (0..1) left of the caller's tightest budget, when the policy tightens
+        pruning as budgets run low; None otherwise (or when the store cannot tell)."""
+        if call.policy.tighten_below <= 0:
+            return None
+        limits = self._config.limits_for(call.identity)
+        if not limits:
+            return None
+        try:
+            statuses = await self._store.remaining(limits, time.time())
+        except StoreUnavailable:
+            return None
+        return min((s.remaining / s.limit.limit for s in statuses if s.limit.limit > 0), default=None)
+
     async def reserve(self, call: "ChatCall", prompt_tokens: int, body: Mapping[str, Any]) -> Hold | None:
         limits = self._config.limits_for(call.identity)
         if not limits:

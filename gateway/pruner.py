@@ -65,7 +65,9 @@ class Pruner:
         self._llm = llm
 
     async def prune(self, body: dict[str, Any], org: str, headers: SieveHeaders, policy: Policy,
-                    body_bytes: int) -> PruneOutcome:
+                    body_bytes: int, cap: int | None = None) -> PruneOutcome:
+        """``cap``, when given, is a cap Sieve itself imposes (a budget running low):
+        it replaces the request's target and is no client override."""
         overrides = headers.target_tokens or headers.strategy or headers.goal
         if overrides and not policy.allow_overrides:
             raise Forbidden(f"policy {policy.name!r} does not allow x-sieve-target-tokens, "
@@ -89,7 +91,7 @@ class Pruner:
         scorer_run = None
 
         def call(plan: FrozenPlan | None, scorer: Scorer, scores=None) -> PruneResult:
-            return prune(body, policy, scorer=scorer, counter=counter, state=plan, target=headers.target_tokens,
+            return prune(body, policy, scorer=scorer, counter=counter, state=plan, target=cap or headers.target_tokens,
                          strategy=headers.strategy, goal=goal, scores=scores)
 
         async def run(plan: FrozenPlan | None, scorer: Scorer, scores=None) -> PruneResult:

@@ -112,6 +112,8 @@ class PromptCache:
       default ``estimate_prompt_tokens([message])``; pass a real tokenizer's
       count for realistic figures); the prompt is their sum (so with the
       defaults it differs by rounding from the plain estimate).
+      Completion tokens count the reply's tool-call names and arguments too
+      (chars // 4), not only its text.
     - **What can hit**: the longest run of leading messages, with the same
       model and tools, whose bytes (JSON, sorted keys) equal those of an
       earlier request's leading messages, seen within ``ttl_s`` (a hit
@@ -379,8 +381,12 @@ class FakeUpstream:
         model = req.get("model", "fake-model")
         text = reply.content or ("" if reply.tool_calls else "ok")
         ct = max(1, len(text) // 4)
-        # The cache sees every answered request, even one whose usage is scripted.
-        simulated = self.prompt_cache.usage(req, ct) if self.prompt_cache is not None else None
+        simulated = None
+        if self.prompt_cache is not None:  # sees every answered request, even one with scripted usage
+            calls = _norm_tool_calls(reply.tool_calls) if reply.tool_calls else []
+            ct = max(1, (len(text) + sum(len(c["function"]["name"]) + len(c["function"]["arguments"])
+                                         for c in calls)) // 4)
+            simulated = self.prompt_cache.usage(req, ct)
         usage = reply.usage if reply.usage is not None else simulated
         if usage is None:
             pt = estimate_prompt_tokens(req.get("messages"))

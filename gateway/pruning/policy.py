@@ -6,6 +6,7 @@ see ``gateway.policies``); the pure pipeline only reads it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 STRATEGIES = ("none", "window", "relevance")
@@ -35,12 +36,14 @@ class Policy:
     goal_reminder_max_chars: int = 200
     allow_overrides: bool = True
     state_ttl_s: int = 6 * 3600
-    fail_open: bool = True
     audit_include_content: bool = False
     # Identity and budgets (enforced outside the pure pipeline).
     allow_anonymous: bool = False
     store_fail_open: bool = True
     default_max_completion_tokens: int = 4_096
+    # Below this fraction of a budget left, prune harder instead of running
+    # into the 429: the cap shrinks to 3/4, 1/2, then 1/4 of itself as the budget
+    # drains (steps, so decisions stay frozen within one). 0 disables it.
     tighten_below: float = 0.0
     # The cheap LLM scorer (gateway.scorers.llm). "local": the embedded scorer only;
     # "llm": the model scores every candidate; "hybrid": the local scorer picks the
@@ -65,9 +68,12 @@ class Policy:
         values.update({k: v for k, v in changes.items() if v is not None})
         return Policy(**values)
 
-    @property
-    def low_water_tokens(self) -> int:
-        return int(self.target_tokens * self.low_water_ratio)
+    def tightened_cap(self, cap: int, budget_left: float) -> int:
+        """The cap to prune to when ``budget_left`` (0..1) of the tightest budget remains."""
+        if self.tighten_below <= 0 or budget_left >= self.tighten_below:
+            return cap
+        step = max(1, min(3, math.ceil(4 * budget_left / self.tighten_below)))  # 3, 2 or 1 quarters
+        return max(1, cap * step // 4)
 
 
 POLICY_FIELDS = {f.name: f.type for f in fields(Policy)}
