@@ -42,7 +42,6 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -364,7 +363,8 @@ def evaluate(node: Node, samples: dict[str, list[tuple[dict[str, str], float]]])
     if node.kind == "num":
         return node.value
     if node.kind == "sel":
-        return {tuple(sorted(labels.items())): v for labels, v in samples.get(node.value, ()) if matches(labels, node.labels)}
+        return {tuple(sorted(labels.items())): v for labels, v in samples.get(node.value, ())
+                if matches(labels, node.labels)}
     if node.kind == "neg":
         return binary("*", -1.0, evaluate(node.args[0], samples))
     if node.kind == "call":

@@ -307,7 +307,9 @@ def test_llm_scorer_cost_is_counted_and_taken_off_the_saving(tmp_path, upstream)
                   "scorer_min_history_tokens": 0, "scorer_cost_check": False,
                   "scorer_batch_timeout_s": 5.0, "scorer_deadline_s": 10.0}
         (folder / "default.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in fields.items()))
-        with GatewayServer(Settings(upstream_base_url=upstream.base_url, policies_dir=folder)) as gw:
+        audit = tmp_path / "audit.jsonl"
+        with GatewayServer(Settings(upstream_base_url=upstream.base_url, policies_dir=folder,
+                                    audit_log=str(audit))) as gw:
             history = agent_history(24, output_lines=25)
             upstream.enqueue(Reply(content="done", usage=openai_usage(3000, 20)))
             before = scrape(gw)
@@ -325,6 +327,9 @@ def test_llm_scorer_cost_is_counted_and_taken_off_the_saving(tmp_path, upstream)
         bill(ANTHROPIC_MODEL, 3000 + original - forwarded, 20), rel=1e-12)
     assert d.net(ANTHROPIC_MODEL) == pytest.approx(
         (original - forwarded) * rates(ANTHROPIC_MODEL)["input"] - expected_scorer, rel=1e-9)
+    (line,) = [json.loads(raw) for raw in audit.read_bytes().splitlines()]
+    assert line["cost"]["scorer_usd"] == pytest.approx(expected_scorer, rel=1e-12)
+    assert line["timings"]["scorer_ms"] > 0  # the scoring round's own time
 
 
 # -- no price, no guess -------------------------------------------------------

@@ -182,7 +182,8 @@ def test_server_reports_simulated_usage_stream_and_not(client, upstream):
         chunks = list(client.chat.completions.create(
             model="gpt-4o-mini", messages=msgs + [{"role": "user", "content": "more"}], stream=True,
             stream_options={"include_usage": True}))
-        assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 1024 + (r1.usage.prompt_tokens - 1024) // 128 * 128
+        expected = 1024 + (r1.usage.prompt_tokens - 1024) // 128 * 128
+        assert chunks[-1].usage.prompt_tokens_details.cached_tokens == expected
         upstream.clear()  # forgets cached prefixes too
         r = client.chat.completions.create(model="gpt-4o-mini", messages=msgs)
         assert r.usage.prompt_tokens_details.cached_tokens == 0
