@@ -87,7 +87,7 @@ class Accountant:
             if not savings.priced:
                 log.info("model %s has no price: savings not counted in dollars", record.call.body["model"])
         label = record.outcome_label or _outcome(record, ok)
-        counts = result.action_counts()
+        counts = result.unit_action_counts(record.call.body["messages"])
         overhead_s = record.finished_at - record.call.started - record.upstream_s
         record_request(
             self._metrics, bounds=self._bounds, org=record.call.identity.org, model=record.call.body["model"],

@@ -97,6 +97,7 @@ class Services:
         prices = PriceBook.from_litellm(settings.prices)
         accountant = Accountant(metrics, bounds, prices, budgets, audit)
         counters = TokenCounters()
+        counters.warm()  # load the encodings now, not on the first request
         llm = LLMScorer(session=session, cache=scores, metrics=metrics, prices=prices, counters=counters,
                         api_key=settings.scorer_api_key)
         pruner = Pruner(counters, LocalScorer(), conversations, metrics, llm=llm)

@@ -66,9 +66,27 @@ class PruneResult:
         return self.original_tokens - self.forwarded_tokens
 
     def action_counts(self) -> dict[str, int]:
+        """Per original message."""
         counts = {"kept": 0, "masked": 0, "dropped": 0}
         for a in self.message_actions:
             counts[a] += 1
+        return counts
+
+    def unit_action_counts(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Per unit of ``messages`` (the original ones): a tool call and its results
+        count once, as dropped if dropped, masked if any result was masked."""
+        counts = {"kept": 0, "masked": 0, "dropped": 0}
+        current = None
+        for m, action in zip(messages, self.message_actions):
+            if m.get("role") in ("tool", "function") and current is not None:
+                if action == "masked" and current == "kept":
+                    current = "masked"
+                continue
+            if current is not None:
+                counts[current] += 1
+            current = action
+        if current is not None:
+            counts[current] += 1
         return counts
 
     def report(self) -> dict[str, Any]:

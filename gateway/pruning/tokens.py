@@ -91,6 +91,11 @@ class TokenCounters:
         self._by_encoding: dict[str, TokenCounter] = {}
         self._cache_size = cache_size
 
+    def warm(self) -> None:
+        """Load both encodings up front (a few hundred ms, once per process)."""
+        self.for_model("gpt-4o").count_text("warm")
+        self.for_model("other").count_text("warm")
+
     def for_model(self, model: str) -> TokenCounter:
         name = encoding_name_for(model)
         counter = self._by_encoding.get(name)

@@ -22,6 +22,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
+
+from gateway.pruning.conversation import build_conversation
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.pruning.tokens import TokenCounters
@@ -198,7 +200,8 @@ def test_stateless_prune_saves_the_removed_tokens_at_input_price(gateway, upstre
     assert d("sieve_requests_total", org=ORG, model=model, outcome="pruned") == 1
     changed = d("sieve_units_total", org=ORG, action="masked") + d("sieve_units_total", org=ORG, action="dropped")
     assert changed > 0
-    assert changed + d("sieve_units_total", org=ORG, action="kept") == len(history)
+    units = build_conversation(history, lambda m: 0).units  # a tool call and its results: one unit
+    assert changed + d("sieve_units_total", org=ORG, action="kept") == len(units)
 
 
 # -- pruning that breaks a cached prefix costs more than it saves -------------

@@ -157,3 +157,12 @@ def test_pinned_exceeding_target_still_valid(strategy):
     result = run(history, target=500, strategy=strategy)
     assert result.request["messages"][0] == history[0]
     assert structural_problems(result.request["messages"]) == []
+
+
+def test_unit_counts_count_a_chain_once():
+    history = agent_history(12, output_lines=60)
+    result = run(history, target=3000)
+    units = result.unit_action_counts(history)
+    conv = build_conversation(history, COUNTER.count_message)
+    assert sum(units.values()) == len(conv.units)
+    assert units["masked"] >= 1 and units["dropped"] >= 1
