@@ -173,13 +173,19 @@ class Settings:
         return self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
 
 
-def litellm_tokenizer_dir() -> Path | None:
-    """The folder of tiktoken encodings that litellm ships, found without importing it."""
+def litellm_package_dir() -> Path | None:
+    """litellm's installed package folder, found without importing it."""
     spec = importlib.util.find_spec("litellm")
     if spec is None or not spec.submodule_search_locations:
         return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
-    return folder if folder.is_dir() else None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def litellm_tokenizer_dir() -> Path | None:
+    """The folder of tiktoken encodings that litellm ships."""
+    package = litellm_package_dir()
+    folder = package / "litellm_core_utils" / "tokenizers" if package else None
+    return folder if folder is not None and folder.is_dir() else None
 
 
 def prepare_offline_environment(environ: Any = None) -> None:

@@ -35,6 +35,9 @@ Pricing rules (the same as litellm's own cost calculation):
 
 from __future__ import annotations
 
+import functools
+import json
+
 import math
 import re
 from dataclasses import dataclass, replace
@@ -118,7 +121,7 @@ class PriceBook:
 
     @classmethod
     def from_litellm(cls, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> "PriceBook":
-        """Built from litellm's bundled price map (slow the first time: imports litellm)."""
+        """Built from litellm's bundled price map (read once per process)."""
         return cls(load_litellm_model_cost(), overrides)
 
     def lookup(self, model: str) -> Price | None:
@@ -164,14 +167,29 @@ def price_usage(price: Price, usage: Usage) -> Cost:
     )
 
 
+@functools.lru_cache(maxsize=1)
 def load_litellm_model_cost() -> Mapping[str, Mapping[str, Any]]:
-    """litellm's price map, offline. Import cost is paid once per process."""
-    from gateway.settings import prepare_offline_environment
+    """litellm's offline price map, read from the JSON file litellm ships, without
+    importing litellm: the import costs seconds and leaves ~1M objects behind that
+    every full garbage collection would then walk on the request path.
 
-    prepare_offline_environment()
-    import litellm  # deferred: seconds to import, and only needed for its map
+    Entries with ``alias_of`` take their target's fields (as litellm resolves them).
+    """
+    from gateway.settings import litellm_package_dir
 
-    return litellm.model_cost
+    folder = litellm_package_dir()
+    if folder is None:
+        return {}
+    raw = json.loads((folder / "model_prices_and_context_window_backup.json").read_text())
+    costs: dict[str, Mapping[str, Any]] = {}
+    for name, entry in raw.items():
+        if not isinstance(entry, dict) or name in ("sample_spec", "fallback_generalizations"):
+            continue
+        target = raw.get(entry.get("alias_of", "")) if "alias_of" in entry else None
+        if isinstance(target, dict):
+            entry = {**target, **{k: v for k, v in entry.items() if k != "alias_of"}}
+        costs[name] = entry
+    return costs
 
 
 def _same_provider(prefix: str, provider: Any) -> bool:

@@ -308,11 +308,16 @@ def test_small_history_or_no_saving_skips_the_model(policy_gateway, upstream, mo
 
 def test_frozen_requests_never_reach_the_model(policy_gateway, upstream, model):
     gw, policy = policy_gateway()
-    send(gw, **{"x-sieve-conversation-id": "c1"})
+    turn = [{"role": "assistant", "content": "Hotel A."}, {"role": "user", "content": "Thanks."}]
+    send(gw, **{"x-sieve-conversation-id": "c1"})                      # first sight: pruned to the cap
+    longer = {"model": MODEL, "messages": BODY["messages"] + turn}
+    send(gw, longer, **{"x-sieve-conversation-id": "c1"})              # over the cap: an epoch, to low water
     asked = len(model.requests)
-    body = {"model": MODEL, "messages": BODY["messages"] + [{"role": "assistant", "content": "Hotel A."},
-                                                              {"role": "user", "content": "Thanks."}]}
-    send(gw, body, target=TARGET + 200, **{"x-sieve-conversation-id": "c1"})
+    longest = {"model": MODEL, "messages": BODY["messages"] + turn + turn}
+    r = gw.post("/v1/prune", json=longest, headers={"authorization": "Bearer sk-test",
+                                                    "x-sieve-target-tokens": str(TARGET),
+                                                    "x-sieve-conversation-id": "c1"})
+    assert r.json()["report"]["mode"] == "frozen"
     assert len(model.requests) == asked
 
 
