@@ -8,8 +8,9 @@
     if cost is None:
         ...  # unpriced: count it, never guess
 
-Build the book once (at start-up, off the request path: importing litellm
-takes seconds); lookups and costs are then plain dict reads.
+Build the book once, at start-up (the map is read from the JSON file litellm
+ships, litellm itself is not imported); lookups and costs are then plain dict
+reads.
 
 Lookup order for a model name, first hit wins:
 
