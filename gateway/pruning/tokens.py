@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 import tiktoken
 
 from gateway.pruning.messages import message_token_text
+from gateway.settings import prepare_offline_environment
 
 PER_MESSAGE_OVERHEAD = 4
 
@@ -59,9 +60,11 @@ class TokenCounter:
     def _encoder(cls, name: str) -> Callable[[str], list[int]]:
         enc = cls._encoders.get(name)
         if enc is None:
+            # Never download: point tiktoken at the files litellm ships first.
+            prepare_offline_environment()
             encoding = tiktoken.get_encoding(name)
             # Special-token text inside user content must count as plain text.
-            enc = lambda text, _e=encoding: _e.encode(text, disallowed_special=())  # noqa: E731
+            enc = encoding.encode_ordinary
             cls._encoders[name] = enc
         return enc
 
