@@ -19,10 +19,12 @@ class Policy:
     name: str = "default"
     strategy: str = "relevance"
     # Cap on the forwarded messages when the request names none. It is the
-    # high-water mark: an epoch prunes down to low_water_ratio of it.
+    # high-water mark: an epoch prunes down to the system prompt plus
+    # low_water_ratio of the rest, so the next turns share a cached prefix.
     target_tokens: int = 24_000
     low_water_ratio: float = 0.6
-    # Below both minimums nothing is pruned: scoring costs more than it saves.
+    # Below either minimum nothing is pruned (unless the request names a target):
+    # on short requests pruning costs more than it saves.
     min_prompt_tokens: int = 4_000
     min_messages: int = 12
     protect_last_units: int = 4
