@@ -13,8 +13,9 @@ import gc
 from typing import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 
-from gateway.api.responses import handle_sieve_error, handle_unexpected
+from gateway.api.responses import handle_http_error, handle_sieve_error, handle_unexpected
 from gateway.api.routes import ROUTES
 from gateway.errors import SieveError
 from gateway.services import Services
@@ -39,5 +40,6 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> Starlette:
     return Starlette(
         routes=ROUTES,
         lifespan=lifespan,
-        exception_handlers={SieveError: handle_sieve_error, Exception: handle_unexpected},
+        exception_handlers={SieveError: handle_sieve_error, HTTPException: handle_http_error,
+                            Exception: handle_unexpected},
     )

@@ -34,6 +34,16 @@ async def handle_sieve_error(request: Request, exc: Exception) -> Response:
     return error_response(exc, getattr(request.state, "request_id", None))
 
 
+async def handle_http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 and friends, in OpenAI's error shape."""
+    status = getattr(exc, "status_code", 500)
+    detail = getattr(exc, "detail", "") or "error"
+    message = (f"no route {request.method} {request.url.path}" if status in (404, 405) else str(detail))
+    body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
+                      "code": "not_found" if status == 404 else "method_not_allowed" if status == 405 else None}}
+    return json_response(body, status, getattr(exc, "headers", None))
+
+
 async def handle_unexpected(request: Request, exc: Exception) -> Response:
     """Last resort: a bug must still answer in OpenAI's shape, without a traceback."""
     request_id = getattr(request.state, "request_id", None)

@@ -236,3 +236,10 @@ def test_refused_requests_are_counted_by_outcome(gateway):
     text = gateway.get("/metrics").text
     assert 'sieve_requests_total{model="gpt-4o-mini",org="anonymous",outcome="client_error"} 1.0' in text
     assert 'sieve_requests_total{model="other",org="anonymous",outcome="client_error"} 1.0' in text
+
+
+def test_unknown_route_and_method_are_openai_shaped(gateway):
+    r = gateway.get("/v1/nope")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = gateway.get("/v1/chat/completions")
+    assert r.status_code == 405 and "GET /v1/chat/completions" in r.json()["error"]["message"]
