@@ -31,6 +31,7 @@ from gateway.pruning.policy import Policy
 from gateway.pruning.scoring import Scorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
+from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import Metrics
 
@@ -49,20 +50,23 @@ class PruneOutcome:
     prune_s: float
     failed: str | None = None                 # fail-open reason, if any
     scorer: ScorerRun | None = None           # the LLM scoring round, when one ran
+    summary: SummaryRun | None = None         # summaries written for omitted spans
 
     @property
     def scorer_usd(self) -> float:
-        return self.scorer.usd if self.scorer is not None else 0.0
+        return (self.scorer.usd if self.scorer is not None else 0.0) + \
+            (self.summary.usd if self.summary is not None else 0.0)
 
 
 class Pruner:
     def __init__(self, counters: TokenCounters, scorer: Scorer, store: ConversationStore,
-                 metrics: Metrics, llm: LLMScorer | None = None) -> None:
+                 metrics: Metrics, llm: LLMScorer | None = None, summarizer: Summarizer | None = None) -> None:
         self._counters = counters
         self._scorer = scorer
         self._store = store
         self._metrics = metrics
         self._llm = llm
+        self._summarizer = summarizer
 
     async def prune(self, body: dict[str, Any], org: str, headers: SieveHeaders, policy: Policy,
                     body_bytes: int, cap: int | None = None) -> PruneOutcome:
@@ -113,6 +117,13 @@ class Pruner:
             self._metrics.fail_open.labels(reason="pruning_error").inc()
             result = prune(body, policy, scorer=self._scorer, counter=counter, strategy="none")
             failed = "pruning_error"
+        summary_run = None
+        if policy.summaries and self._summarizer is not None and result.mode in ("epoch", "stateless"):
+            try:
+                summary_run = await self._summarizer.summarize(
+                    result, body["messages"], goal or _first_user_text(body), policy, counter, result.state.cap)
+            except Exception as exc:  # noqa: BLE001 - the plain markers stand
+                log.exception("summaries failed; keeping the plain markers: %s", exc)
         prune_s = time.perf_counter() - t0
         self._metrics.prune_seconds.observe(prune_s)
         if failed != "state_store":
@@ -121,7 +132,7 @@ class Pruner:
             except Exception as exc:  # noqa: BLE001
                 self._metrics.fail_open.labels(reason="state_store").inc()
                 log.warning("state store unavailable (%s): decisions of this request not saved", exc)
-        return PruneOutcome(result, key, previous, prune_s, failed, scorer_run)
+        return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run)
 
     async def _score_with_llm(self, capture: CapturingScorer, policy: Policy, model: str,
                               first: PruneResult) -> ScorerRun | None:
@@ -148,6 +159,13 @@ def conversation_key(org: str, body: Mapping[str, Any], conversation_id: str | N
         if message.get("role") == "user":
             break
     return "conv:" + h.hexdigest()
+
+
+def _first_user_text(body: Mapping[str, Any]) -> str:
+    for message in body.get("messages") or ():
+        if message.get("role") == "user" and isinstance(message.get("content"), str):
+            return message["content"]
+    return ""
 
 
 def _metadata_goal(body: Mapping[str, Any]) -> str | None:

@@ -29,6 +29,7 @@ from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.proxy import ChatProxy
 from gateway.scorers.llm import LLMScorer
+from gateway.scorers.summaries import Summarizer
 from gateway.settings import Settings
 from gateway.state.memory import MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore, MemoryScoreCache
 from gateway.telemetry.audit import AuditLog
@@ -100,7 +101,8 @@ class Services:
         counters.warm()  # load the encodings now, not on the first request
         llm = LLMScorer(session=session, cache=scores, metrics=metrics, prices=prices, counters=counters,
                         api_key=settings.scorer_api_key)
-        pruner = Pruner(counters, LocalScorer(), conversations, metrics, llm=llm)
+        pruner = Pruner(counters, LocalScorer(), conversations, metrics, llm=llm,
+                        summarizer=Summarizer(llm, prices, metrics))
         proxy = ChatProxy(router=router, pruner=pruner,
                           openai=OpenAICompatibleUpstream(session, settings.upstream_timeout_s,
                                                           settings.upstream_connect_timeout_s),

@@ -58,6 +58,20 @@ def dropped_marker() -> dict[str, Any]:
     return {"role": "user", "content": DROPPED_MARKER}
 
 
+SUMMARY_PREFIX = "[sieve: summary of omitted messages]"
+
+
+def is_marker(message: Mapping[str, Any]) -> bool:
+    """An omission marker, or the summary that replaced one."""
+    content = message.get("content")
+    return message.get("role") == "user" and isinstance(content, str) and (
+        content == DROPPED_MARKER or content.startswith(SUMMARY_PREFIX))
+
+
+def summary_message(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": f"{SUMMARY_PREFIX}\n{text.strip()}"}
+
+
 def goal_reminder(goal: str, max_chars: int) -> dict[str, Any]:
     text = " ".join(goal.split())
     if len(text) > max_chars:

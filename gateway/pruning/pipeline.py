@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gateway.pruning import selection as sel
-from gateway.pruning.compression import MASKED_PREFIX, dropped_marker, goal_reminder, is_maskable, masked_message
+from gateway.pruning.compression import (MASKED_PREFIX, dropped_marker, goal_reminder, is_maskable, is_marker,
+                                         masked_message)
 from gateway.pruning.conversation import KIND_SYSTEM, KIND_USER, Conversation, build_conversation
 from gateway.pruning.frozen import DROP, MASK, FrozenPlan
 from gateway.pruning.messages import fingerprint
@@ -173,7 +174,8 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
     plan_epoch = (state.epoch + 1) if (state is not None and continuing) else 1
     boundary = state.decided if usable else 0
     result = _decide(body, conv, policy, scorer, counter, strategy, budget, high_water,
-                     _forced_unit_actions(conv, prior), scores, plan_epoch, boundary)
+                     _forced_unit_actions(conv, prior), scores, plan_epoch, boundary,
+                     state.inserts if usable else ())
     result.mode = "epoch" if continuing else "stateless"
     result.state.cap = high_water
     result.target_tokens = target
@@ -183,7 +185,8 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
 
 def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: TokenCounter,
             strategy: str, budget: int, cap: int, forced: dict[int, str],
-            scores: Mapping[int, UnitScore] | None, epoch: int, boundary: int = 0) -> PruneResult:
+            scores: Mapping[int, UnitScore] | None, epoch: int, boundary: int = 0,
+            prior_inserts: Sequence[tuple[int, dict[str, Any]]] = ()) -> PruneResult:
     units = conv.units
     last = len(units) - 1
     hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last}
@@ -215,7 +218,8 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     pinned = hard_pins | set(soft_pins) | hard | locked_keep
     pinned_tokens = sum(units[i].tokens for i in pinned) + sum(masked_cost[i] for i in locked_mask)
     reminder = _reminder(conv, policy)
-    reserve = MARKER_RESERVE + (counter.count_message(reminder) if reminder else 0)
+    reserve = MARKER_RESERVE + (counter.count_message(reminder) if reminder else 0) + \
+        (policy.summary_max_tokens if policy.summaries else 0)  # room for the summary written later
     rules = sel.SelectionRules(budget - pinned_tokens - reserve, policy.keep_threshold,
                                policy.compress_threshold, policy.fill_budget and strategy != "window",
                                policy.mask_tool_outputs, policy.mask_min_tokens)
@@ -235,12 +239,15 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         release = sorted(soft_pins) + sorted(hard - hard_pins)
         sel.shrink_to_fit(conv, actions, release, masked_cost, excess)
 
-    forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch)
+    marker_args = (prior_inserts, boundary, settled is not None, policy.summaries)
+    forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch,
+                                         _markers(conv, actions, *marker_args))
     fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     if fwd_tokens > cap and attainable:  # markers cost more than reserved, or pins alone are over
         order = sorted(candidates, key=lambda i: (unit_scores[i].score, unit_scores[i].relevance, i))
         sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - cap)
-        forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch)
+        forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch,
+                                             _markers(conv, actions, *marker_args))
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     check_no_new_problems(conv.messages, forwarded)
 
@@ -301,18 +308,43 @@ def _window(conv: Conversation, policy: Policy) -> list[int]:
     return [i for i in range(start, n) if conv.units[i].kind != KIND_SYSTEM]
 
 
+def _markers(conv: Conversation, actions: dict[int, str], prior: Sequence[tuple[int, dict[str, Any]]],
+             boundary: int, locked: bool, per_epoch: bool) -> dict[int, dict[str, Any]]:
+    """Where the omission markers go, by original message index.
+
+    One marker before the first dropped unit. When the decided prefix was kept as
+    it was (an append-only epoch), its markers (or the summaries that replaced
+    them) stay byte for byte; the newly decided region gets a marker of its own
+    only if it drops something and there is none yet, or ``per_epoch`` (each
+    epoch's omitted span then gets its own summary).
+    """
+    prior_markers = {pos: m for pos, m in prior if is_marker(m)}
+    dropped = [u.start for u in conv.units if actions.get(u.index) == sel.DROP]
+    if not dropped:
+        return {}
+    if not locked:
+        first = dropped[0]
+        return {first: prior_markers.get(first) or dropped_marker()}
+    markers = {pos: m for pos, m in prior_markers.items() if pos < boundary}
+    new = [pos for pos in dropped if pos >= boundary]
+    if new and (per_epoch or not markers):
+        markers[new[0]] = dropped_marker()
+    if not markers:  # an old drop without its marker (a state written by an older version)
+        markers[dropped[0]] = dropped_marker()
+    return markers
+
+
 def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: list[int],
-              masked_forms: Mapping[int, dict[str, Any]], epoch: int) -> tuple[list[dict], list[int], FrozenPlan]:
+              masked_forms: Mapping[int, dict[str, Any]], epoch: int,
+              markers: Mapping[int, dict[str, Any]]) -> tuple[list[dict], list[int], FrozenPlan]:
     out: list[dict[str, Any]] = []
     sources: list[int] = []
     plan = FrozenPlan(list(conv.fingerprints), decided=len(conv.messages), epoch=epoch)
-    dropped_units = [u for u in conv.units if actions.get(u.index) == sel.DROP]
-    marker_at = dropped_units[0].start if dropped_units else None
-    removed = bool(dropped_units) or any(a == sel.MASK for a in actions.values())
+    removed = bool(markers) or any(a == sel.MASK for a in actions.values())
     reminder_at = conv.units[window[0]].start if (reminder and removed and window) else None
     for u in conv.units:
-        if u.start == marker_at:
-            marker = dropped_marker()
+        marker = markers.get(u.start)
+        if marker is not None:
             out.append(marker), sources.append(-1), plan.inserts.append((u.start, marker))
         if u.start == reminder_at:
             out.append(reminder), sources.append(-1), plan.inserts.append((u.start, reminder))

@@ -64,6 +64,11 @@ class Policy:
     scorer_max_unit_chars: int = 1_000      # longer units are cut to a head and a tail
     scorer_context_chars: int = 1_200       # recent window shown to the model, not scored
     hybrid_top_k: int = 48
+    # When an epoch omits a span, the scorer model writes one structured summary
+    # of it (goal, decisions, constraints, key tool results with exact ids, open
+    # questions) that stands in the marker's place, frozen like every decision.
+    summaries: bool = False
+    summary_max_tokens: int = 300
 
     def with_overrides(self, **changes) -> "Policy":
         values = {f.name: getattr(self, f.name) for f in fields(self)}
