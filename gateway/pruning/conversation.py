@@ -59,6 +59,7 @@ class Conversation:
     current_request: str        # the newest user message: the current step
     last_user_unit: int | None
     problems: list[str] = field(default_factory=list)
+    goal_explicit: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -106,7 +107,8 @@ def build_conversation(
     goal_units, goal_text = _locate_goal(msgs, units, explicit_goal)
     last_user = next((u.index for u in reversed(units) if u.kind == KIND_USER), None)
     current = content_text(msgs[units[last_user].start].get("content")) if last_user is not None else ""
-    return Conversation(msgs, toks, fps, units, goal_units, goal_text, current, last_user, problems)
+    return Conversation(msgs, toks, fps, units, goal_units, goal_text, current, last_user, problems,
+                        goal_explicit=bool(explicit_goal))
 
 
 def _chain_end(msgs: list[Mapping[str, Any]], i: int, problems: list[str]) -> int:

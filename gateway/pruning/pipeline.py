@@ -407,10 +407,12 @@ def _forced_unit_actions(conv: Conversation, prior: Mapping[int, str]) -> dict[i
 
 
 def _reminder(conv: Conversation, policy: Policy) -> dict[str, Any] | None:
+    """A one-line task reminder: the explicit goal, else the task-defining first user
+    message (the system prompt is long and stays at the top anyway)."""
     if not policy.goal_reminder:
         return None
     first_user = next((u for u in conv.units if u.kind == KIND_USER), None)
-    text = conv.goal_text if conv.goal_text and first_user is None else (first_user.text if first_user else "")
+    text = conv.goal_text if conv.goal_explicit else (first_user.text if first_user else "")
     return goal_reminder(text, policy.goal_reminder_max_chars) if text.strip() else None
 
 

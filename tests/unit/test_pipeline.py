@@ -166,3 +166,15 @@ def test_unit_counts_count_a_chain_once():
     conv = build_conversation(history, COUNTER.count_message)
     assert sum(units.values()) == len(conv.units)
     assert units["masked"] >= 1 and units["dropped"] >= 1
+
+
+def test_goal_reminder_near_the_end_when_anything_was_removed():
+    history = agent_history(20)
+    policy = Policy(goal_reminder=True)
+    result = run(history, target=3000, policy=policy, goal="Exchange the lamp; never refund to a gift card.")
+    sent = result.request["messages"]
+    reminders = [i for i, m in enumerate(sent) if str(m.get("content")).startswith("[sieve: task reminder]")]
+    assert len(reminders) == 1 and "never refund" in sent[reminders[0]]["content"]
+    assert reminders[0] >= len(sent) - 8 and structural_problems(sent) == []
+    assert not any(str(m.get("content")).startswith("[sieve: task reminder]")
+                   for m in run(history[:4], policy=policy).request["messages"])
