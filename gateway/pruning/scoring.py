@@ -28,6 +28,8 @@ cached per text and per token (``text_features.analyse``).
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import re
 from collections import Counter, OrderedDict
@@ -96,14 +98,16 @@ class LocalScorer:
     def features(self, text: str) -> _Features:
         feats = self._cache.get(text)
         if feats is not None:
-            self._cache.move_to_end(text)
+            with contextlib.suppress(KeyError):  # evicted meanwhile by another thread
+                self._cache.move_to_end(text)
             return feats
         info = tf.analyse(text)
         feats = _Features(info.counts, info.length, info.entities, info.constraint, info.error,
                           tf.speaker(text))
         self._cache[text] = feats
         if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+            with contextlib.suppress(KeyError):
+                self._cache.popitem(last=False)
         return feats
 
     def score(self, conversation: Conversation, candidates: Sequence[int],

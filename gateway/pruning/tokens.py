@@ -17,6 +17,8 @@ with the older, more common cl100k_base never sees the cap exceeded.
 
 from __future__ import annotations
 
+import contextlib
+
 from collections import OrderedDict
 from typing import Any, Callable, Mapping
 
@@ -72,12 +74,14 @@ class TokenCounter:
         cache = self._cache
         n = cache.get(text)
         if n is not None:
-            cache.move_to_end(text)
+            with contextlib.suppress(KeyError):  # evicted meanwhile by another thread
+                cache.move_to_end(text)
             return n
         n = self._encode_len(text) if text else 0
         cache[text] = n
         if len(cache) > self._cache_size:
-            cache.popitem(last=False)
+            with contextlib.suppress(KeyError):
+                cache.popitem(last=False)
         return n
 
     def count_message(self, message: Mapping[str, Any]) -> int:
