@@ -1,0 +1,88 @@
+"""What one prune decided: the request to forward, and the report of every decision.
+
+Typed numbers only; ratios and dollars are derived where they are shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from gateway.pruning.frozen import FrozenPlan
+from gateway.pruning.scoring import UnitScore
+
+
+@dataclass(slots=True)
+class PruneResult:
+    request: dict[str, Any]
+    mode: str
+    strategy: str
+    original_tokens: int
+    forwarded_tokens: int
+    target_tokens: int | None
+    message_actions: list[str]          # per original message: kept | masked | dropped
+    message_scores: list[UnitScore | None]
+    state: FrozenPlan
+    problems: list[str] = field(default_factory=list)
+    goal_source: str = "derived"
+    scored_units: int = 0
+    epoch: int = 0
+    message_tokens: list[int] = field(default_factory=list)  # per original message
+
+    @property
+    def changed(self) -> bool:
+        """True when the forwarded messages differ from the original ones."""
+        return self.request.get("messages") is not None and (
+            any(a != "kept" for a in self.message_actions)
+            or len(self.request["messages"]) != len(self.message_actions))
+
+    @property
+    def saved_tokens(self) -> int:
+        return self.original_tokens - self.forwarded_tokens
+
+    def action_counts(self) -> dict[str, int]:
+        """Per original message."""
+        counts = {"kept": 0, "masked": 0, "dropped": 0}
+        for a in self.message_actions:
+            counts[a] += 1
+        return counts
+
+    def unit_action_counts(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Per unit of ``messages`` (the original ones): a tool call and its results
+        count once, as dropped if dropped, masked if any result was masked."""
+        counts = {"kept": 0, "masked": 0, "dropped": 0}
+        current = None
+        for m, action in zip(messages, self.message_actions):
+            if m.get("role") in ("tool", "function") and current is not None:
+                if action == "masked" and current == "kept":
+                    current = "masked"
+                continue
+            if current is not None:
+                counts[current] += 1
+            current = action
+        if current is not None:
+            counts[current] += 1
+        return counts
+
+    def report(self) -> dict[str, Any]:
+        messages = []
+        for i, action in enumerate(self.message_actions):
+            s = self.message_scores[i]
+            if s is not None:
+                messages.append({"index": i, "action": action, "score": s.score, "reason": s.reason})
+            else:
+                messages.append({"index": i, "action": action, "score": None, "reason": _mode_reason(self.mode, action)})
+        return {
+            "mode": self.mode, "strategy": self.strategy, "epoch": self.epoch,
+            "original_tokens": self.original_tokens, "forwarded_tokens": self.forwarded_tokens,
+            "saved_tokens": self.saved_tokens, "target_tokens": self.target_tokens,
+            "messages_in": len(self.message_actions), "messages_out": len(self.request.get("messages", [])),
+            "actions": self.action_counts(), "scored_units": self.scored_units,
+            "goal_source": self.goal_source, "problems": self.problems, "messages": messages,
+        }
+
+
+def _mode_reason(mode: str, action: str) -> str:
+    if mode in ("none", "under"):
+        return "below the pruning trigger" if mode == "under" else "strategy none"
+    return f"{action} by an earlier epoch (frozen)" if action != "kept" else "kept (frozen prefix)"
