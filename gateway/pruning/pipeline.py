@@ -126,8 +126,10 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     masked_forms = _masked_forms(conv) if policy.mask_tool_outputs else {}
     masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
                    if u.tool_result_tokens and policy.mask_tool_outputs}
-    settled = _settled_prefix(conv, boundary, forced, masked_cost, hard_pins | set(window), budget)
-    if settled is not None:
+    protected = hard_pins | set(window)
+    room = budget - sum(units[i].tokens for i in protected) - MARKER_RESERVE
+    settled, settled_end = _settled_prefix(conv, boundary, forced, masked_cost, protected, room)
+    if settled:
         # Append-only epoch: the decided prefix stays exactly as forwarded before
         # (the provider's cache keeps it); only the newer units are decided now.
         for i, act in settled.items():
@@ -169,7 +171,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         release = sorted(soft_pins) + sorted(hard - hard_pins)
         sel.shrink_to_fit(conv, actions, release, masked_cost, excess)
 
-    marker_args = (prior_inserts, boundary, settled is not None, policy.summaries)
+    marker_args = (prior_inserts, settled_end, bool(settled), policy.summaries)
     forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch,
                                          _markers(conv, actions, *marker_args))
     fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
@@ -200,22 +202,34 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
 
 
 def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, str],
-                    masked_cost: Mapping[int, int], protected: set[int], budget: int) -> dict[int, str] | None:
-    """The previous epoch's decisions on the units before ``boundary``, if keeping
-    them as they are still leaves room for the protected units within ``budget``."""
-    if boundary <= 0:
-        return None
+                    masked_cost: Mapping[int, int], protected: set[int], room: int) -> tuple[dict[int, str], int]:
+    """The longest prefix of the previously decided units whose decisions can stay
+    exactly as they were within ``room`` tokens (what the protected units leave).
+
+    The provider has that prefix cached: everything before the first changed
+    message is read from cache, everything after it is written again. So an
+    epoch keeps as much of the old prefix as the budget allows and decides
+    anew only after it. Returns the settled unit actions and the index of the
+    first original message after the settled prefix.
+    """
     settled: dict[int, str] = {}
-    tokens = sum(conv.units[i].tokens for i in protected) + MARKER_RESERVE
+    end = 0
+    if boundary <= 0:
+        return settled, end
     for u in conv.units:
         if u.stop > boundary:
             break
-        if u.index in protected:
+        if u.index in protected:  # the system prompt and the goal: kept as before anyway
+            end = u.stop
             continue
         act = forced.get(u.index, sel.KEEP)
+        cost = u.tokens if act == sel.KEEP else masked_cost.get(u.index, 0) if act == sel.MASK else 0
+        if cost > room:
+            break
+        room -= cost
         settled[u.index] = act
-        tokens += u.tokens if act == sel.KEEP else masked_cost.get(u.index, 0) if act == sel.MASK else 0
-    return settled if tokens <= budget else None
+        end = u.stop
+    return settled, end
 
 
 def _low_water(conv: Conversation, high_water: int, ratio: float) -> int:
