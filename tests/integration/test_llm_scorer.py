@@ -357,23 +357,25 @@ def agent_loop(gw: GatewayServer, steps: int = 20) -> list[dict]:
 
 def test_agent_loop_scores_each_unit_once(policy_gateway, upstream, model):
     """20 tool-calling steps with one task: every scoring call asks only about units no
-    earlier call asked about (the cache and the frozen prefix), and without the cache
-    some units are asked about again."""
+    earlier call asked about (the score cache, and epochs that keep the old prefix)."""
     shared = dict(protect_active_chain=False, protect_last_units=4, scorer_batch_size=4)
     gw, _ = policy_gateway(**shared)
-    agent_loop(gw)
+    messages = agent_loop(gw)
     asked = [i for b in model.batches() for i in b]
     assert asked and len(asked) == len(set(asked)), asked
-    cached_requests = len(model.requests)
-
+    print(f"\nagent loop, 20 steps: {len(model.requests)} scorer calls / {len(asked)} units")
+    # The same history as a new conversation (a fresh decision): the cache answers it all.
     model.clear()
-    gw2, _ = policy_gateway(**shared, scorer_cache_ttl_s=0)
-    agent_loop(gw2)
-    uncached = [i for b in model.batches() for i in b]
-    assert len(uncached) > len(set(uncached))             # re-asked without the cache
-    assert len(model.requests) > cached_requests
-    print(f"\nagent loop, 20 steps: {cached_requests} scorer calls / {len(asked)} units with the cache, "
-          f"{len(model.requests)} calls / {len(uncached)} units without")
+    send(gw, {"model": MODEL, "messages": messages}, target=2500, **{"x-sieve-conversation-id": "fresh"})
+    assert model.requests == []
+
+
+def test_without_the_cache_a_fresh_decision_asks_again(policy_gateway, upstream, model):
+    gw, _ = policy_gateway(protect_active_chain=False, scorer_batch_size=4, scorer_cache_ttl_s=0)
+    messages = agent_loop(gw, steps=8)
+    model.clear()
+    send(gw, {"model": MODEL, "messages": messages}, target=2500, **{"x-sieve-conversation-id": "fresh"})
+    assert model.requests
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # litellm's pydantic models warn on import
