@@ -54,9 +54,11 @@ def prune(
     minimum-size triggers; ``scores`` are precomputed unit scores (an async scorer's)."""
     messages: list[dict[str, Any]] = body["messages"]
     fps = [fingerprint(m) for m in messages]
-    tokens = [counter.count_message(m) for m in messages]
+    tokens = state.known_tokens(fps, counter.encoding_name) if state is not None else []
+    tokens += [counter.count_message(m) for m in messages[len(tokens):]]
     result = _prune(body, messages, fps, tokens, policy, scorer, counter, state, target, strategy, goal, scores)
     result.message_tokens = tokens
+    result.state.tokens, result.state.encoding = tokens, counter.encoding_name
     return result
 
 
@@ -311,7 +313,7 @@ def _count_forwarded(forwarded: Sequence[Mapping[str, Any]], sources: Sequence[i
                      tokens: Sequence[int], counter: TokenCounter) -> int:
     total = 0
     for m, src in zip(forwarded, sources):
-        if src >= 0 and m.get("content") is not None and not _is_masked(m):
+        if src >= 0 and not _is_masked(m):
             total += tokens[src]
         else:
             total += counter.count_message(m)

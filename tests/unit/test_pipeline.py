@@ -178,3 +178,17 @@ def test_goal_reminder_near_the_end_when_anything_was_removed():
     assert reminders[0] >= len(sent) - 8 and structural_problems(sent) == []
     assert not any(str(m.get("content")).startswith("[sieve: task reminder]")
                    for m in run(history[:4], policy=policy).request["messages"])
+
+
+def test_another_replica_reuses_the_stored_token_counts():
+    history = agent_history(20)
+    turn = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "next?"}]
+    first = run(history, target=4000)
+    second = run(history + turn, target=4000, state=first.state)
+    cold = TokenCounters().for_model("gpt-4o-mini")      # a process that never saw these messages
+    third = prune({"model": "gpt-4o-mini", "messages": history + turn + turn}, Policy(), scorer=SCORER,
+                  counter=cold, state=FrozenPlan.from_bytes(second.state.to_bytes()), target=4000)
+    assert third.mode == "frozen"
+    assert third.message_tokens == [COUNTER.count_message(m) for m in history + turn + turn]
+    tokenized = [text for text in cold._cache if not text.startswith("[sieve:")]
+    assert sorted(tokenized) == ["next?", "ok"]          # only the new messages
