@@ -17,16 +17,6 @@ from gateway.telemetry.usage import Usage, usage_from_provider
 EXACT = dict(rel=1e-12, abs=0)
 
 
-@pytest.fixture(scope="module")
-def model_cost():
-    return load_litellm_model_cost()
-
-
-@pytest.fixture(scope="module")
-def book(model_cost):
-    return PriceBook(model_cost)
-
-
 def test_openai_usage_without_cached_tokens(book, model_cost):
     e = model_cost["gpt-4o-mini"]
     usage = usage_from_provider({"prompt_tokens": 1000, "completion_tokens": 100})

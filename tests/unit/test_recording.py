@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from gateway.telemetry.metrics import Metrics
-from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost
 from gateway.telemetry.recording import LabelBounds, record_request
 from gateway.telemetry.savings import savings_for_request
 from gateway.telemetry.usage import usage_from_provider
@@ -14,16 +13,6 @@ EXACT = dict(rel=1e-12, abs=0)
 TOKENS = [2000, 3000, 3000, 1000, 500, 500]
 FPS = ["a", "b", "c", "d", "e", "f"]
 PREVIOUS = ["a", "b", "c", "d"]
-
-
-@pytest.fixture(scope="module")
-def model_cost():
-    return load_litellm_model_cost()
-
-
-@pytest.fixture(scope="module")
-def book(model_cost):
-    return PriceBook(model_cost)
 
 
 @pytest.fixture

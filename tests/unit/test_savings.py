@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost
+from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.savings import cached_prefix_messages, savings_for_request
 from gateway.telemetry.usage import Usage, usage_from_provider
 
@@ -19,16 +19,6 @@ FIXED = PriceBook({}, {"cachey": {"input_cost_per_token": 1.5e-7, "output_cost_p
 TOKENS = [2000, 3000, 3000, 1000, 500, 500]  # 10,000 message tokens
 FPS = ["a", "b", "c", "d", "e", "f"]
 PREVIOUS = ["a", "b", "c", "d"]
-
-
-@pytest.fixture(scope="module")
-def model_cost():
-    return load_litellm_model_cost()
-
-
-@pytest.fixture(scope="module")
-def book(model_cost):
-    return PriceBook(model_cost)
 
 
 def test_pruning_that_breaks_the_cached_prefix_is_a_net_loss_in_literal_dollars():
