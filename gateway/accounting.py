@@ -39,7 +39,6 @@ class RequestRecord:
     status: int = 0
     error_status: int | None = None
     outcome_label: str | None = None
-    overhead_before_s: float = 0.0
     upstream_s: float = 0.0
     response_usage: dict[str, Any] | None = None
     stream_usage: dict[str, Any] | None = None

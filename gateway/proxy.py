@@ -27,7 +27,7 @@ from gateway.api.protocol import SieveHeaders
 from gateway.api.sse import SSEUsageTap
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.deferred import Deferred
-from gateway.errors import SieveError, UpstreamUnavailable
+from gateway.errors import SieveError
 from gateway.identity import Identity
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.policy import Policy
@@ -89,7 +89,6 @@ class ChatProxy:
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold)
         headers = _sieve_headers(call.request_id, outcome, hold)
         upstream_started = time.perf_counter()
-        record.overhead_before_s = upstream_started - call.started
         try:
             response = await self._send(route, forwarded, call, stream)
         except SieveError as exc:
@@ -186,4 +185,4 @@ def _close_quietly(resp: Any) -> None:
         pass
 
 
-__all__ = ["ChatCall", "ChatProxy", "UpstreamUnavailable"]
+__all__ = ["ChatCall", "ChatProxy"]
