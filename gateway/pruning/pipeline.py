@@ -125,6 +125,16 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     window = _window(conv, policy)
     soft_pins = [i for i in window if i not in hard_pins]
     candidates = [u.index for u in units if u.index not in hard_pins and u.index not in window]
+    # The cap is attainable when the system prompt and the current step fit in it;
+    # then the rest of the protected window yields, oldest first, to meet it. When
+    # it is not, shedding the window would harm the agent and still miss the cap:
+    # the pinned units go whole, and the history keeps the share of itself that
+    # the cap asked for (cap / original), chosen as usual.
+    attainable = sum(units[i].tokens for i in hard_pins if i not in conv.goal_units) <= cap
+    if not attainable:
+        system = sum(u.tokens for u in units if u.kind == KIND_SYSTEM)
+        share = cap / max(conv.total_tokens, 1)
+        budget = max(budget, system + int((conv.total_tokens - system) * share))
     masked_forms = _masked_forms(conv) if policy.mask_tool_outputs else {}
     masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
                    if u.tool_result_tokens and policy.mask_tool_outputs}
@@ -163,11 +173,6 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         actions[i] = sel.KEEP
     for i, act in (settled or {}).items():
         actions[i] = act
-    # The cap is attainable when the system prompt and the current step fit in it.
-    # Then the rest of the protected window yields, oldest first, to meet it;
-    # when it is not attainable, shedding the window would harm the agent and
-    # still miss the cap, so the pinned units go whole.
-    attainable = sum(units[i].tokens for i in hard_pins if i not in conv.goal_units) <= cap
     excess = pinned_tokens + reserve - budget
     if excess > 0 and attainable:  # the protected window itself is over: give up its oldest units
         release = sorted(soft_pins) + sorted(hard - hard_pins)

@@ -22,12 +22,12 @@ class Policy:
     # high-water mark: an epoch prunes down to the system prompt plus
     # low_water_ratio of the rest, so the next turns share a cached prefix.
     target_tokens: int = 24_000
-    low_water_ratio: float = 0.6
+    low_water_ratio: float = 0.65
     # Below either minimum nothing is pruned (unless the request names a target):
     # on short requests pruning costs more than it saves.
     min_prompt_tokens: int = 4_000
     min_messages: int = 12
-    protect_last_units: int = 4
+    protect_last_units: int = 2
     protect_active_chain: bool = True
     keep_threshold: int = 4
     compress_threshold: int = 2

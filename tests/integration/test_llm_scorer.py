@@ -84,7 +84,9 @@ def policy_gateway(tmp_path: Path, upstream, model):
     started: list[GatewayServer] = []
 
     def start(**fields) -> tuple[GatewayServer, Policy]:
-        values = {"scorer": "llm", "scorer_api_base": model.base_url, "scorer_min_history_tokens": 0,
+        # Window and low water fixed here, so the expected batches do not move with the defaults.
+        values = {"protect_last_units": 4, "low_water_ratio": 0.6,
+                  "scorer": "llm", "scorer_api_base": model.base_url, "scorer_min_history_tokens": 0,
                   "scorer_cost_check": False, "scorer_batch_timeout_s": 2.0, "scorer_deadline_s": 3.0, **fields}
         folder = tmp_path / f"policies{len(started)}"
         folder.mkdir()
