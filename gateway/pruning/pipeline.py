@@ -13,10 +13,12 @@ Modes (``result.mode``):
 * ``none``       strategy none: forwarded unchanged.
 * ``under``      below the target or the policy's minimum size: unchanged.
 * ``frozen``     the stored decisions replayed; new messages pass unchanged.
-* ``epoch``      over the high-water mark: decided anew, down to the low-water
-                 mark; earlier masks and drops stay (the cached prefix depends on them).
-* ``stateless``  no usable state (first sight, or the client edited its history):
-                 pruned straight to the target.
+* ``epoch``      over the high-water mark: down to the low-water mark. The
+                 longest old prefix that still fits is kept byte for byte (the
+                 provider has it cached) and only what follows is decided anew;
+                 earlier masks and drops never come back.
+* ``stateless``  no usable state (first sight, another cap, or the client edited
+                 its history): pruned straight to the target.
 """
 
 from __future__ import annotations
@@ -142,8 +144,8 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     room = budget - sum(units[i].tokens for i in protected) - MARKER_RESERVE
     settled, settled_end = _settled_prefix(conv, boundary, forced, masked_cost, protected, room)
     if settled:
-        # Append-only epoch: the decided prefix stays exactly as forwarded before
-        # (the provider's cache keeps it); only the newer units are decided now.
+        # The settled prefix stays exactly as forwarded before (the provider's
+        # cache keeps it); only the units after it are decided now.
         for i, act in settled.items():
             forced[i] = act
         candidates = [i for i in candidates if i not in settled]
