@@ -34,7 +34,7 @@ import math
 import re
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from gateway.pruning import text_features as tf
 from gateway.pruning.conversation import (
@@ -64,7 +64,7 @@ class Scorer(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class _Features:
-    counts: Counter
+    counts: Mapping[str, int]
     length: int
     entities: frozenset[str]
     constraint: bool

@@ -104,7 +104,7 @@ _F_CONSTRAINT, _F_PHRASE, _F_ERROR = 1, 2, 4
 
 @dataclass(frozen=True, slots=True)
 class TextInfo:
-    counts: Counter          # term -> occurrences
+    counts: dict[str, int]   # term -> occurrences
     length: int              # number of terms
     entities: frozenset[str]
     constraint: bool
@@ -112,7 +112,7 @@ class TextInfo:
 
     @property
     def terms(self) -> list[str]:
-        return list(self.counts.elements())
+        return [term for term, n in self.counts.items() for _ in range(n)]
 
 
 _TOKEN_INFO: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {}
@@ -157,15 +157,17 @@ def _token_info(tok: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
 
 def analyse(text: str) -> TextInfo:
     """Terms, entities, constraint and error flags of a text in one pass."""
-    counts: Counter = Counter()
+    counts: dict[str, int] = {}
     found: set[str] = set()
     flags = 0
+    known = _TOKEN_INFO
     # Count tokens first (in C): JSON keys and common words repeat a lot, so the
-    # per-token work below runs once per distinct token.
+    # per-token work below runs once per distinct token. Plain dict arithmetic:
+    # Counter's __missing__ is a Python call per new key.
     for tok, n in Counter(_TOKEN.findall(text)).items():
-        t, e, f = _token_info(tok)
+        t, e, f = known.get(tok) or _token_info(tok)
         for term in t:
-            counts[term] += n
+            counts[term] = counts.get(term, 0) + n
         if e:
             found.update(e)
         flags |= f
