@@ -188,14 +188,22 @@ class LocalScorer:
               request: _Features) -> dict[int, float]:
         k1, b = self.K1, self.B
         out: dict[int, float] = {}
+        weighted = [(term, w * idf.get(term, 0.0) * (k1 + 1)) for term, w in query.items() if w]
         for i in candidates:
             f = feats[i]
             norm = k1 * (1 - b + b * f.length / (avg_len or 1.0))
             s = 0.0
-            for term, count in f.counts.items():
-                w = query.get(term)
-                if w:
-                    s += w * idf[term] * count * (k1 + 1) / (count + norm)
+            counts = f.counts
+            if len(weighted) < len(counts):  # walk the smaller side: usually the query
+                for term, wi in weighted:
+                    count = counts.get(term)
+                    if count:
+                        s += wi * count / (count + norm)
+            else:
+                for term, count in counts.items():
+                    w = query.get(term)
+                    if w:
+                        s += w * idf[term] * count * (k1 + 1) / (count + norm)
             if f.speaker and f.speaker in request.entities:
                 s *= self.SPEAKER_BOOST
             out[i] = s
