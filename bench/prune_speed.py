@@ -32,6 +32,7 @@ from gateway.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 
+from gateway.pruning import text_features  # noqa: E402
 from gateway.pruning.frozen import FrozenPlan  # noqa: E402
 from gateway.pruning.pipeline import prune  # noqa: E402
 from gateway.pruning.policy import Policy  # noqa: E402
@@ -98,8 +99,10 @@ def main() -> int:
         extended_more = {"model": "gpt-4o-mini", "messages": messages + turn + turn}
         cold, warm, epoch = [], [], []
         for _ in range(args.repeats):
-            counter = TokenCounters().for_model("gpt-4o-mini")  # empty caches: a cold process
+            # A cold process: empty token-count, feature and per-word caches.
+            counter = TokenCounters().for_model("gpt-4o-mini")
             scorer = LocalScorer()
+            text_features.clear_word_cache()
             ms, first = timed(lambda: prune(body, policy, scorer=scorer, counter=counter, target=target))
             cold.append(ms)
             raw = first.state.to_bytes()

@@ -118,6 +118,12 @@ class TextInfo:
 _TOKEN_INFO: dict[str, tuple[tuple[str, ...], tuple[str, ...], int]] = {}
 
 
+def clear_word_cache() -> None:
+    """Forget the per-word memo (benchmarks of a cold process)."""
+    _TOKEN_INFO.clear()
+    stem.cache_clear()
+
+
 def _entity_form(token: str) -> str | None:
     token = token.lower()
     if len(token) < 3 or token in STOPWORDS:
