@@ -79,7 +79,7 @@ class Accountant:
         if ok and usage is not None:
             savings = savings_for_request(
                 self._prices, model=record.call.body["model"],
-                original_message_tokens=_original_tokens(record), original_fingerprints=_fingerprints(record),
+                original_message_tokens=result.message_tokens, original_fingerprints=result.state.fingerprints,
                 previous_fingerprints=record.outcome.previous_fingerprints,
                 forwarded_tokens=result.forwarded_tokens, usage=usage, scorer_usd=record.outcome.scorer_usd,
                 pruned=result.changed)
@@ -133,9 +133,3 @@ def _outcome(record: RequestRecord, ok: bool) -> str:
     return "pruned" if record.outcome.result.saved_tokens > 0 else "passthrough"
 
 
-def _original_tokens(record: RequestRecord) -> list[int]:
-    return list(record.outcome.result.message_tokens)
-
-
-def _fingerprints(record: RequestRecord) -> list[str]:
-    return list(record.outcome.result.state.fingerprints)

@@ -163,6 +163,16 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
     return None
 
 
+def client_provider_key(identity: Identity, headers: Mapping[str, str]) -> str | None:
+    """The caller's own provider key, to forward upstream: never a Sieve virtual key."""
+    if identity.kind is IdentityKind.VIRTUAL:
+        return None
+    try:
+        return presented_key(headers)
+    except Unauthorized:
+        return None
+
+
 class Authenticator:
     """Resolves request headers to an :class:`Identity`.
 

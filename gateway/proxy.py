@@ -28,7 +28,7 @@ from gateway.api.sse import SSEUsageTap
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.deferred import Deferred
 from gateway.errors import SieveError
-from gateway.identity import Identity
+from gateway.identity import Identity, client_provider_key
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.policy import Policy
 from gateway.upstream.litellm_route import LiteLLMUpstream
@@ -110,7 +110,7 @@ class ChatProxy:
 
     async def _send(self, route: ResolvedRoute, body: dict[str, Any], call: ChatCall,
                     stream: bool) -> UpstreamResponse:
-        client_key = _client_key(call)
+        client_key = client_provider_key(call.identity, call.headers)
         if route.kind == "litellm":
             return await self._litellm.complete(route.route, body, client_key, stream)
         api_key = route.api_key or client_key
@@ -153,16 +153,6 @@ class ChatProxy:
 def _client_wants_usage(body: Mapping[str, Any]) -> bool:
     options = body.get("stream_options")
     return isinstance(options, dict) and options.get("include_usage") is True
-
-
-def _client_key(call: ChatCall) -> str | None:
-    """The client's own provider key, forwarded only when it is not a Sieve key."""
-    if call.identity.kind.value == "virtual":
-        return None
-    auth = call.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip() or None
-    return call.headers.get("x-api-key") or None
 
 
 def _sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None) -> dict[str, str]:

@@ -21,7 +21,7 @@ from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
 from gateway.errors import (BodyTooLarge, BudgetExceeded, ConfigError, Forbidden, InvalidRequest, SieveError,
                             StoreUnavailable, Unauthorized)
-from gateway.identity import ANONYMOUS, Authenticator, Identity, KeyRegistry
+from gateway.identity import ANONYMOUS, Authenticator, Identity, KeyRegistry, client_provider_key
 from gateway.policies import load_policies
 from gateway.pruner import Pruner
 from gateway.pruning.policy import Policy
@@ -143,9 +143,7 @@ class Services:
                   for name in self.router.configured}
         base = self.settings.upstream_base_url
         if base:
-            key = self.settings.upstream_api_key
-            if key is None and identity.kind.value != "virtual":
-                key = _bearer(headers)
+            key = self.settings.upstream_api_key or client_provider_key(identity, headers)
             try:
                 async with self.session.get(base.rstrip("/") + "/models", timeout=aiohttp.ClientTimeout(total=3),
                                             headers={"authorization": f"Bearer {key}"} if key else {}) as resp:
@@ -169,11 +167,6 @@ class Services:
                 return []
             return [f"redis unreachable ({exc.__class__.__name__}) and the default policy is fail-closed"]
         return []
-
-
-def _bearer(headers: Mapping[str, str]) -> str | None:
-    auth = headers.get("authorization", "")
-    return auth[7:].strip() or None if auth.lower().startswith("bearer ") else None
 
 
 def is_open(settings: Settings) -> bool:
