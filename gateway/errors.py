@@ -9,6 +9,7 @@
     ├── Unauthorized          401   authentication_error
     ├── Forbidden             403   permission_error
     ├── BodyTooLarge          413   invalid_request_error
+    ├── HeadersTooLarge       431   invalid_request_error
     ├── BudgetExceeded        429   budget_exceeded
     ├── StoreUnavailable      503   service_unavailable
     ├── UpstreamUnavailable   502   upstream_error
@@ -74,6 +75,12 @@ class BodyTooLarge(SieveError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class HeadersTooLarge(SieveError):
+    status = 431
+    type = "invalid_request_error"
+    code = "headers_too_large"
 
 
 class BudgetExceeded(SieveError):

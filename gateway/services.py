@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import aiohttp
 
 from gateway.accounting import Accountant
+from gateway.api.protocol import WireLimits
 from gateway.budget_guard import BudgetGuard
 from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
@@ -67,9 +68,11 @@ class Services:
     scores: Any = None
     bounds: LabelBounds | None = None
     started_at: float = field(default_factory=time.time)
+    limits: WireLimits = field(default_factory=WireLimits)
 
     @classmethod
     async def start(cls, settings: Settings, metrics: Metrics | None = None) -> "Services":
+        settings.check()
         policies = load_policies(settings.policies_dir)
         if settings.default_policy not in policies:
             raise ConfigError(f"default policy {settings.default_policy!r} not found in {settings.policies_dir}")
@@ -110,7 +113,9 @@ class Services:
                           budgets=budgets, deferred=deferred)
         return cls(settings, policies, policies[settings.default_policy], settings.org_policies,
                    authenticator, router, proxy, metrics, deferred, session, redis, audit,
-                   key_store=key_store, budget_guard=budgets, scores=scores, bounds=bounds)
+                   key_store=key_store, budget_guard=budgets, scores=scores, bounds=bounds,
+                   limits=WireLimits(settings.max_messages, settings.max_content_parts,
+                                     settings.max_message_chars, settings.max_json_depth))
 
     async def stop(self) -> None:
         await self.deferred.drain()

@@ -18,7 +18,15 @@ SIEVE_REDIS_URL                 Redis for shared state and budgets
 SIEVE_ADMIN_KEY                 enables the admin routes
 SIEVE_KEYS_FILE                 virtual keys (YAML)
 SIEVE_ALLOW_OPEN                "1" allows an open gateway on a non-loopback bind
+SIEVE_OPEN_ROUTES               routes that need no key (default /healthz,/readyz,/metrics,/openapi.json;
+                                only these four can be open, "" closes them all)
+SIEVE_METRICS_KEY               a key that reads the closed ops routes (besides the admin key)
 SIEVE_MAX_BODY_BYTES            request body limit (default 32 MiB)
+SIEVE_MAX_HEADER_BYTES          all request headers together (default 32 KiB)
+SIEVE_MAX_MESSAGES              messages per request (default 20,000)
+SIEVE_MAX_CONTENT_PARTS         content parts per message (default 1,024)
+SIEVE_MAX_MESSAGE_CHARS         text characters per message (default 4,000,000)
+SIEVE_MAX_JSON_DEPTH            nesting depth of the request body (default 64)
 SIEVE_UPSTREAM_TIMEOUT_S        upstream read timeout (default 600)
 SIEVE_UPSTREAM_CONNECT_TIMEOUT_S  upstream connect timeout (default 10)
 SIEVE_SCORER_API_KEY            key for the LLM scorer model (policies name the model)
@@ -44,6 +52,9 @@ from gateway.errors import ConfigError
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 DEFAULT_POLICIES_DIR = PACKAGE_ROOT.parent / "policies"
+# Routes for probes, scrapers and tooling: open by default, each closable.
+# Every other route needs a key; it cannot be opened by configuration.
+OPS_ROUTES = ("/healthz", "/readyz", "/metrics", "/openapi.json")
 
 
 @dataclass(frozen=True)
@@ -76,7 +87,14 @@ class Settings:
     admin_key: str | None = None
     keys_file: Path | None = None
     allow_open: bool = False
+    open_routes: tuple[str, ...] = OPS_ROUTES
+    metrics_key: str | None = None
     max_body_bytes: int = 32 * 1024 * 1024
+    max_header_bytes: int = 32 * 1024
+    max_messages: int = 20_000
+    max_content_parts: int = 1_024
+    max_message_chars: int = 4_000_000
+    max_json_depth: int = 64
     upstream_timeout_s: float = 600.0
     upstream_connect_timeout_s: float = 10.0
     audit_log: str | None = None
@@ -105,7 +123,14 @@ class Settings:
             admin_key=env.get("SIEVE_ADMIN_KEY") or None,
             keys_file=_path(env.get("SIEVE_KEYS_FILE")),
             allow_open=env.get("SIEVE_ALLOW_OPEN", "").lower() in ("1", "true", "yes"),
+            open_routes=_routes(env, "SIEVE_OPEN_ROUTES", cls.open_routes),
+            metrics_key=env.get("SIEVE_METRICS_KEY") or None,
             max_body_bytes=_int(env, "SIEVE_MAX_BODY_BYTES", cls.max_body_bytes),
+            max_header_bytes=_int(env, "SIEVE_MAX_HEADER_BYTES", cls.max_header_bytes),
+            max_messages=_int(env, "SIEVE_MAX_MESSAGES", cls.max_messages),
+            max_content_parts=_int(env, "SIEVE_MAX_CONTENT_PARTS", cls.max_content_parts),
+            max_message_chars=_int(env, "SIEVE_MAX_MESSAGE_CHARS", cls.max_message_chars),
+            max_json_depth=_int(env, "SIEVE_MAX_JSON_DEPTH", cls.max_json_depth),
             upstream_timeout_s=_float(env, "SIEVE_UPSTREAM_TIMEOUT_S", cls.upstream_timeout_s),
             upstream_connect_timeout_s=_float(
                 env, "SIEVE_UPSTREAM_CONNECT_TIMEOUT_S", cls.upstream_connect_timeout_s
@@ -117,7 +142,19 @@ class Settings:
         settings = replace(settings, **overrides)
         if settings.config_path is not None:
             settings = settings.with_config_file(settings.config_path, env)
+        settings.check()
         return settings
+
+    def check(self) -> None:
+        """Combinations no single field can refuse on its own."""
+        unknown = sorted(set(self.open_routes) - set(OPS_ROUTES))
+        if unknown:
+            raise ConfigError(f"SIEVE_OPEN_ROUTES: {', '.join(unknown)} cannot be open; "
+                              f"only {', '.join(OPS_ROUTES)} can (every other route needs a key)")
+        for name in ("max_body_bytes", "max_header_bytes", "max_messages", "max_content_parts",
+                     "max_message_chars", "max_json_depth"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
 
     def with_config_file(self, path: Path, env: Mapping[str, str]) -> "Settings":
         """Merge a YAML config file (strict: unknown keys are errors)."""
@@ -211,6 +248,12 @@ def _mapping(raw: Mapping[str, Any], name: str, path: Path) -> Mapping[str, Any]
     if not isinstance(value, Mapping):
         raise ConfigError(f"{path}: {name} must be a mapping")
     return dict(value)
+
+
+def _routes(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    if name not in env:
+        return default
+    return tuple(route.strip() for route in env[name].split(",") if route.strip())
 
 
 def _path(value: str | None) -> Path | None:

@@ -15,8 +15,6 @@ per replica and restart from zero; Prometheus sums them across pods.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import re
 import secrets
 import time
@@ -27,11 +25,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api.protocol import parse_body
+from gateway.api.access import Access, guarded
+from gateway.api.protocol import parse_body, read_body
 from gateway.api.responses import json_response
 from gateway.budgets import BudgetConfig, BudgetLimit, BudgetStatus, Scope, Window, utc_iso
-from gateway.errors import Forbidden, InvalidRequest, Unauthorized
-from gateway.identity import KeyRecord, hash_key, presented_key
+from gateway.errors import InvalidRequest
+from gateway.identity import KeyRecord, hash_key
 from gateway.services import Services
 
 KEY_PREFIX = "sk-sieve-"
@@ -39,28 +38,8 @@ _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 _KEY_FIELDS = ("org", "team", "name")
 
 
-class AdminDisabled(InvalidRequest):
-    status = 404
-    code = "not_found"
-
-
 def _services(request: Request) -> Services:
-    """The services, once the caller has shown the admin key (constant-time compare)."""
-    services: Services = request.app.state.services
-    admin_key = services.settings.admin_key
-    if not admin_key:
-        raise AdminDisabled(f"{request.url.path} not found: admin routes are off (no SIEVE_ADMIN_KEY set)")
-    try:
-        key = presented_key(request.headers)
-    except Unauthorized as exc:
-        raise Unauthorized(f"Admin routes need 'Authorization: Bearer <admin key>'. {exc.message}") from None
-    if key is None:
-        raise Unauthorized("Admin routes need 'Authorization: Bearer <admin key>'.")
-    # Compare digests: equal lengths, so the comparison time says nothing about the key.
-    if not hmac.compare_digest(hashlib.sha256(key.encode()).digest(),
-                               hashlib.sha256(admin_key.encode()).digest()):
-        raise Forbidden("This key is not the admin key.", code="not_admin")
-    return services
+    return request.app.state.services  # the guard has checked the admin key
 
 
 async def budgets(request: Request) -> Response:
@@ -89,7 +68,7 @@ async def savings(request: Request) -> Response:
 
 async def create_key(request: Request) -> Response:
     services = _services(request)
-    fields = key_fields(parse_body(await request.body()))
+    fields = key_fields(parse_body(await read_body(request, 64 * 1024)))
     plaintext = KEY_PREFIX + secrets.token_urlsafe(32)
     record = KeyRecord(hash_key(plaintext), fields["org"], fields.get("team"), fields.get("name"))
     await services.key_store.add(record)
@@ -177,10 +156,10 @@ def key_fields(body: Mapping[str, Any]) -> dict[str, str]:
 
 
 ADMIN_ROUTES = [
-    Route("/admin/budgets/{org}", budgets, methods=["GET"]),
-    Route("/admin/usage/{org}", usage, methods=["GET"]),
-    Route("/admin/savings/{org}", savings, methods=["GET"]),
-    Route("/admin/keys", create_key, methods=["POST"]),
-    Route("/admin/keys", list_keys, methods=["GET"]),
-    Route("/admin/keys/{key_sha256}", revoke_key, methods=["DELETE"]),
+    Route("/admin/budgets/{org}", guarded(Access.ADMIN, budgets), methods=["GET"]),
+    Route("/admin/usage/{org}", guarded(Access.ADMIN, usage), methods=["GET"]),
+    Route("/admin/savings/{org}", guarded(Access.ADMIN, savings), methods=["GET"]),
+    Route("/admin/keys", guarded(Access.ADMIN, create_key), methods=["POST"]),
+    Route("/admin/keys", guarded(Access.ADMIN, list_keys), methods=["GET"]),
+    Route("/admin/keys/{key_sha256}", guarded(Access.ADMIN, revoke_key), methods=["DELETE"]),
 ]

@@ -14,12 +14,25 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import orjson
+from starlette.requests import Request
 
-from gateway.errors import InvalidRequest
+from gateway.errors import BodyTooLarge, InvalidRequest
 from gateway.pruning.policy import STRATEGIES
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_TARGET_TOKENS = 10_000_000
+MAX_GOAL_CHARS = 8_192
+
+
+@dataclass(frozen=True, slots=True)
+class WireLimits:
+    """Bounds on one request, so no single body can take the pruner's time or memory hostage.
+    The defaults let through anything a real agent sends (a 1M-token context fits)."""
+
+    max_messages: int = 20_000
+    max_content_parts: int = 1_024
+    max_message_chars: int = 4_000_000
+    max_json_depth: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,19 +45,61 @@ class SieveHeaders:
     conversation_id: str | None = None
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_body(raw: bytes, max_depth: int = 64) -> dict[str, Any]:
     if not raw:
         raise InvalidRequest("request body is empty; expected a JSON object with 'model' and 'messages'")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from exc
+        raise InvalidRequest(_json_problem(raw, exc)) from None
     if not isinstance(body, dict):
         raise InvalidRequest(f"request body must be a JSON object, got {type(body).__name__}")
+    depth = nesting_depth(body, max_depth)
+    if depth > max_depth:
+        raise InvalidRequest(f"request body is nested deeper than {max_depth} levels")
     return body
 
 
-def check_chat_body(body: Mapping[str, Any]) -> None:
+def _json_problem(raw: bytes, exc: orjson.JSONDecodeError) -> str:
+    if "UTF-8" in str(exc) or "surrogate" in str(exc):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            return f"request body is not valid UTF-8 (byte {bad.start}); send JSON encoded as UTF-8"
+        return f"request body has an invalid unicode escape: {exc}"
+    if "depth limit" in str(exc):
+        return "request body is nested too deeply to parse"
+    return f"request body is not valid JSON: {exc}"
+
+
+def nesting_depth(value: Any, stop_after: int) -> int:
+    """Depth of nested arrays and objects (a scalar is 0), not walking past ``stop_after``."""
+    depth, level = 0, [value]
+    while level:
+        containers = [v for v in level if isinstance(v, (dict, list))]
+        if not containers:
+            break
+        depth += 1
+        if depth > stop_after:
+            break
+        level = [child for c in containers for child in (c.values() if isinstance(c, dict) else c)]
+    return depth
+
+
+def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
@@ -53,8 +108,11 @@ def check_chat_body(body: Mapping[str, Any]) -> None:
         raise InvalidRequest("'messages' is required", param="messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty array of message objects", param="messages")
+    if len(messages) > limits.max_messages:
+        raise InvalidRequest(f"'messages' has {len(messages)} messages; the limit is {limits.max_messages}",
+                             param="messages", code="too_many_messages")
     for i, message in enumerate(messages):
-        _check_message(i, message)
+        _check_message(i, message, limits)
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
@@ -64,7 +122,7 @@ def check_chat_body(body: Mapping[str, Any]) -> None:
             raise InvalidRequest(f"'{name}' must be a positive integer", param=name)
 
 
-def _check_message(i: int, message: Any) -> None:
+def _check_message(i: int, message: Any, limits: WireLimits) -> None:
     where = f"messages[{i}]"
     if not isinstance(message, dict):
         raise InvalidRequest(f"{where} must be an object", param=where)
@@ -75,9 +133,20 @@ def _check_message(i: int, message: Any) -> None:
     if content is not None and not isinstance(content, (str, list)):
         raise InvalidRequest(f"{where}.content must be a string, an array of content parts or null",
                              param=f"{where}.content")
-    if isinstance(content, list):
+    chars = 0
+    if isinstance(content, str):
+        chars = len(content)
+    elif isinstance(content, list):
+        if len(content) > limits.max_content_parts:
+            raise InvalidRequest(f"{where}.content has {len(content)} parts; the limit is {limits.max_content_parts}",
+                                 param=f"{where}.content", code="too_many_content_parts")
         for j, part in enumerate(content):
-            if not isinstance(part, (dict, str)):
+            if isinstance(part, str):
+                chars += len(part)
+            elif isinstance(part, dict):
+                text = part.get("text")
+                chars += len(text) if isinstance(text, str) else 0
+            else:
                 raise InvalidRequest(f"{where}.content[{j}] must be a content part object",
                                      param=f"{where}.content[{j}]")
     if content is None and role not in ("assistant", "tool", "function"):
@@ -88,13 +157,17 @@ def _check_message(i: int, message: Any) -> None:
             raise InvalidRequest(f"{where}.tool_calls must be an array on an assistant message",
                                  param=f"{where}.tool_calls")
         for j, call in enumerate(calls):
-            _check_tool_call(f"{where}.tool_calls[{j}]", call)
+            chars += _check_tool_call(f"{where}.tool_calls[{j}]", call)
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
         raise InvalidRequest(f"{where}.tool_call_id is required on a tool message (a string)",
                              param=f"{where}.tool_call_id")
+    if chars > limits.max_message_chars:
+        raise InvalidRequest(f"{where} has {chars} characters of text; the limit is {limits.max_message_chars}",
+                             param=where, code="message_too_large")
 
 
-def _check_tool_call(where: str, call: Any) -> None:
+def _check_tool_call(where: str, call: Any) -> int:
+    """Checks one tool call; returns the characters of its arguments."""
     if not isinstance(call, dict):
         raise InvalidRequest(f"{where} must be an object", param=where)
     if not isinstance(call.get("id"), str):
@@ -105,6 +178,7 @@ def _check_tool_call(where: str, call: Any) -> None:
     if not isinstance(fn.get("arguments"), str):
         raise InvalidRequest(f"{where}.function.arguments must be a string (JSON text)",
                              param=f"{where}.function.arguments")
+    return len(fn["arguments"])
 
 
 def parse_sieve_headers(headers: Mapping[str, str]) -> SieveHeaders:
@@ -126,6 +200,8 @@ def parse_sieve_headers(headers: Mapping[str, str]) -> SieveHeaders:
             raise InvalidRequest(f"x-sieve-strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}",
                                  param="x-sieve-strategy")
     goal = headers.get("x-sieve-goal") or None
+    if goal is not None and len(goal) > MAX_GOAL_CHARS:
+        raise InvalidRequest(f"x-sieve-goal is longer than {MAX_GOAL_CHARS} characters", param="x-sieve-goal")
     conversation = headers.get("x-sieve-conversation-id") or None
     if conversation is not None and len(conversation) > 512:
         raise InvalidRequest("x-sieve-conversation-id is longer than 512 characters",

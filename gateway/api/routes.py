@@ -1,12 +1,12 @@
 """The route table and thin handlers: parse → service → respond.
 
-Every /v1 route authenticates first; /healthz, /readyz and /metrics are open
-(probes and the Prometheus scraper carry no key).
+Every route is wrapped by :func:`gateway.api.access.guarded` with its access
+level: /v1 routes need a client key; the ops routes (/healthz, /readyz,
+/metrics) are open unless ``SIEVE_OPEN_ROUTES`` closes them.
 """
 
 from __future__ import annotations
 
-import uuid
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -14,35 +14,23 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.api.protocol import check_chat_body, parse_body, parse_sieve_headers
+from gateway.api.access import Access, guarded
+from gateway.api.protocol import check_chat_body, parse_body, parse_sieve_headers, read_body
 from gateway.api.responses import json_response
-from gateway.errors import BodyTooLarge, StoreUnavailable
+from gateway.errors import StoreUnavailable
 from gateway.proxy import ChatCall
 from gateway.services import Services
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 async def _chat_call(request: Request) -> ChatCall:
     services: Services = request.app.state.services
-    request_id = request.state.request_id = "req_" + uuid.uuid4().hex[:24]
+    request_id = request.state.request_id
     headers = request.headers
-    identity = await services.authenticate(headers)
+    identity = request.state.identity
     request.state.org = identity.org
     raw = await read_body(request, services.settings.max_body_bytes)
-    body = parse_body(raw)
+    body = parse_body(raw, services.limits.max_json_depth)
     request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
-    check_chat_body(body)
+    check_chat_body(body, services.limits)
     return ChatCall(request_id, body, len(raw), identity, services.policy_for(identity),
                     parse_sieve_headers(headers), headers)
 
@@ -67,8 +55,8 @@ async def prune(request: Request) -> Response:
 
 async def models(request: Request) -> Response:
     services: Services = request.app.state.services
-    identity = await services.authenticate(request.headers)
-    return json_response({"object": "list", "data": await services.model_list(identity, request.headers)})
+    return json_response({"object": "list", "data": await services.model_list(request.state.identity,
+                                                                              request.headers)})
 
 
 async def healthz(request: Request) -> Response:
@@ -88,13 +76,13 @@ async def metrics(request: Request) -> Response:
 
 
 ROUTES = [
-    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    Route("/chat/completions", chat_completions, methods=["POST"]),
-    Route("/v1/prune", prune, methods=["POST"]),
-    Route("/v1/models", models, methods=["GET"]),
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
-    Route("/metrics", metrics, methods=["GET"]),
+    Route("/v1/chat/completions", guarded(Access.CLIENT, chat_completions), methods=["POST"]),
+    Route("/chat/completions", guarded(Access.CLIENT, chat_completions), methods=["POST"]),
+    Route("/v1/prune", guarded(Access.CLIENT, prune), methods=["POST"]),
+    Route("/v1/models", guarded(Access.CLIENT, models), methods=["GET"]),
+    Route("/healthz", guarded(Access.OPS, healthz), methods=["GET"]),
+    Route("/readyz", guarded(Access.OPS, readyz), methods=["GET"]),
+    Route("/metrics", guarded(Access.OPS, metrics), methods=["GET"]),
 ]
 
 from gateway.api.admin import ADMIN_ROUTES  # noqa: E402 - admin routes register after the core table

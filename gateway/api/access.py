@@ -1,0 +1,102 @@
+"""Who may call which route: every route declares its access level, one guard enforces it.
+
+::
+
+    Route("/v1/prune", guarded(Access.CLIENT, prune), methods=["POST"])
+
+Levels:
+
+* ``CLIENT``: a Sieve virtual key or a mapped provider key (anonymous only on an
+  open, loopback-only gateway). The identity lands in ``request.state.identity``.
+* ``ADMIN``: the admin key; without one configured the route does not exist (404).
+* ``OPS``: probes, the Prometheus scrape and the schema. Open when listed in
+  ``settings.open_routes`` (all four by default), else the admin key or the
+  metrics key.
+
+No route is reachable without passing through :func:`guarded`; a test walks the
+route table to keep it that way. The guard also bounds the request headers,
+before any of them is parsed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import uuid
+from enum import Enum
+from typing import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import Forbidden, HeadersTooLarge, InvalidRequest, Unauthorized
+from gateway.identity import presented_key
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Access(str, Enum):
+    CLIENT = "client"
+    ADMIN = "admin"
+    OPS = "ops"
+
+
+class AdminDisabled(InvalidRequest):
+    status = 404
+    code = "not_found"
+
+
+def guarded(access: Access, handler: Handler) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        services = request.app.state.services
+        request.state.request_id = "req_" + uuid.uuid4().hex[:24]
+        check_header_size(request, services.settings.max_header_bytes)
+        if access is Access.CLIENT:
+            request.state.identity = await services.authenticate(request.headers)
+        elif access is Access.ADMIN:
+            require_admin(request)
+        elif request.url.path not in services.settings.open_routes:
+            require_ops(request)
+        return await handler(request)
+
+    endpoint.access = access  # type: ignore[attr-defined] - read by the route-table test
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
+def check_header_size(request: Request, limit: int) -> None:
+    size = sum(len(name) + len(value) for name, value in request.scope["headers"])
+    if size > limit:
+        raise HeadersTooLarge(f"request headers are {size} bytes together; the limit is {limit} bytes")
+
+
+def require_admin(request: Request) -> None:
+    admin_key = request.app.state.services.settings.admin_key
+    if not admin_key:
+        raise AdminDisabled(f"{request.url.path} not found: admin routes are off (no SIEVE_ADMIN_KEY set)")
+    if not _matches(_bearer(request, "Admin routes need 'Authorization: Bearer <admin key>'."), admin_key):
+        raise Forbidden("This key is not the admin key.", code="not_admin")
+
+
+def require_ops(request: Request) -> None:
+    settings = request.app.state.services.settings
+    key = _bearer(request, f"{request.url.path} is not an open route (SIEVE_OPEN_ROUTES): send "
+                           "'Authorization: Bearer <metrics key or admin key>'.")
+    if not any(_matches(key, allowed) for allowed in (settings.admin_key, settings.metrics_key) if allowed):
+        raise Forbidden(f"{request.url.path} needs the metrics key or the admin key.", code="not_allowed")
+
+
+def _bearer(request: Request, how: str) -> str:
+    try:
+        key = presented_key(request.headers)
+    except Unauthorized as exc:
+        raise Unauthorized(f"{how} {exc.message}") from None
+    if key is None:
+        raise Unauthorized(how)
+    return key
+
+
+def _matches(presented: str, expected: str) -> bool:
+    # Compare digests: equal lengths, so the comparison time says nothing about the key.
+    return hmac.compare_digest(hashlib.sha256(presented.encode()).digest(),
+                               hashlib.sha256(expected.encode()).digest())
