@@ -96,7 +96,8 @@ async def run_mode(mode: str, cases: list[dict], args, server: ScorerModel, curr
             current.update({i: s.score for i, s in capture.request.local.items()})
             requests_before = len(server.requests)
             t1 = time.perf_counter()
-            run = await llm.score(capture.request, policy, model=body["model"], saved_tokens=first.saved_tokens)
+            run = await llm.score(capture.request, policy, org="bench", model=body["model"],
+                                  saved_tokens=first.saved_tokens)
             t2 = time.perf_counter()
             second = prune(body, policy, scorer=LocalScorer(), counter=counter, target=target, scores=run.scores)
             t3 = time.perf_counter()

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from gateway.errors import ConfigError
-from gateway.pruning.policy import POLICY_FIELDS, SCORER_FALLBACKS, SCORERS, STRATEGIES, Policy
+from gateway.pruning.policy import OVERRIDES, POLICY_FIELDS, SCORER_FALLBACKS, SCORERS, STRATEGIES, Policy
 
 _TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}
 
@@ -46,7 +46,7 @@ def load_policies(folder: Path) -> dict[str, Policy]:
             base = build(str(parent), chain + (name,))
         values = {k: v for k, (v, _) in fields.items() if k != "extends"}
         for key, value in values.items():
-            _check(path, fields[key][1], key, value)
+            values[key] = _check(path, fields[key][1], key, value)
         policy = base.with_overrides(name=name, **values)
         policies[name] = policy
         return policy
@@ -77,7 +77,10 @@ def _read(path: Path) -> dict[str, tuple[Any, int]]:
     return out
 
 
-def _check(path: Path, line: int, key: str, value: Any) -> None:
+def _check(path: Path, line: int, key: str, value: Any) -> Any:
+    """The value as the Policy holds it, or a ConfigError naming file and line."""
+    if key == "allow_overrides":
+        return _overrides(path, line, value)
     expected = _TYPES.get(str(POLICY_FIELDS[key]).replace("'", ""))
     if expected is not None and (not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))):
         raise ConfigError(f"{path}:{line}: {key} must be {POLICY_FIELDS[key]}, got {value!r}")
@@ -93,6 +96,18 @@ def _check(path: Path, line: int, key: str, value: Any) -> None:
         raise ConfigError(f"{path}:{line}: low_water_ratio must be in (0, 1], got {value!r}")
     if isinstance(value, int) and not isinstance(value, bool) and value < 0:
         raise ConfigError(f"{path}:{line}: {key} must not be negative, got {value!r}")
+    return value
+
+
+def _overrides(path: Path, line: int, value: Any) -> tuple[str, ...]:
+    if value is True:
+        return OVERRIDES
+    if value is False:
+        return ()
+    if isinstance(value, list) and all(v in OVERRIDES for v in value):
+        return tuple(v for v in OVERRIDES if v in value)
+    raise ConfigError(f"{path}:{line}: allow_overrides must be true, false or a list of "
+                      f"{', '.join(OVERRIDES)}; got {value!r}")
 
 
 def _missing(name: str, chain: tuple[str, ...]) -> Policy:

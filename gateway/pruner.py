@@ -27,7 +27,7 @@ from gateway.api.protocol import SieveHeaders
 from gateway.errors import Forbidden
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pipeline import PruneResult, prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import OVERRIDES, Policy
 from gateway.pruning.scoring import Scorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
@@ -72,10 +72,7 @@ class Pruner:
                     body_bytes: int, cap: int | None = None) -> PruneOutcome:
         """``cap``, when given, is a cap Sieve itself imposes (a budget running low):
         it replaces the request's target and is no client override."""
-        overrides = headers.target_tokens or headers.strategy or headers.goal
-        if overrides and not policy.allow_overrides:
-            raise Forbidden(f"policy {policy.name!r} does not allow x-sieve-target-tokens, "
-                            "x-sieve-strategy or x-sieve-goal overrides")
+        check_overrides(headers, policy)
         key = conversation_key(org, body, headers.conversation_id)
         failed = None
         state = None
@@ -106,7 +103,7 @@ class Pruner:
         try:
             result = await run(state, capture or self._scorer)
             if capture is not None and capture.request is not None:
-                scorer_run = await self._score_with_llm(capture, policy, body["model"], result)
+                scorer_run = await self._score_with_llm(capture, policy, org, body["model"], result)
                 if scorer_run is not None and scorer_run.scores:
                     # The epoch/stateless paths leave the stored plan untouched, but a
                     # fresh decode costs microseconds and rules out any aliasing.
@@ -134,31 +131,47 @@ class Pruner:
                 log.warning("state store unavailable (%s): decisions of this request not saved", exc)
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run)
 
-    async def _score_with_llm(self, capture: CapturingScorer, policy: Policy, model: str,
+    async def _score_with_llm(self, capture: CapturingScorer, policy: Policy, org: str, model: str,
                               first: PruneResult) -> ScorerRun | None:
         assert self._llm is not None and capture.request is not None
         try:
-            return await self._llm.score(capture.request, policy, model=model, saved_tokens=first.saved_tokens)
+            return await self._llm.score(capture.request, policy, org=org, model=model,
+                                         saved_tokens=first.saved_tokens)
         except Exception as exc:  # noqa: BLE001 - the local decision stands
             log.exception("LLM scorer failed; keeping the local scores: %s", exc)
             self._metrics.scorer_failures.labels(reason="error").inc()
             return None
 
 
+def check_overrides(headers: SieveHeaders, policy: Policy) -> None:
+    """The x-sieve-* steering headers this org's policy allows, or a 403 that says which is not."""
+    for name in OVERRIDES:
+        if getattr(headers, name) is not None and name not in policy.allow_overrides:
+            raise Forbidden(f"policy {policy.name!r} does not allow the x-sieve-{name.replace('_', '-')} header",
+                            param=f"x-sieve-{name.replace('_', '-')}", code="override_not_allowed")
+    target, low, high = headers.target_tokens, policy.override_min_target_tokens, policy.override_max_target_tokens
+    if target is not None and (target < low or (high and target > high)):
+        allowed = f"{low}..{high}" if high else f">= {low}"
+        raise Forbidden(f"x-sieve-target-tokens {target} is outside what policy {policy.name!r} allows ({allowed})",
+                        param="x-sieve-target-tokens", code="override_not_allowed")
+
+
 def conversation_key(org: str, body: Mapping[str, Any], conversation_id: str | None) -> str:
-    """``x-sieve-conversation-id`` if given, else a hash of org + model + the first
-    messages (the system prompt and the first user message: a task's identity)."""
+    """``<org>:<hash>``: of ``x-sieve-conversation-id`` if given, else of model + the
+    first messages (the system prompt and the first user message: a task's identity).
+    The org leads the key in plain sight, so one org's id can never name another's
+    state, and an operator can find (or delete) one org's keys."""
     h = hashlib.blake2b(digest_size=16)
     h.update(org.encode())
     if conversation_id:
         h.update(b"\x00id\x00" + conversation_id.encode())
-        return "conv:" + h.hexdigest()
+        return f"{org}:{h.hexdigest()}"
     h.update(b"\x00derived\x00" + str(body.get("model")).encode())
     for message in body.get("messages") or ():
         h.update(orjson.dumps(message, option=orjson.OPT_SORT_KEYS))
         if message.get("role") == "user":
             break
-    return "conv:" + h.hexdigest()
+    return f"{org}:{h.hexdigest()}"
 
 
 def _first_user_text(body: Mapping[str, Any]) -> str:

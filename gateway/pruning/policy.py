@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields
 STRATEGIES = ("none", "window", "relevance")
 SCORERS = ("local", "llm", "hybrid")
 SCORER_FALLBACKS = ("local", "keep")
+# The request headers a client may use to steer pruning (x-sieve-<name with dashes>).
+OVERRIDES = ("target_tokens", "strategy", "goal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +38,12 @@ class Policy:
     mask_min_tokens: int = 120
     goal_reminder: bool = False
     goal_reminder_max_chars: int = 200
-    allow_overrides: bool = True
+    # Which x-sieve-* steering headers clients may send (YAML: true, false or a
+    # list of OVERRIDES), and the range an x-sieve-target-tokens must fall in
+    # (0: unbounded). An org that pays for pruning can forbid turning it off.
+    allow_overrides: tuple[str, ...] = OVERRIDES
+    override_min_target_tokens: int = 0
+    override_max_target_tokens: int = 0
     state_ttl_s: int = 6 * 3600
     audit_include_content: bool = False
     # Identity and budgets (enforced outside the pure pipeline).

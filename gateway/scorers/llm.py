@@ -7,7 +7,8 @@ by ``gateway.pruner``::
     capture = CapturingScorer(LocalScorer())
     first = prune(body, policy, scorer=capture, ...)           # local scores, recorded
     if capture.request is not None:
-        run = await llm.score(capture.request, policy, model=body["model"], saved_tokens=first.saved_tokens)
+        run = await llm.score(capture.request, policy, org=org, model=body["model"],
+                              saved_tokens=first.saved_tokens)
         if run.scores:                                            # the model was asked
             result = prune(body, policy, scorer=local, scores=run.scores, ...)
 
@@ -149,7 +150,7 @@ class LLMScorer:
             model = model[len("openai/"):]
         return client, model
 
-    async def score(self, request: ScoringRequest, policy: Policy, *, model: str,
+    async def score(self, request: ScoringRequest, policy: Policy, *, org: str, model: str,
                     saved_tokens: int) -> ScorerRun:
         started = time.perf_counter()
         deadline_at = started + policy.scorer_deadline_s
@@ -164,7 +165,7 @@ class LLMScorer:
             return run
         views = {i: UnitView.of(conv, i, policy.scorer_max_unit_chars) for i in ask}
         ctx = context_key(policy.scorer_model, conv)
-        keys = {i: _cache_key(ctx, views[i]) for i in ask}
+        keys = {i: _cache_key(org, ctx, views[i]) for i in ask}
         found = await self._cached(keys, policy)
         misses = [i for i in ask if i not in found]
         batches = [self._batch(conv, [views[i] for i in misses[k:k + policy.scorer_batch_size]], request.window,
@@ -324,8 +325,10 @@ def _max_tokens(units: int) -> int:
     return OUTPUT_TOKENS_BASE + OUTPUT_TOKENS_PER_UNIT * units
 
 
-def _cache_key(context: str, view: UnitView) -> str:
-    return "score:" + hashlib.blake2b(f"{context}\x00{view.content_hash}".encode(), digest_size=16).hexdigest()
+def _cache_key(org: str, context: str, view: UnitView) -> str:
+    # Per org: a hit would tell one org that another sent the same text.
+    digest = hashlib.blake2b(f"{context}\x00{view.content_hash}".encode(), digest_size=16).hexdigest()
+    return f"{org}:{digest}"
 
 
 def _merge(local: UnitScore, score: int, reason: str) -> UnitScore:
