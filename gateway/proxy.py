@@ -101,10 +101,12 @@ class ChatProxy:
         record.status = response.status
         if response.chunks is None:
             record.upstream_s = time.perf_counter() - upstream_started
-            record.set_response_body(response.body or b"")
+            body = response.body or b""
+            if response.status >= 400 and route.api_key:
+                body = _without_key(body, route.api_key)
+            record.set_response_body(body)
             self._deferred.spawn(self._accountant.finish(record))
-            return Response(response.body, status_code=response.status,
-                            headers={**response.headers, **headers})
+            return Response(body, status_code=response.status, headers={**response.headers, **headers})
         return StreamingResponse(self._relay(response, record, strip_usage, upstream_started),
                                  status_code=response.status, headers={**response.headers, **headers})
 
@@ -166,6 +168,14 @@ def _sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None) ->
     if hold is not None and hold.remaining_tokens is not None:
         headers["x-sieve-budget-remaining-tokens"] = str(hold.remaining_tokens)
     return headers
+
+
+def _without_key(body: bytes, key: str) -> bytes:
+    """An error body with the gateway's own provider key cut out: some providers echo the
+    key they were given ("Incorrect API key provided: sk-..."), and the client must never
+    learn the org's key. The rest of the body passes through unchanged."""
+    secret = key.encode()
+    return body.replace(secret, b"[redacted]") if len(secret) >= 8 and secret in body else body
 
 
 def _close_quietly(resp: Any) -> None:

@@ -110,7 +110,7 @@ class Pruner:
                     fresh = FrozenPlan.from_bytes(raw) if raw else None
                     result = await run(fresh, self._scorer, scorer_run.scores)
         except Exception as exc:  # noqa: BLE001 - a pruning bug must not fail the request
-            log.exception("pruning failed; forwarding unpruned: %s", exc)
+            log.exception("pruning failed (%s); forwarding unpruned", type(exc).__name__)
             self._metrics.fail_open.labels(reason="pruning_error").inc()
             result = prune(body, policy, scorer=self._scorer, counter=counter, strategy="none")
             failed = "pruning_error"
@@ -120,7 +120,7 @@ class Pruner:
                 summary_run = await self._summarizer.summarize(
                     result, body["messages"], goal or _first_user_text(body), policy, counter, result.state.cap)
             except Exception as exc:  # noqa: BLE001 - the plain markers stand
-                log.exception("summaries failed; keeping the plain markers: %s", exc)
+                log.exception("summaries failed (%s); keeping the plain markers", type(exc).__name__)
         prune_s = time.perf_counter() - t0
         self._metrics.prune_seconds.observe(prune_s)
         if failed != "state_store":
@@ -138,7 +138,7 @@ class Pruner:
             return await self._llm.score(capture.request, policy, org=org, model=model,
                                          saved_tokens=first.saved_tokens)
         except Exception as exc:  # noqa: BLE001 - the local decision stands
-            log.exception("LLM scorer failed; keeping the local scores: %s", exc)
+            log.exception("LLM scorer failed (%s); keeping the local scores", type(exc).__name__)
             self._metrics.scorer_failures.labels(reason="error").inc()
             return None
 

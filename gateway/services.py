@@ -37,6 +37,7 @@ from gateway.telemetry.audit import AuditLog
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.recording import LabelBounds, record_request
+from gateway.telemetry.redaction import protect_logs
 from gateway.upstream.litellm_route import LiteLLMUpstream
 from gateway.upstream.openai_compat import OpenAICompatibleUpstream
 from gateway.upstream.router import ModelRouter
@@ -73,6 +74,7 @@ class Services:
     @classmethod
     async def start(cls, settings: Settings, metrics: Metrics | None = None) -> "Services":
         settings.check()
+        protect_logs(configured_secrets(settings))
         policies = load_policies(settings.policies_dir)
         if settings.default_policy not in policies:
             raise ConfigError(f"default policy {settings.default_policy!r} not found in {settings.policies_dir}")
@@ -95,8 +97,7 @@ class Services:
         router = ModelRouter(settings)
         bounds = LabelBounds(orgs=_known_orgs(settings), models=router.configured, dynamic_limit=200)
         budgets = BudgetGuard(budget_store, BudgetConfig.from_mapping(settings.budgets), metrics, bounds.org)
-        audit = AuditLog.open(settings.audit_log, secrets=[s for s in (settings.upstream_api_key, settings.admin_key,
-                                                                       settings.scorer_api_key) if s])
+        audit = AuditLog.open(settings.audit_log, secrets=configured_secrets(settings))
         deferred = Deferred()
         prices = PriceBook.from_litellm(settings.prices)
         accountant = Accountant(metrics, bounds, prices, budgets, audit)
@@ -172,6 +173,13 @@ class Services:
                 return []
             return [f"redis unreachable ({exc.__class__.__name__}) and the default policy is fail-closed"]
         return []
+
+
+def configured_secrets(settings: Settings) -> list[str]:
+    """Every credential the gateway holds: none may appear in a log, audit line or error."""
+    keys = [settings.upstream_api_key, settings.admin_key, settings.metrics_key, settings.scorer_api_key]
+    keys += [route.api_key for route in settings.models.values()]
+    return [key for key in keys if key]
 
 
 def is_open(settings: Settings) -> bool:

@@ -302,7 +302,7 @@ class LLMScorer:
                     batch.reason = REASON_TIMEOUT if timeout >= policy.scorer_batch_timeout_s else REASON_DEADLINE
                 else:
                     batch.reason = exc.reason
-                log.info("scorer batch failed (%s): %s", batch.reason, exc)
+                log.info("scorer batch failed (%s)", batch.reason)
                 return
             batch.in_flight = False
             batch.prompt_tokens += answer.prompt_tokens if answer.prompt_tokens is not None \

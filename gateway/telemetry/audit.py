@@ -40,7 +40,6 @@ losing an audit line must not fail the request it describes.
 from __future__ import annotations
 
 import logging
-import re
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -50,22 +49,12 @@ from typing import Any, BinaryIO, Iterable, Mapping, Sequence
 
 import orjson
 
+from gateway.telemetry.redaction import redact
 from gateway.telemetry.savings import SavingsRecord
 
 __all__ = ["AuditEntry", "AuditLog", "MessageDecision", "Timings", "audit_record", "redact"]
 
 logger = logging.getLogger("sieve.audit")
-
-REDACTED = "[redacted]"
-_SECRET_KEY = re.compile(
-    r"(?i)(authorization|api[-_]?key|secret|password|passwd|access[-_]?token|refresh[-_]?token"
-    r"|bearer|credential|cookie)")
-_SECRET_TEXT = re.compile(
-    r"(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}"
-    r"|\b(?:sk|rk|pk|sess)-[A-Za-z0-9_-]{12,}"
-    r"|\bAKIA[0-9A-Z]{16}\b")
-_MIN_SECRET_LEN = 8  # shorter literals would redact ordinary words
-
 
 @dataclass(frozen=True, slots=True)
 class MessageDecision:
@@ -136,12 +125,6 @@ def audit_record(entry: AuditEntry) -> dict[str, Any]:
     return record
 
 
-def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """A copy of ``value`` with credential-named keys blanked and secrets scrubbed from strings."""
-    literals = sorted({s for s in secrets if s and len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True)
-    return _redact(value, literals)
-
-
 class AuditLog:
     """Writes audit lines to a binary stream; a log opened on ``None`` is disabled."""
 
@@ -205,18 +188,3 @@ def _cost(s: SavingsRecord | None) -> dict[str, Any] | None:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _redact(value: Any, literals: Sequence[str]) -> Any:
-    if isinstance(value, str):
-        for secret in literals:
-            if secret in value:
-                value = value.replace(secret, REDACTED)
-        return _SECRET_TEXT.sub(REDACTED, value)
-    if isinstance(value, Mapping):
-        return {k: (REDACTED if isinstance(k, str) and _SECRET_KEY.search(k) and v is not None
-                    else _redact(v, literals))
-                for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_redact(v, literals) for v in value]
-    return value
