@@ -155,6 +155,9 @@ class Settings:
                      "max_message_chars", "max_json_depth"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
+        if self.max_json_depth > 200:
+            # orjson serializes at most 254 levels; deeper bodies could not be forwarded.
+            raise ConfigError("SIEVE_MAX_JSON_DEPTH must be at most 200")
 
     def with_config_file(self, path: Path, env: Mapping[str, str]) -> "Settings":
         """Merge a YAML config file (strict: unknown keys are errors)."""
