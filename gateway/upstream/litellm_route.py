@@ -13,6 +13,7 @@ import orjson
 
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 from gateway.settings import ModelRoute
+from gateway.telemetry.redaction import scrub
 from gateway.upstream.openai_compat import UpstreamResponse
 
 _JSON = {"content-type": "application/json"}
@@ -46,7 +47,7 @@ class LiteLLMUpstream:
         try:
             result = await litellm.acompletion(**params)
         except Exception as exc:  # litellm raises its own tree; map by status
-            return _error_response(exc)
+            return _error_response(exc, key)
         if not stream:
             return UpstreamResponse(200, dict(_JSON), body=orjson.dumps(result.model_dump()))
         return UpstreamResponse(200, dict(_SSE), chunks=_sse(result))
@@ -61,13 +62,16 @@ async def _sse(stream: Any) -> AsyncIterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
-def _error_response(exc: Exception) -> UpstreamResponse:
+def _error_response(exc: Exception, key: str | None) -> UpstreamResponse:
+    """The provider's error as OpenAI JSON; its text loses any key it quotes (SDK errors
+    often echo the key they were given)."""
     status = getattr(exc, "status_code", None)
     name = exc.__class__.__name__
+    secrets = [key] if key else []
     if "Timeout" in name:
         raise UpstreamTimeout(f"provider timed out ({name})") from exc
     if not isinstance(status, int) or status < 400:
-        raise UpstreamUnavailable(f"provider call failed: {name}: {str(exc)[:300]}") from exc
-    body = {"error": {"message": str(getattr(exc, "message", exc))[:2000], "type": name,
+        raise UpstreamUnavailable(f"provider call failed: {name}: {scrub(str(exc)[:300], secrets)}") from exc
+    body = {"error": {"message": scrub(str(getattr(exc, "message", exc))[:2000], secrets), "type": name,
                       "param": None, "code": status}}
     return UpstreamResponse(status, dict(_JSON), body=orjson.dumps(body))
