@@ -136,6 +136,16 @@ def test_provider_keys_never_leave_the_gateway(start_gateway, upstream, all_logs
     assert "retrying with key [redacted]" in logged_text(all_logs)
 
 
+def llm_scorer_policy(tmp_path: Path, scorer: ScorerModel, extra: str = "") -> Path:
+    """A policies folder whose default policy asks ``scorer`` about every candidate."""
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / "default.yaml").write_text(
+        f"scorer: llm\nscorer_api_base: {json.dumps(scorer.base_url)}\nscorer_min_history_tokens: 0\n"
+        f"scorer_cost_check: false\n{extra}")
+    return folder
+
+
 SENTINEL = "PLANTED-CONTENT-Zq8vX3-the-user-private-note"
 
 
@@ -147,11 +157,7 @@ def test_request_content_is_never_logged(tmp_path: Path, upstream, all_logs) -> 
         return Reply(content=quoted) if ids and ids[0] % 2 else Reply(status=500, json_body={"error": quoted})
 
     with ScorerModel(respond) as scorer:
-        folder = tmp_path / "policies"
-        folder.mkdir()
-        (folder / "default.yaml").write_text(
-            f"scorer: llm\nscorer_api_base: {json.dumps(scorer.base_url)}\nscorer_min_history_tokens: 0\n"
-            "scorer_cost_check: false\nscorer_batch_size: 4\n")
+        folder = llm_scorer_policy(tmp_path, scorer, "scorer_batch_size: 4\n")
         audit = tmp_path / "audit.jsonl"
         with GatewayServer(Settings(upstream_base_url=upstream.base_url, policies_dir=folder,
                                     virtual_keys=KEYS, audit_log=str(audit))) as gw:
@@ -215,11 +221,7 @@ def test_score_cache_is_per_org(tmp_path: Path, upstream, redis_url: str) -> Non
         return Reply(content=json.dumps({"scores": [{"id": i, "score": 3, "reason": "x"} for i in ids]}))
 
     with ScorerModel(respond) as scorer:
-        folder = tmp_path / "policies"
-        folder.mkdir()
-        (folder / "default.yaml").write_text(
-            f"scorer: llm\nscorer_api_base: {json.dumps(scorer.base_url)}\nscorer_min_history_tokens: 0\n"
-            "scorer_cost_check: false\n")
+        folder = llm_scorer_policy(tmp_path, scorer)
         with GatewayServer(Settings(upstream_base_url=upstream.base_url, policies_dir=folder,
                                     virtual_keys=KEYS, redis_url=redis_url)) as gw:
             units_asked = []
