@@ -1,0 +1,150 @@
+"""The provider fails: refused, hung, erroring, cut off mid-stream, or speaking broken SSE.
+
+One Redis-metered gateway (real uvicorn, real redis-server, the fake upstream
+as a real HTTP server). Each test asserts what the caller gets (status and an
+OpenAI-shaped error, or the provider's own error unchanged), how the request
+is counted in ``sieve_requests_total{outcome}``, and the Redis budget state
+afterwards: nothing left reserved, and only what the provider reported charged.
+
+Stream accounting (``gateway.accounting``): a stream that ends in an upstream
+failure is settled at the usage the provider reported before failing, when it
+did, and released otherwise; a stream the client walks away from is settled at
+what was streamed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from tests.fake_upstream import FakeUpstream, Reply
+from tests.gateway_server import GatewayServer
+from tests.integration.budget_helpers import MODEL, chat_body
+from tests.integration.fault_helpers import (
+    AUTH, DEAD_MODEL, USAGE, assert_openai_error, budget, metered_settings, outcomes, settle_down,
+)
+from tests.redis_server import RedisServer, redis_server_binary
+
+pytestmark = [pytest.mark.redis,
+              pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")]
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def upstream_fake() -> Iterator[FakeUpstream]:
+    with FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up:
+        yield up
+
+
+@pytest.fixture(scope="module")
+def gw(upstream_fake: FakeUpstream, redis: RedisServer) -> Iterator[GatewayServer]:
+    with GatewayServer(metered_settings(upstream_fake, redis)) as server:
+        yield server
+
+
+@pytest.fixture
+def up(upstream_fake: FakeUpstream) -> FakeUpstream:
+    upstream_fake.clear()
+    return upstream_fake
+
+
+@pytest.fixture
+def before(gw: GatewayServer, redis: RedisServer) -> tuple[int, int]:
+    """(reserved, settled) before the test: reserved is always 0 between tests."""
+    state = settle_down(gw, redis)
+    assert state[0] == 0
+    return state
+
+
+def post(gw: GatewayServer, stream: bool = False, model: str = MODEL, **extra) -> httpx.Response:
+    body = chat_body(max_tokens=5000, stream=stream, **extra)
+    body["model"] = model
+    return httpx.post(gw.base_url + "/v1/chat/completions", json=body, headers=AUTH, timeout=10)
+
+
+def counted(gw: GatewayServer, previous: dict[str, float], model: str = MODEL) -> dict[str, float]:
+    """Outcomes counted since ``previous`` (only those that moved)."""
+    gw.wait_idle()
+    now = outcomes(gw, model)
+    return {k: v - previous.get(k, 0.0) for k, v in now.items() if v != previous.get(k, 0.0)}
+
+
+def sse_events(raw: bytes) -> list[bytes]:
+    return [e for e in raw.replace(b"\r\n", b"\n").split(b"\n\n") if e.strip()]
+
+
+def openai_client(gw: GatewayServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.base_url + "/v1", api_key="sk-acme", max_retries=0, timeout=10,
+                         default_headers={"x-sieve-strategy": "none"})
+
+
+# -- no answer -------------------------------------------------------------------------------------
+
+def test_refused_connection_is_a_502_and_releases(gw, redis, before) -> None:
+    seen = outcomes(gw, DEAD_MODEL)
+    response = post(gw, model=DEAD_MODEL)
+    assert response.status_code == 502
+    assert_openai_error(response.json(), type="upstream_error", code="upstream_unavailable",
+                        says="cannot reach upstream")
+    assert int(response.headers["x-sieve-budget-remaining-tokens"]) > 0  # it was metered, then given back
+    assert counted(gw, seen, DEAD_MODEL) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_hang_before_headers_is_a_504(gw, up, redis, before, stream) -> None:
+    up.enqueue(Reply(delay_s=1.5))
+    seen = outcomes(gw)
+    started = time.monotonic()
+    response = post(gw, stream=stream)
+    assert time.monotonic() - started < 1.4  # the read timeout (0.5 s), not the provider's 1.5 s
+    assert response.status_code == 504
+    assert_openai_error(response.json(), type="upstream_timeout", code="upstream_timeout",
+                        says="did not answer in time")
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
+
+
+def test_hang_mid_body_is_a_504(gw, up, redis, before) -> None:
+    up.enqueue(Reply(stall_mid_body_s=1.5, usage=USAGE))
+    seen = outcomes(gw)
+    response = post(gw)
+    assert response.status_code == 504
+    assert_openai_error(response.json(), type="upstream_timeout", code="upstream_timeout",
+                        says="stopped answering")
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
+
+
+# -- the provider's own errors -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("status,headers,error", [
+    (500, {}, {"message": "The server had an error", "type": "server_error", "param": None, "code": None}),
+    (429, {"retry-after": "7", "x-ratelimit-remaining-requests": "0"},
+     {"message": "Rate limit reached for gpt-4o-mini", "type": "requests", "param": None,
+      "code": "rate_limit_exceeded"}),
+    (400, {}, {"message": "'messages' must contain the word 'json'", "type": "invalid_request_error",
+               "param": "messages", "code": None}),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_provider_errors_pass_through_unchanged(gw, up, redis, before, status, headers, error, stream) -> None:
+    up.enqueue(Reply(status=status, json_body={"error": error}, headers=headers))
+    seen = outcomes(gw)
+    response = post(gw, stream=stream)
+    assert response.status_code == status
+    assert response.json() == {"error": error}  # byte for byte the provider's body
+    for name, value in headers.items():
+        assert response.headers[name] == value
+    assert response.headers["x-sieve-request-id"].startswith("req_")
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
