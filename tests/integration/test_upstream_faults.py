@@ -148,3 +148,18 @@ def test_provider_errors_pass_through_unchanged(gw, up, redis, before, status, h
     assert response.headers["x-sieve-request-id"].startswith("req_")
     assert counted(gw, seen) == {"upstream_error": 1}
     assert settle_down(gw, redis) == before
+
+
+def test_non_json_error_page_becomes_an_openai_error(gw, up, redis, before) -> None:
+    page = b"<html><head><title>503 Service Temporarily Unavailable</title></head><body>nginx</body></html>"
+    up.enqueue(Reply(status=503, raw_body=page, headers={"retry-after": "30"}))
+    seen = outcomes(gw)
+    response = post(gw)
+    assert response.status_code == 503  # the provider's status stays
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.headers["retry-after"] == "30"
+    error = assert_openai_error(response.json(), type="upstream_error", code="upstream_error_body",
+                                says="upstream answered 503 with a non-JSON body (text/html")
+    assert "503 Service Temporarily Unavailable" in error["message"]  # the gist of what it said
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
