@@ -134,6 +134,8 @@ class ChatProxy:
                 yield tail
             completed = True
         except SieveError as exc:
+            # The incomplete event the tap still holds is dropped: the client gets whole events,
+            # then one whole error event.
             record.outcome_label = "upstream_error"
             record.error_status = exc.status
             yield b"data: " + orjson.dumps(exc.body()) + b"\n\n"

@@ -472,13 +472,13 @@ class FakeUpstream:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            **(reply.headers or {})})
         await resp.prepare(request)
-        for i, frame in enumerate(frames):
-            if i == drop_at:
-                request.transport.close()  # type: ignore[union-attr]
-                return resp
+        for i, frame in enumerate(frames if drop_at < 0 else frames[:drop_at]):
             if i and reply.chunk_delay_s:
                 await asyncio.sleep(reply.chunk_delay_s)
             await resp.write(frame)
+        if drop_at >= 0:  # no terminating chunk: the client sees a broken transfer
+            request.transport.close()  # type: ignore[union-attr]
+            return resp
         await resp.write_eof()
         return resp
 
@@ -518,9 +518,7 @@ async def _stream_until_close(request: web.Request, frames: list[bytes], reply: 
     extra = "".join(f"{k}: {v}\r\n" for k, v in (reply.headers or {}).items())
     transport.write(("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
                      f"connection: close\r\n{extra}\r\n").encode())
-    for i, frame in enumerate(frames):
-        if i == reply.drop_after:
-            break
+    for i, frame in enumerate(frames if reply.drop_after is None else frames[:reply.drop_after]):
         if i and reply.chunk_delay_s:
             await asyncio.sleep(reply.chunk_delay_s)
         transport.write(frame)

@@ -121,6 +121,7 @@ async def _relay(resp: aiohttp.ClientResponse, url: str) -> AsyncIterator[bytes]
     except asyncio.TimeoutError as exc:
         raise UpstreamTimeout(f"upstream stream stalled: {url}") from exc
     except aiohttp.ClientError as exc:
-        raise UpstreamUnavailable(f"upstream stream broke: {exc.__class__.__name__}") from exc
+        raise UpstreamUnavailable(f"upstream stream broke before it finished ({exc.__class__.__name__}): "
+                                  "the answer is incomplete") from exc
     finally:
         resp.release()

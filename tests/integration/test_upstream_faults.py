@@ -163,3 +163,96 @@ def test_non_json_error_page_becomes_an_openai_error(gw, up, redis, before) -> N
     assert "503 Service Temporarily Unavailable" in error["message"]  # the gist of what it said
     assert counted(gw, seen) == {"upstream_error": 1}
     assert settle_down(gw, redis) == before
+
+
+# -- streams cut short or malformed ------------------------------------------------------------------
+
+def chunk(delta: dict | None = None, finish: str | None = None, **extra) -> bytes:
+    body = {"id": "chatcmpl-f", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+            "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}], **extra}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+USAGE_CHUNK = b"data: " + orjson.dumps({"id": "chatcmpl-f", "object": "chat.completion.chunk", "created": 1,
+                                        "model": MODEL, "choices": [], "usage": USAGE}) + b"\n\n"
+HEAD = [chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}), chunk({"content": "lo"})]
+
+
+def stream_raw(gw: GatewayServer, include_usage: bool) -> tuple[int, bytes]:
+    extra = {"stream_options": {"include_usage": True}} if include_usage else {}
+    with httpx.stream("POST", gw.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
+                      json=chat_body(max_tokens=5000, stream=True, **extra)) as response:
+        return response.status_code, response.read()
+
+
+def assert_ends_with_error(raw: bytes, says: str) -> list[dict]:
+    """Every event is whole JSON (no torn event), and the last one is an OpenAI error."""
+    events = [orjson.loads(e.removeprefix(b"data: ")) for e in sse_events(raw)]
+    assert_openai_error(events[-1], type="upstream_error", code="upstream_unavailable", says=says)
+    return events[:-1]
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_stream_cut_mid_event_ends_with_an_openai_error(gw, up, redis, before, include_usage) -> None:
+    torn = chunk({"content": " world"})[:25]  # half an event, then the connection drops
+    up.enqueue(Reply(sse_frames=[*HEAD, torn], drop_after=4))
+    seen = outcomes(gw)
+    status, raw = stream_raw(gw, include_usage)
+    assert status == 200
+    arrived = assert_ends_with_error(raw, says="upstream stream broke")
+    assert [e["choices"][0]["delta"].get("content") for e in arrived] == ["", "Hel", "lo"]
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before  # no usage was reported: released
+
+
+def test_stream_cut_is_an_error_for_the_openai_client(gw, up, redis, before) -> None:
+    up.enqueue(Reply(sse_frames=HEAD + [chunk({"content": "!"})], drop_after=3))
+    stream = openai_client(gw).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5000, stream=True)
+    got = []
+    with pytest.raises(openai.APIError, match="upstream stream broke"):
+        for event in stream:
+            got.append(event.choices[0].delta.content)
+    assert got == ["", "Hel", "lo"]
+    assert settle_down(gw, redis) == before
+
+
+MALFORMED = [
+    b": keep-alive\n\n",
+    b"event: ping\ndata: not json at all\n\n",
+    b'data: {"id": "broken", "choices": [\n\n',
+    chunk({"content": "Hel"}),
+    b"garbage line without a field\n\n",
+    b'data: {"usage": "not a dict", "choices": []}\n\n',
+    chunk({"content": "lo"}, finish="stop"),
+    USAGE_CHUNK.rstrip(b"\n"),  # the last event has no trailing newline
+]
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_malformed_sse_is_relayed_and_its_usage_still_read(gw, up, redis, before, include_usage) -> None:
+    up.enqueue(Reply(sse_frames=MALFORMED))
+    seen = outcomes(gw)
+    status, raw = stream_raw(gw, include_usage)
+    assert status == 200
+    expected = MALFORMED if include_usage else MALFORMED[:-1]  # the usage chunk Sieve asked for is stripped
+    assert raw == b"".join(expected)
+    assert counted(gw, seen) == {"passthrough": 1}
+    assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])
+
+
+def test_crlf_events_stream_as_they_come(gw, up, redis, before) -> None:
+    """SSE allows CRLF line ends; events must still go out one by one, and usage be read."""
+    frames = [f.replace(b"\n", b"\r\n") for f in [*HEAD, chunk(finish="stop"), USAGE_CHUNK, b"data: [DONE]\n\n"]]
+    up.enqueue(Reply(sse_frames=frames, chunk_delay_s=0.15))
+    arrivals = []
+    started = time.monotonic()
+    with httpx.stream("POST", gw.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
+                      json=chat_body(max_tokens=5000, stream=True)) as response:
+        raw = b""
+        for piece in response.iter_raw():
+            arrivals.append(time.monotonic() - started)
+            raw += piece
+    assert raw == b"".join(frames[:4] + frames[5:])  # the usage chunk stripped, CRLF kept
+    assert len(arrivals) >= 3 and arrivals[0] < arrivals[-1] - 0.3  # not held back to the end
+    assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])
