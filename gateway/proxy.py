@@ -27,7 +27,7 @@ from gateway.api.protocol import SieveHeaders
 from gateway.api.sse import SSEUsageTap
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.deferred import Deferred
-from gateway.errors import SieveError
+from gateway.errors import SieveError, UpstreamUnavailable
 from gateway.identity import Identity, client_provider_key
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.policy import Policy
@@ -132,6 +132,10 @@ class ChatProxy:
             tail = tap.flush()
             if tail:
                 yield tail
+            if not tap.finished:
+                # A clean close is no proof of a whole answer (no chunked framing, a proxy cut it).
+                raise UpstreamUnavailable("the upstream stream ended without [DONE] or a finish_reason: "
+                                          "the answer is incomplete")
             completed = True
         except SieveError as exc:
             # The incomplete event the tap still holds is dropped: the client gets whole events,

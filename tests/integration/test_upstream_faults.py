@@ -217,6 +217,27 @@ def test_stream_cut_is_an_error_for_the_openai_client(gw, up, redis, before) -> 
     assert settle_down(gw, redis) == before
 
 
+@pytest.mark.parametrize("frames,complete", [
+    ([*HEAD], False),                                             # cut: no finish_reason, no [DONE]
+    ([*HEAD, chunk(finish="stop"), USAGE_CHUNK], True),           # finished, only [DONE] missing
+    ([*HEAD, chunk(finish="stop"), USAGE_CHUNK, b"data: [DONE]\n\n"], True),
+], ids=["cut", "no-done", "whole"])
+def test_stream_ending_in_a_clean_close(gw, up, redis, before, frames, complete) -> None:
+    """Without chunked framing a cut stream ends like a whole one: [DONE] or a finish_reason tells."""
+    up.enqueue(Reply(sse_frames=frames, eof_framing=True))
+    seen = outcomes(gw)
+    status, raw = stream_raw(gw, include_usage=True)
+    assert status == 200
+    if complete:
+        assert raw == b"".join(frames)
+        assert counted(gw, seen) == {"passthrough": 1}
+        assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])
+    else:
+        assert_ends_with_error(raw, says="ended without [DONE]")
+        assert counted(gw, seen) == {"upstream_error": 1}
+        assert settle_down(gw, redis) == before
+
+
 MALFORMED = [
     b": keep-alive\n\n",
     b"event: ping\ndata: not json at all\n\n",
