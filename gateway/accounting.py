@@ -69,8 +69,12 @@ class Accountant:
     async def finish(self, record: RequestRecord) -> None:
         record.finished_at = time.perf_counter()
         usage = usage_from_provider(record.stream_usage or record.response_usage)
-        ok = record.error_status is None and 200 <= record.status < 400
-        if ok and (usage is not None or record.stream_completed or record.disconnected):
+        answered = 200 <= record.status < 400
+        ok = answered and record.error_status is None
+        # Reported usage is charged even when the stream failed after it (the provider bills
+        # it); without usage, a failed request is released and a whole or abandoned stream is
+        # settled at the estimate of what was streamed.
+        if answered and (usage is not None or (ok and (record.stream_completed or record.disconnected))):
             await self._budgets.settle(record.hold, _settle_tokens(record, usage))
         else:
             await self._budgets.release(record.hold)

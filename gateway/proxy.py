@@ -5,8 +5,11 @@ and the guarantees around it:
 
 * the forwarded body is the pruned request serialized once (orjson);
 * a stream is relayed chunk by chunk, its usage read on the way;
-* the budget reservation is settled on success and released on upstream
-  error, timeout or client disconnect;
+* the budget reservation is settled at the usage the provider reported (even
+  if the stream broke after reporting it); a stream that ended whole or that
+  the client left, without usage, is settled at the forwarded prompt plus the
+  deltas streamed; an upstream error, timeout or cut stream without usage is
+  released;
 * accounting (budget settle, metrics, savings, audit) runs as a deferred task
   that survives the client going away.
 """

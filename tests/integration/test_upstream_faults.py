@@ -217,6 +217,16 @@ def test_stream_cut_is_an_error_for_the_openai_client(gw, up, redis, before) -> 
     assert settle_down(gw, redis) == before
 
 
+def test_stream_cut_after_the_usage_settles_it(gw, up, redis, before) -> None:
+    up.enqueue(Reply(sse_frames=[*HEAD, chunk(finish="stop"), USAGE_CHUNK, b"data: [DONE]\n\n"], drop_after=5))
+    seen = outcomes(gw)
+    status, raw = stream_raw(gw, include_usage=False)
+    assert status == 200 and b'"usage"' not in raw  # still stripped: the client did not ask for it
+    assert_ends_with_error(raw, says="upstream stream broke")
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])  # what the provider reported
+
+
 @pytest.mark.parametrize("frames,complete", [
     ([*HEAD], False),                                             # cut: no finish_reason, no [DONE]
     ([*HEAD, chunk(finish="stop"), USAGE_CHUNK], True),           # finished, only [DONE] missing
