@@ -1,0 +1,60 @@
+"""The caller goes away: while the provider thinks, or halfway through sending its body.
+
+Same setting as ``test_upstream_faults``: a real uvicorn gateway metered in a
+real redis-server, the fake upstream. A client that leaves mid-stream is
+covered in ``test_faults``. Whatever the moment, the request is counted and
+nothing stays reserved.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.fake_upstream import FakeUpstream, Reply
+from tests.gateway_server import GatewayServer
+from tests.integration.budget_helpers import chat_body
+from tests.integration.fault_helpers import AUTH, USAGE, metered_settings, outcomes, settle_down
+from tests.redis_server import RedisServer, redis_server_binary
+
+pytestmark = [pytest.mark.redis,
+              pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")]
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def up() -> Iterator[FakeUpstream]:
+    with FakeUpstream(default=Reply(content="ok", usage=USAGE)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gw(up: FakeUpstream, redis: RedisServer) -> Iterator[GatewayServer]:
+    with GatewayServer(metered_settings(up, redis, upstream_timeout_s=5.0)) as server:
+        yield server
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_client_leaves_while_the_provider_thinks(gw, up, redis, stream) -> None:
+    """Gone before the first byte: the provider's answer is still accounted, the reservation ends."""
+    reserved, settled = settle_down(gw, redis)
+    assert reserved == 0
+    seen = sum(outcomes(gw).values())
+    up.enqueue(Reply(delay_s=0.6, chunks=["a", "b"], usage=USAGE))
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gw.base_url + "/v1/chat/completions", headers=AUTH, timeout=httpx.Timeout(5, read=0.2),
+                   json=chat_body(max_tokens=5000, stream=stream))
+    time.sleep(0.8)  # the provider answers after the client left
+    reserved_after, settled_after = settle_down(gw, redis)
+    assert reserved_after == 0  # not held until the reservation's TTL
+    assert sum(outcomes(gw).values()) == seen + 1
+    assert settled_after > settled  # the provider did the work: charged (usage, or the prompt estimate)
+
