@@ -8,16 +8,19 @@ nothing stays reserved.
 
 from __future__ import annotations
 
+import logging
+import socket
 import time
 from typing import Iterator
 
 import httpx
+import orjson
 import pytest
 
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import chat_body
-from tests.integration.fault_helpers import AUTH, USAGE, metered_settings, outcomes, settle_down
+from tests.integration.budget_helpers import chat_body, wait_until
+from tests.integration.fault_helpers import AUTH, USAGE, metered_settings, outcomes, sample, settle_down
 from tests.redis_server import RedisServer, redis_server_binary
 
 pytestmark = [pytest.mark.redis,
@@ -57,4 +60,23 @@ def test_client_leaves_while_the_provider_thinks(gw, up, redis, stream) -> None:
     assert reserved_after == 0  # not held until the reservation's TTL
     assert sum(outcomes(gw).values()) == seen + 1
     assert settled_after > settled  # the provider did the work: charged (usage, or the prompt estimate)
+
+
+def test_client_leaves_halfway_through_its_body(gw, up, redis, caplog) -> None:
+    body = orjson.dumps(chat_body(content="x" * 4000))
+    before = sample(gw, "sieve_requests_total", org="acme", model="other", outcome="client_error")
+    forwarded = len(up.requests)
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+                     b"authorization: Bearer sk-acme\r\ncontent-length: %d\r\n\r\n" % len(body))
+        for piece in (body[:1000], body[1000:2000]):  # slowly, then gone
+            sock.sendall(piece)
+            time.sleep(0.1)
+    gw.wait_idle()
+    assert wait_until(lambda: sample(gw, "sieve_requests_total", org="acme", model="other",
+                                outcome="client_error") == before + 1)
+    assert len(up.requests) == forwarded  # nothing reached the provider
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # an everyday event, not a crash
+    assert settle_down(gw, redis)[0] == 0
+    assert httpx.post(gw.base_url + "/v1/chat/completions", headers=AUTH, json=chat_body()).status_code == 200
 
