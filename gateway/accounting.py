@@ -132,8 +132,8 @@ def _settle_tokens(record: RequestRecord, usage: Usage | None) -> int:
 def _outcome(record: RequestRecord, ok: bool) -> str:
     if not ok:
         return "upstream_error"
-    if record.outcome.failed:
-        return "fail_open"
+    if record.outcome.failed or (record.hold is not None and record.hold.reservation is None):
+        return "fail_open"  # pruned without its state, state not saved, or served unmetered
     return "pruned" if record.outcome.result.saved_tokens > 0 else "passthrough"
 
 

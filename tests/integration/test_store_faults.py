@@ -1,0 +1,112 @@
+"""The state store fails: Redis dies and comes back, Redis runs out of memory, the in-memory
+store fills up. Requests are served throughout (``store_fail_open``), every one is counted
+(``sieve_requests_total{outcome="fail_open"}`` and ``sieve_fail_open_total{reason}``), and
+once the store is back budgets are enforced again and no reservation is left behind.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis as redis_py
+
+from gateway.settings import Settings
+from tests.conversations import agent_history
+from tests.fake_upstream import FakeUpstream, Reply
+from tests.gateway_server import GatewayServer
+from tests.integration.budget_helpers import MODEL, chat_body, wait_until
+from tests.integration.fault_helpers import (
+    AUTH, ORG, USAGE, assert_openai_error, budget, fail_open, metered_settings, outcomes, sample, settle_down,
+)
+from tests.redis_server import RedisServer, redis_server_binary
+
+needs_redis = pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")
+TOTAL = USAGE["total_tokens"]
+
+
+def chat(gw: GatewayServer, max_tokens: int = 20, **extra: Any) -> httpx.Response:
+    return httpx.post(gw.base_url + "/v1/chat/completions", json=chat_body(max_tokens=max_tokens, **extra),
+                      headers=AUTH, timeout=10)
+
+
+def conversation_keys(redis: RedisServer) -> int:
+    with redis_py.Redis.from_url(redis.url) as client:
+        return len(client.keys("sieve:conv:*"))
+
+
+def degraded(gw: GatewayServer) -> tuple[float, float, float]:
+    """(fail_open outcomes, budget store fail-opens, state store fail-opens) so far."""
+    return outcomes(gw).get("fail_open", 0.0), fail_open(gw, "budget_store"), fail_open(gw, "state_store")
+
+
+@pytest.mark.redis
+@needs_redis
+def test_redis_goes_away_and_comes_back() -> None:
+    with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
+            GatewayServer(metered_settings(up, redis, budgets={"orgs": {ORG: {"day": 400}}})) as gw:
+        assert chat(gw).status_code == 200
+        assert settle_down(gw, redis) == (0, TOTAL) and conversation_keys(redis) == 1
+
+        redis.kill()
+        served = [chat(gw, user=f"u{i}") for i in range(3)]  # distinct bodies: distinct conversations
+        assert [r.status_code for r in served] == [200] * 3
+        assert all("x-sieve-budget-remaining-tokens" not in r.headers for r in served)  # unmetered
+        gw.wait_idle()
+        assert degraded(gw) == (3, 3, 3)
+        assert gw.get("/readyz").status_code == 200  # fail-open: a pod without Redis still serves
+
+        redis.start()  # same port, empty
+        back = chat(gw, user="back")
+        assert back.status_code == 200 and "x-sieve-budget-remaining-tokens" in back.headers
+        gw.wait_idle()
+        assert degraded(gw) == (3, 3, 3)  # nothing degraded any more
+        assert conversation_keys(redis) == 1  # the state store is written again
+        # The outage's tokens were charged on return, so the 400-token budget is nearly spent:
+        assert settle_down(gw, redis) == (0, 4 * TOTAL)
+        refused = chat(gw, max_tokens=400 - 4 * TOTAL)  # the prompt no longer fits beside it
+        assert refused.status_code == 429
+        assert_openai_error(refused.json(), type="budget_exceeded", code="budget_exceeded",
+                            says="Budget exceeded: org 'acme' day budget of 400 tokens")
+        gw.wait_idle()
+        assert sample(gw, "sieve_budget_rejections_total", org=ORG) == 1
+        assert outcomes(gw).get("budget_rejected") == 1
+        assert budget(redis) == (0, 4 * TOTAL)
+
+
+@pytest.mark.redis
+@needs_redis
+def test_redis_out_of_memory_fails_open_and_recovers() -> None:
+    """maxmemory with noeviction: every write (the budget scripts, state puts) fails with OOM."""
+    with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
+            GatewayServer(metered_settings(up, redis, upstream_timeout_s=5.0)) as gw, \
+            redis_py.Redis.from_url(redis.url) as admin:
+        admin.config_set("maxmemory-policy", "noeviction")
+        assert chat(gw).status_code == 200
+        assert settle_down(gw, redis) == (0, TOTAL)
+
+        # A stream reserved before the store filled up, still running when it did.
+        up.enqueue(Reply(chunks=["a", "b", "c", "d"], chunk_delay_s=0.2, usage=USAGE))
+        with httpx.stream("POST", gw.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
+                          json=chat_body(max_tokens=20, stream=True, user="in-flight")) as streaming:
+            assert "x-sieve-budget-remaining-tokens" in streaming.headers  # metered
+            admin.config_set("maxmemory", 1)
+            with pytest.raises(redis_py.exceptions.OutOfMemoryError):
+                admin.set("probe", "x")
+            served = [chat(gw, user=f"oom{i}") for i in range(3)]
+            streaming.read()
+        assert [r.status_code for r in served] == [200] * 3
+        assert all("x-sieve-budget-remaining-tokens" not in r.headers for r in served)
+        gw.wait_idle()
+        assert degraded(gw) == (3, 3, 3)  # each: unmetered and its decisions not saved
+        assert gw.get("/readyz").status_code == 200
+
+        admin.config_set("maxmemory", 0)
+        assert chat(gw, user="after").status_code == 200
+        gw.wait_idle()
+        assert degraded(gw) == (3, 3, 3)
+        # Charged on return: the first request, the stream, the three served unmetered, this one.
+        assert budget(redis)[1] == 6 * TOTAL
