@@ -7,6 +7,7 @@ once the store is back budgets are enforced again and no reservation is left beh
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -88,16 +89,22 @@ def test_redis_out_of_memory_fails_open_and_recovers() -> None:
         assert chat(gw).status_code == 200
         assert settle_down(gw, redis) == (0, TOTAL)
 
-        # A stream reserved before the store filled up, still running when it did.
-        up.enqueue(Reply(chunks=["a", "b", "c", "d"], chunk_delay_s=0.2, usage=USAGE))
+        # Reserved before the store filled up, still running when it did: a stream that
+        # ends well (settled later) and a request the provider fails (released later).
+        up.enqueue(Reply(chunks=["a", "b", "c", "d"], chunk_delay_s=0.2, usage=USAGE),
+                   Reply(status=500, delay_s=0.4))
         with httpx.stream("POST", gw.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
-                          json=chat_body(max_tokens=20, stream=True, user="in-flight")) as streaming:
+                          json=chat_body(max_tokens=20, stream=True, user="in-flight")) as streaming, \
+                ThreadPoolExecutor(1) as pool:
             assert "x-sieve-budget-remaining-tokens" in streaming.headers  # metered
+            failing = pool.submit(chat, gw, user="failing")
+            assert wait_until(lambda: len(up.requests) == 3)
             admin.config_set("maxmemory", 1)
             with pytest.raises(redis_py.exceptions.OutOfMemoryError):
                 admin.set("probe", "x")
             served = [chat(gw, user=f"oom{i}") for i in range(3)]
             streaming.read()
+            assert failing.result().status_code == 500
         assert [r.status_code for r in served] == [200] * 3
         assert all("x-sieve-budget-remaining-tokens" not in r.headers for r in served)
         gw.wait_idle()
@@ -108,5 +115,6 @@ def test_redis_out_of_memory_fails_open_and_recovers() -> None:
         assert chat(gw, user="after").status_code == 200
         gw.wait_idle()
         assert degraded(gw) == (3, 3, 3)
-        # Charged on return: the first request, the stream, the three served unmetered, this one.
-        assert budget(redis)[1] == 6 * TOTAL
+        # On return: the stream settled, the failed request released (both held since before the
+        # outage, not left to their TTL), the three served unmetered charged; plus the first and this one.
+        assert settle_down(gw, redis) == (0, 6 * TOTAL)
