@@ -65,6 +65,7 @@ class Services:
     key_store: Any = None
     budget_guard: BudgetGuard | None = None
     scores: Any = None
+    conversations: Any = None
     bounds: LabelBounds | None = None
     started_at: float = field(default_factory=time.time)
 
@@ -84,7 +85,8 @@ class Services:
             redis = RedisStores.from_url(settings.redis_url)
             conversations, scores, budget_store, key_store = redis.conversations, redis.scores, redis.budgets, redis.keys
         else:
-            conversations, scores = MemoryConversationStore(), MemoryScoreCache()
+            conversations = MemoryConversationStore(settings.state_max_entries, settings.state_max_bytes)
+            scores = MemoryScoreCache()
             budget_store, key_store = MemoryBudgetStore(), MemoryKeyStore()
         authenticator = _authenticator(settings, key_store, policies[settings.default_policy])
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60)
@@ -110,7 +112,8 @@ class Services:
                           budgets=budgets, deferred=deferred)
         return cls(settings, policies, policies[settings.default_policy], settings.org_policies,
                    authenticator, router, proxy, metrics, deferred, session, redis, audit,
-                   key_store=key_store, budget_guard=budgets, scores=scores, bounds=bounds)
+                   key_store=key_store, budget_guard=budgets, scores=scores, conversations=conversations,
+                   bounds=bounds)
 
     async def stop(self) -> None:
         await self.deferred.drain()

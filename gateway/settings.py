@@ -19,6 +19,8 @@ SIEVE_ADMIN_KEY                 enables the admin routes
 SIEVE_KEYS_FILE                 virtual keys (YAML)
 SIEVE_ALLOW_OPEN                "1" allows an open gateway on a non-loopback bind
 SIEVE_MAX_BODY_BYTES            request body limit (default 32 MiB)
+SIEVE_STATE_MAX_ENTRIES         in-memory conversation store bound (default 10000)
+SIEVE_STATE_MAX_BYTES           ... and its size bound (default 256 MiB); LRU beyond
 SIEVE_UPSTREAM_TIMEOUT_S        upstream read timeout (default 600)
 SIEVE_UPSTREAM_CONNECT_TIMEOUT_S  upstream connect timeout (default 10)
 SIEVE_SCORER_API_KEY            key for the LLM scorer model (policies name the model)
@@ -77,6 +79,8 @@ class Settings:
     keys_file: Path | None = None
     allow_open: bool = False
     max_body_bytes: int = 32 * 1024 * 1024
+    state_max_entries: int = 10_000            # in-memory conversation store (Redis: its maxmemory)
+    state_max_bytes: int = 256 * 1024 * 1024
     upstream_timeout_s: float = 600.0
     upstream_connect_timeout_s: float = 10.0
     audit_log: str | None = None
@@ -106,6 +110,8 @@ class Settings:
             keys_file=_path(env.get("SIEVE_KEYS_FILE")),
             allow_open=env.get("SIEVE_ALLOW_OPEN", "").lower() in ("1", "true", "yes"),
             max_body_bytes=_int(env, "SIEVE_MAX_BODY_BYTES", cls.max_body_bytes),
+            state_max_entries=_int(env, "SIEVE_STATE_MAX_ENTRIES", cls.state_max_entries),
+            state_max_bytes=_int(env, "SIEVE_STATE_MAX_BYTES", cls.state_max_bytes),
             upstream_timeout_s=_float(env, "SIEVE_UPSTREAM_TIMEOUT_S", cls.upstream_timeout_s),
             upstream_connect_timeout_s=_float(
                 env, "SIEVE_UPSTREAM_CONNECT_TIMEOUT_S", cls.upstream_connect_timeout_s

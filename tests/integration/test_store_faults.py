@@ -118,3 +118,40 @@ def test_redis_out_of_memory_fails_open_and_recovers() -> None:
         # On return: the stream settled, the failed request released (both held since before the
         # outage, not left to their TTL), the three served unmetered charged; plus the first and this one.
         assert settle_down(gw, redis) == (0, 6 * TOTAL)
+
+
+# -- the in-memory store fills up ----------------------------------------------------------------------
+
+KEYS = ({"key": "sk-acme", "org": ORG},)
+
+
+def converse(gw: GatewayServer, conversation: str, route: str = "/v1/chat/completions") -> httpx.Response:
+    response = gw.post(route, json={"model": MODEL, "messages": agent_history(6)},
+                       headers={"authorization": "Bearer sk-acme", "x-sieve-target-tokens": "3000",
+                                "x-sieve-conversation-id": conversation})
+    assert response.status_code == 200, response.text
+    return response
+
+
+def mode(gw: GatewayServer, conversation: str) -> str:
+    return converse(gw, conversation, "/v1/prune").json()["report"]["mode"]
+
+
+def test_memory_state_store_evicts_beyond_its_bounds(start_gateway) -> None:
+    by_count = start_gateway(virtual_keys=KEYS, state_max_entries=8)
+    store = by_count.services.conversations
+    for i in range(20):
+        assert int(converse(by_count, f"c{i}").headers["x-sieve-saved-tokens"]) > 0  # served, pruned
+    assert len(store) == 8
+    assert mode(by_count, "c19") == "frozen"     # recent: its decisions replayed
+    assert mode(by_count, "c0") == "stateless"   # evicted (least recently used): decided afresh
+    by_count.wait_idle()
+    assert outcomes(by_count).get("pruned") == 20 and fail_open(by_count, "state_store") == 0
+
+    entry = store.nbytes // len(store)
+    by_size = start_gateway(virtual_keys=KEYS, state_max_bytes=int(entry * 3.5))
+    for i in range(10):
+        converse(by_size, f"c{i}")
+    assert len(by_size.services.conversations) == 3
+    assert by_size.services.conversations.nbytes <= entry * 3.5
+    assert mode(by_size, "c9") == "frozen" and mode(by_size, "c0") == "stateless"
