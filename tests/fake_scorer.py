@@ -69,6 +69,9 @@ class ScorerModel(FakeUpstream):
         reply = self.responder(ids, attempt, req)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if reply.drop_connection:
+            request.transport.close()  # type: ignore[union-attr]
+            return web.Response(status=500)  # never reaches the gateway
         faulty = await fault_response(request, reply)  # raw bodies: garbage, HTML, a stalled answer
         if faulty is not None:
             return faulty
