@@ -90,7 +90,8 @@ class Services:
             budget_store, key_store = MemoryBudgetStore(), MemoryKeyStore()
         authenticator = _authenticator(settings, key_store, policies[settings.default_policy])
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60)
-        session = aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",))
+        # Decompress whatever arrives compressed anyway (content-encoding is never relayed).
+        session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
         router = ModelRouter(settings)
         bounds = LabelBounds(orgs=_known_orgs(settings), models=router.configured, dynamic_limit=200)
         budgets = BudgetGuard(budget_store, BudgetConfig.from_mapping(settings.budgets), metrics, bounds.org)

@@ -17,6 +17,7 @@ Fault modes (``Reply`` fields), for the dependency-fault tests::
     Reply(chunks=[...], drop_after=3)                   # stream: connection dropped after 3 frames
     Reply(sse_frames=[b"garbage\n\n", ...])             # stream these bytes verbatim
     Reply(sse_frames=[...], eof_framing=True)           # no chunked framing: the end is a clean EOF
+    Reply(compress=True)                                # gzip when the request's Accept-Encoding allows
 
 As a process, for benchmarks (recording off)::
 
@@ -79,6 +80,7 @@ class Reply:
     sse_frames: list[bytes] | None = None  # stream these bytes verbatim (malformed SSE), one write each
     drop_after: int | None = None  # stream: close the connection after this many frames
     eof_framing: bool = False  # stream without chunked framing: the end is a clean close, not an error
+    compress: bool = False  # gzip/deflate the answer when the request's Accept-Encoding allows, as providers do
 
 
 @dataclasses.dataclass
@@ -371,7 +373,9 @@ class FakeUpstream:
 
     async def _models(self, request: web.Request) -> web.Response:
         await self._record(request)
-        return web.Response(body=_MODELS_BODY, content_type="application/json")
+        resp = web.Response(body=_MODELS_BODY, content_type="application/json")
+        resp.enable_compression()  # as real providers do, when the request accepts it
+        return resp
 
     async def _not_found(self, request: web.Request) -> web.Response:
         await self._record(request)
@@ -433,7 +437,10 @@ class FakeUpstream:
         payload = orjson.dumps(body)
         if reply.stall_mid_body_s:
             return await _stalled(request, payload, reply.stall_mid_body_s)
-        return web.Response(body=payload, content_type="application/json", headers=reply.headers)
+        resp = web.Response(body=payload, content_type="application/json", headers=reply.headers)
+        if reply.compress:
+            resp.enable_compression()
+        return resp
 
     async def _stream(self, request: web.Request, reply: Reply, content: str | None,
                       cid: str, created: int,
@@ -471,6 +478,8 @@ class FakeUpstream:
             return await _stream_until_close(request, frames, reply)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            **(reply.headers or {})})
+        if reply.compress:
+            resp.enable_compression()
         await resp.prepare(request)
         for i, frame in enumerate(frames if drop_at < 0 else frames[:drop_at]):
             if i and reply.chunk_delay_s:

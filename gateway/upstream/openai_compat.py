@@ -46,12 +46,15 @@ class UpstreamResponse:
 
 def forward_headers(incoming: Mapping[str, str], api_key: str | None) -> dict[str, str]:
     """Headers for the provider: the client's, minus hop-by-hop and x-sieve-*;
-    the configured key replaces the client's Authorization when there is one."""
+    the configured key replaces the client's Authorization when there is one.
+    ``accept-encoding: identity``: bytes are relayed as they come (and read for
+    usage), so the provider must not compress them (aiohttp would ask for gzip)."""
     out = {k: v for k, v in incoming.items()
            if k not in _DROP_REQUEST and not k.startswith("x-sieve-")}
     if api_key:
         out["authorization"] = f"Bearer {api_key}"
     out["content-type"] = "application/json"
+    out["accept-encoding"] = "identity"
     return out
 
 

@@ -165,6 +165,20 @@ def test_non_json_error_page_becomes_an_openai_error(gw, up, redis, before) -> N
     assert settle_down(gw, redis) == before
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_provider_that_compresses_never_reaches_the_client_undeclared(gw, up, redis, before, stream) -> None:
+    """Providers gzip whatever the request accepts; the gateway relays bytes as they come."""
+    up.enqueue(Reply(content="hello", usage=USAGE, compress=True))
+    extra = {"stream_options": {"include_usage": True}} if stream else {}
+    response = post(gw, stream=stream, **extra)
+    assert response.status_code == 200
+    if stream:
+        assert b"hello" in response.content and sse_events(response.content)[-1] == b"data: [DONE]"
+    else:
+        assert response.json()["choices"][0]["message"]["content"] == "hello"
+    assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])  # and its usage was read
+
+
 # -- streams cut short or malformed ------------------------------------------------------------------
 
 def chunk(delta: dict | None = None, finish: str | None = None, **extra) -> bytes:
