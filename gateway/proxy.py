@@ -7,8 +7,9 @@ and the guarantees around it:
 * a stream is relayed chunk by chunk, its usage read on the way;
 * the budget reservation is settled at the usage the provider reported (even
   if the stream broke after reporting it); a stream that ended whole or that
-  the client left, without usage, is settled at the forwarded prompt plus the
-  deltas streamed; an upstream error, timeout or cut stream without usage is
+  the client left, or a whole answer, without usage, is settled at the
+  forwarded prompt plus an estimate of the answer (deltas streamed, or its
+  characters / 4); an upstream error, timeout or cut stream without usage is
   released;
 * accounting (budget settle, metrics, savings, audit) runs as a deferred task
   that survives the client going away.
@@ -152,8 +153,8 @@ class ChatProxy:
         finally:
             record.upstream_s = time.perf_counter() - upstream_started
             record.stream_usage = tap.usage
-            record.stream_delta_events = tap.delta_events
-            record.stream_completed = completed
+            record.completion_estimate = tap.delta_events
+            record.completed = completed
             if response.release is not None:
                 _close_quietly(response.release)
             self._deferred.spawn(self._accountant.finish(record))

@@ -179,6 +179,24 @@ def test_a_provider_that_compresses_never_reaches_the_client_undeclared(gw, up, 
     assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])  # and its usage was read
 
 
+@pytest.mark.parametrize("body", [
+    {"id": "c", "object": "chat.completion", "model": MODEL,
+     "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * 400}, "finish_reason": "stop"}]},
+    {"id": "c", "object": "chat.completion", "model": MODEL, "usage": None,
+     "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [
+         {"id": "t", "type": "function", "function": {"name": "f", "arguments": "y" * 399}}]}}]},
+], ids=["content", "tool_call"])
+def test_an_answer_without_usage_is_charged_at_an_estimate(gw, up, redis, before, body) -> None:
+    """Served is spent: a provider that reports no usage must not make requests free."""
+    up.enqueue(Reply(json_body=body))
+    seen = outcomes(gw)
+    response = post(gw)
+    assert response.status_code == 200 and response.json() == body
+    assert counted(gw, seen) == {"passthrough": 1}
+    forwarded = int(response.headers["x-sieve-forwarded-tokens"])
+    assert settle_down(gw, redis) == (0, before[1] + forwarded + 100)  # the prompt + 400 chars / 4 (name and arguments for a tool call)
+
+
 # -- streams cut short or malformed ------------------------------------------------------------------
 
 def chunk(delta: dict | None = None, finish: str | None = None, **extra) -> bytes:
