@@ -95,12 +95,15 @@ class ChatProxy:
         upstream_started = time.perf_counter()
         try:
             response = await self._send(route, forwarded, call, stream)
-        except SieveError as exc:
+        except BaseException as exc:
+            # Also a bug or a cancellation (uvicorn cancels what outlives its graceful-shutdown
+            # timeout): the reservation is released and the request counted all the same.
             record.upstream_s = time.perf_counter() - upstream_started
             record.outcome_label = "upstream_error"
-            record.error_status = exc.status
+            record.error_status = exc.status if isinstance(exc, SieveError) else 500
             self._deferred.spawn(self._accountant.finish(record))
-            exc.headers.update(headers)
+            if isinstance(exc, SieveError):
+                exc.headers.update(headers)
             raise
         record.status = response.status
         if response.chunks is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import httpx
@@ -20,7 +21,7 @@ import pytest
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import chat_body, wait_until
-from tests.integration.fault_helpers import AUTH, USAGE, metered_settings, outcomes, sample, settle_down
+from tests.integration.fault_helpers import AUTH, USAGE, budget, metered_settings, outcomes, sample, settle_down
 from tests.redis_server import RedisServer, redis_server_binary
 
 pytestmark = [pytest.mark.redis,
@@ -80,3 +81,19 @@ def test_client_leaves_halfway_through_its_body(gw, up, redis, caplog) -> None:
     assert settle_down(gw, redis)[0] == 0
     assert httpx.post(gw.base_url + "/v1/chat/completions", headers=AUTH, json=chat_body()).status_code == 200
 
+
+
+def test_shutdown_cancelling_a_request_that_waits_for_the_provider(up, redis) -> None:
+    """A rolling deploy: past the graceful timeout uvicorn cancels what is still running."""
+    gw = GatewayServer(metered_settings(up, redis, upstream_timeout_s=10.0)).start()
+    gw.server.config.timeout_graceful_shutdown = 0.3
+    _, settled = budget(redis)
+    up.enqueue(Reply(delay_s=2.0, usage=USAGE))
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(httpx.post, gw.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
+                              json=chat_body(max_tokens=5000))
+        assert wait_until(lambda: budget(redis)[0] > 0)  # reserved, now waiting for the provider
+        gw.stop()
+        assert waiting.result().status_code == 500  # uvicorn's own answer to a cancelled request
+    assert budget(redis) == (0, settled)  # released by the drained accounting, not left to its TTL
+    assert outcomes(gw) == {"upstream_error": 1}
