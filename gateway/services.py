@@ -82,7 +82,8 @@ class Services:
         if settings.redis_url:
             from gateway.state.redis_store import RedisStores  # noqa: PLC0415 - only with Redis
 
-            redis = RedisStores.from_url(settings.redis_url)
+            # After a timeout, Redis is skipped for a second rather than waited for on every call.
+            redis = RedisStores.from_url(settings.redis_url, breaker_cooldown_s=1.0)
             conversations, scores, budget_store, key_store = redis.conversations, redis.scores, redis.budgets, redis.keys
         else:
             conversations = MemoryConversationStore(settings.state_max_entries, settings.state_max_bytes)

@@ -155,3 +155,28 @@ def test_memory_state_store_evicts_beyond_its_bounds(start_gateway) -> None:
     assert len(by_size.services.conversations) == 3
     assert by_size.services.conversations.nbytes <= entry * 3.5
     assert mode(by_size, "c9") == "frozen" and mode(by_size, "c0") == "stateless"
+
+
+@pytest.mark.redis
+@needs_redis
+def test_a_hung_redis_costs_one_timeout_not_one_per_call() -> None:
+    """SIGSTOP: the port is open, nothing answers. Fail-open must stay fast."""
+    with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
+            GatewayServer(metered_settings(up, redis)) as gw:
+        assert chat(gw).status_code == 200
+        redis.pause()
+        try:
+            took = []
+            for i in range(4):
+                started = time.monotonic()
+                assert chat(gw, user=f"hung{i}").status_code == 200
+                took.append(time.monotonic() - started)
+            gw.wait_idle()
+            assert degraded(gw) == (4, 4, 4)
+        finally:
+            redis.resume()
+        assert took[0] < 5.0  # one store call waits out its timeout (2 s, one retry) ...
+        assert max(took[1:]) < 0.5, took  # ... then the store is skipped instead of waited for
+        # Once it answers again (within the breaker's cooldown) requests are metered again.
+        assert wait_until(lambda: "x-sieve-budget-remaining-tokens" in chat(gw, user="back").headers, timeout_s=5)
+        assert settle_down(gw, redis)[0] == 0
