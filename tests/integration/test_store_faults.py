@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis as redis_py
 
-from gateway.settings import Settings
 from tests.conversations import agent_history
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer

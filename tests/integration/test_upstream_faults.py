@@ -26,7 +26,7 @@ from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import MODEL, chat_body
 from tests.integration.fault_helpers import (
-    AUTH, DEAD_MODEL, USAGE, assert_openai_error, budget, metered_settings, outcomes, settle_down,
+    AUTH, DEAD_MODEL, LIMIT, USAGE, assert_openai_error, metered_settings, outcomes, settle_down,
 )
 from tests.redis_server import RedisServer, redis_server_binary
 
@@ -145,6 +145,7 @@ def test_provider_errors_pass_through_unchanged(gw, up, redis, before, status, h
     assert response.json() == {"error": error}  # byte for byte the provider's body
     for name, value in headers.items():
         assert response.headers[name] == value
+    assert int(response.headers["x-sieve-budget-remaining-tokens"]) <= LIMIT - before[1] - 5000  # held, then:
     assert response.headers["x-sieve-request-id"].startswith("req_")
     assert counted(gw, seen) == {"upstream_error": 1}
     assert settle_down(gw, redis) == before
