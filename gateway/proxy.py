@@ -139,11 +139,16 @@ class ChatProxy:
             tail = tap.flush()
             if tail:
                 yield tail
-            if not tap.finished:
+            if tap.error is not None:
+                # The provider told the client itself, in-stream: relayed as it came, counted as failed.
+                record.outcome_label = "upstream_error"
+                record.error_status = 502
+            elif not tap.finished:
                 # A clean close is no proof of a whole answer (no chunked framing, a proxy cut it).
                 raise UpstreamUnavailable("the upstream stream ended without [DONE] or a finish_reason: "
                                           "the answer is incomplete")
-            completed = True
+            else:
+                completed = True
         except SieveError as exc:
             # The incomplete event the tap still holds is dropped: the client gets whole events,
             # then one whole error event.

@@ -23,6 +23,7 @@ import orjson
 log = logging.getLogger("sieve.sse")
 
 _USAGE = b'"usage"'
+_ERROR = b'"error"'
 _FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
 _DONE = re.compile(rb"(?m)^data: ?\[DONE\]")
 _EVENT = re.compile(rb".*?(?:\r\n\r\n|\n\n)", re.S)
@@ -40,6 +41,7 @@ class SSEUsageTap:
             send(tap.feed(chunk))
         send(tap.flush())          # only at a normal end; after a failure the torn tail is dropped
         tap.finished               # a [DONE] or a finish_reason arrived: the answer is whole
+        tap.error                  # the provider's own in-stream error event, if it sent one
     """
 
     def __init__(self, strip_usage_chunk: bool) -> None:
@@ -49,6 +51,7 @@ class SSEUsageTap:
         # per delta event, so the count of deltas estimates the completion.
         self.delta_events = 0
         self.finished = False
+        self.error: dict[str, Any] | None = None
         self._held: list[bytes] = []   # the incomplete event so far; it never holds a blank line
         self._held_len = 0
 
@@ -85,6 +88,9 @@ class SSEUsageTap:
         self.delta_events += data.count(b'"delta"')
         if not self.finished and (_FINISH.search(data) or _DONE.search(data)):
             self.finished = True
+        if _ERROR in data and self.error is None:
+            for event in _EVENT.findall(data) if whole else [data]:
+                self._read_error(event)
         if _USAGE not in data:
             return data
         events = _EVENT.findall(data) if whole else [data]
@@ -104,6 +110,24 @@ class SSEUsageTap:
                 self.usage = payload["usage"]
                 return not payload.get("choices")
         return False
+
+    def _read_error(self, event: bytes) -> None:
+        for payload in _data(event):
+            if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+                self.error = payload["error"]
+                return
+
+
+def _data(event: bytes) -> list[Any]:
+    """The JSON of each ``data:`` line of an event (lines that are not JSON are skipped)."""
+    out = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            try:
+                out.append(orjson.loads(line[5:].strip()))
+            except orjson.JSONDecodeError:
+                continue
+    return out
 
 
 def _last_event_end(data: bytes) -> int:

@@ -281,6 +281,21 @@ def test_stream_ending_in_a_clean_close(gw, up, redis, before, frames, complete)
         assert settle_down(gw, redis) == before
 
 
+PROVIDER_ERROR = {"message": "The server had an error while processing your request.", "type": "server_error",
+                  "param": None, "code": None}
+
+
+@pytest.mark.parametrize("then", [[], [b"data: [DONE]\n\n"]], ids=["closed", "done"])
+def test_an_error_event_from_the_provider_is_relayed_and_counted(gw, up, redis, before, then) -> None:
+    frames = [*HEAD, b"data: " + orjson.dumps({"error": PROVIDER_ERROR}) + b"\n\n", *then]
+    up.enqueue(Reply(sse_frames=frames))
+    seen = outcomes(gw)
+    status, raw = stream_raw(gw, include_usage=True)
+    assert status == 200 and raw == b"".join(frames)  # the provider's own error, once, unchanged
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
+
+
 MALFORMED = [
     b": keep-alive\n\n",
     b"event: ping\ndata: not json at all\n\n",

@@ -67,3 +67,11 @@ def test_bytes_without_any_event_boundary_are_not_held_forever():
     blob = b"x" * (64 * 1024)
     sent = b"".join(tap.feed(blob) for _ in range(MAX_HELD_BYTES // len(blob) + 2))
     assert 0 < len(sent) and len(sent) + len(tap.flush()) == len(blob) * (MAX_HELD_BYTES // len(blob) + 2)
+
+
+def test_the_providers_error_event_is_noticed_and_passed_on():
+    tap = SSEUsageTap(strip_usage_chunk=True)
+    error = event({"error": {"message": "overloaded", "type": "server_error", "param": None, "code": None}})
+    quoted = delta('he said "error" twice')  # the word in content is not an error event
+    assert tap.feed(quoted) == quoted and tap.error is None
+    assert tap.feed(error) == error and tap.error["message"] == "overloaded"
