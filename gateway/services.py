@@ -44,7 +44,7 @@ log = logging.getLogger("sieve")
 
 _REJECTIONS: dict[type, str] = {
     BudgetExceeded: "budget_rejected", Unauthorized: "unauthorized", InvalidRequest: "client_error",
-    BodyTooLarge: "client_error", Forbidden: "client_error",
+    BodyTooLarge: "client_error", Forbidden: "client_error", StoreUnavailable: "fail_closed",
 }
 
 

@@ -114,6 +114,9 @@ def test_redis_down_fail_closed_is_a_503_and_not_ready(tmp_path: Path) -> None:
         assert "budget store is unreachable" in error["message"] and "fail-closed" in error["message"]
         assert "Traceback" not in refused.text
         assert len(up.requests) == forwarded  # nothing reached the provider unmetered
+        gw.wait_idle()
+        assert gw.metrics.registry.get_sample_value(
+            "sieve_requests_total", {"org": "acme", "model": "gpt-4o-mini", "outcome": "fail_closed"}) == 1
         not_ready = gw.get("/readyz")
         assert not_ready.status_code == 503 and "redis unreachable" in not_ready.json()["error"]["message"]
 
