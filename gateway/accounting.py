@@ -78,8 +78,8 @@ class Accountant:
         answered = 200 <= record.status < 400
         ok = answered and record.error_status is None
         # Reported usage is charged even when the stream failed after it (the provider bills
-        # it); without usage, a failed request is released and a whole or abandoned stream is
-        # settled at the estimate of what was streamed.
+        # it); without usage, a failed request is released, and a whole answer or a stream the
+        # client left is settled at the estimate (``_settle_tokens``).
         if answered and (usage is not None or (ok and (record.completed or record.disconnected))):
             await self._budgets.settle(record.hold, _settle_tokens(record, usage))
         else:
