@@ -42,19 +42,25 @@ class RequestRecord:
     upstream_s: float = 0.0
     response_usage: dict[str, Any] | None = None
     stream_usage: dict[str, Any] | None = None
-    stream_delta_events: int = 0
-    stream_completed: bool = False
+    # Whether the answer arrived whole (a stream to its end, a non-stream body), and what it
+    # likely cost in completion tokens, for when the provider reports no usage.
+    completed: bool = False
+    completion_estimate: int = 0
     disconnected: bool = False
     finished_at: float = field(default_factory=time.perf_counter)
 
     def set_response_body(self, body: bytes) -> None:
-        if self.status < 400 and body:
-            try:
-                payload = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                return
-            if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
-                self.response_usage = payload["usage"]
+        if self.status >= 400:
+            return
+        self.completed = True
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
+            self.response_usage = payload["usage"]
+        elif isinstance(payload, dict):
+            self.completion_estimate = _answer_chars(payload) // 4
 
 
 class Accountant:
@@ -69,8 +75,12 @@ class Accountant:
     async def finish(self, record: RequestRecord) -> None:
         record.finished_at = time.perf_counter()
         usage = usage_from_provider(record.stream_usage or record.response_usage)
-        ok = record.error_status is None and 200 <= record.status < 400
-        if ok and (usage is not None or record.stream_completed or record.disconnected):
+        answered = 200 <= record.status < 400
+        ok = answered and record.error_status is None
+        # Reported usage is charged even when the stream failed after it (the provider bills
+        # it); without usage, a failed request is released, and a whole answer or a stream the
+        # client left is settled at the estimate (``_settle_tokens``).
+        if answered and (usage is not None or (ok and (record.completed or record.disconnected))):
             await self._budgets.settle(record.hold, _settle_tokens(record, usage))
         else:
             await self._budgets.release(record.hold)
@@ -120,16 +130,32 @@ class Accountant:
 def _settle_tokens(record: RequestRecord, usage: Usage | None) -> int:
     if usage is not None:
         return usage.prompt_tokens + usage.completion_tokens
-    # No usage reported (stream cut short, or a provider without usage):
-    # the forwarded prompt plus the deltas streamed so far.
-    return record.outcome.result.forwarded_tokens + record.stream_delta_events
+    # No usage reported (stream cut short, or a provider without usage): the forwarded
+    # prompt plus the estimate of the answer (deltas streamed, or characters / 4).
+    return record.outcome.result.forwarded_tokens + record.completion_estimate
+
+
+def _answer_chars(payload: dict[str, Any]) -> int:
+    """Characters of a chat completion's answer: contents, tool-call names and arguments."""
+    chars = 0
+    for choice in payload.get("choices") or ():
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            continue
+        if isinstance(message.get("content"), str):
+            chars += len(message["content"])
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                chars += len(str(function.get("name") or "")) + len(str(function.get("arguments") or ""))
+    return chars
 
 
 def _outcome(record: RequestRecord, ok: bool) -> str:
     if not ok:
         return "upstream_error"
-    if record.outcome.failed:
-        return "fail_open"
+    if record.outcome.failed or (record.hold is not None and record.hold.reservation is None):
+        return "fail_open"  # pruned without its state, state not saved, or served unmetered
     return "pruned" if record.outcome.result.saved_tokens > 0 else "passthrough"
 
 

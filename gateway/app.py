@@ -14,8 +14,9 @@ from typing import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
-from gateway.api.responses import handle_http_error, handle_sieve_error, handle_unexpected
+from gateway.api.responses import handle_client_disconnect, handle_http_error, handle_sieve_error, handle_unexpected
 from gateway.api.routes import ROUTES
 from gateway.errors import SieveError
 from gateway.services import Services
@@ -41,5 +42,5 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> Starlette:
         routes=ROUTES,
         lifespan=lifespan,
         exception_handlers={SieveError: handle_sieve_error, HTTPException: handle_http_error,
-                            Exception: handle_unexpected},
+                            ClientDisconnect: handle_client_disconnect, Exception: handle_unexpected},
     )

@@ -4,6 +4,12 @@ Wraps a ``BudgetStore`` with the policy around it: which limits apply, how
 much to reserve, what a store outage means (fail-open: serve and remember the
 unmetered tokens, charged once the store is back; fail-closed: 503), and the
 ``sieve_budget_*`` metrics.
+
+A settle or release the store could not take (down, out of memory, hung) is
+owed, not dropped: it is retried before the next reservation once the store
+answers again, so a reservation held when the outage began is given back then
+rather than at its TTL. A settle whose reservation the store no longer knows
+(it restarted empty) becomes a plain charge of the usage.
 """
 
 from __future__ import annotations
@@ -26,6 +32,17 @@ MAX_PENDING = 100_000
 
 
 @dataclass(slots=True)
+class _Owed:
+    """Budget work postponed by an outage: charge ``tokens`` served unmetered (no
+    reservation), settle a reservation at ``tokens``, or release it (``tokens`` None)."""
+
+    limits: tuple[BudgetLimit, ...]
+    tokens: int | None
+    at: float
+    reservation: Reservation | None = None
+
+
+@dataclass(slots=True)
 class Hold:
     """What a request holds on its budgets; ``reservation`` is None when unmetered."""
 
@@ -43,7 +60,7 @@ class BudgetGuard:
         self._config = config
         self._metrics = metrics
         self._org_label = org_label
-        self._unmetered: list[tuple[tuple[BudgetLimit, ...], int, float]] = []
+        self._owed: list[_Owed] = []
 
     @property
     def store(self) -> BudgetStore:
@@ -55,7 +72,7 @@ class BudgetGuard:
 
     def unmetered_tokens(self, org: str) -> int:
         """Tokens served during a store outage on this replica, not yet charged to ``org``."""
-        return sum(tokens for limits, tokens, _ in self._unmetered if limits and limits[0].org == org)
+        return sum(o.tokens for o in self._owed if o.tokens is not None and o.limits and o.limits[0].org == org)
 
     async def budget_left(self, call: "ChatCall") -> float | None:
         """Fraction (0..1) left of the caller's tightest budget, when the policy tightens
@@ -78,7 +95,7 @@ class BudgetGuard:
         tokens = reservation_tokens(prompt_tokens, body, call.policy.default_max_completion_tokens)
         org = self._org_label(call.identity.org)
         try:
-            if self._unmetered:
+            if self._owed:
                 await self._reconcile()
             reservation = await self._store.reserve(new_reservation_id(), limits, tokens, time.time())
         except BudgetExceeded:
@@ -99,13 +116,15 @@ class BudgetGuard:
         if hold is None or hold.done:
             return
         hold.done = True
+        owed = _Owed(hold.limits, actual_tokens, hold.reserved_at, hold.reservation)
+        if hold.reservation is None:
+            self._remember(owed)
+            return
         try:
-            if hold.reservation is None:
-                self._remember(hold, actual_tokens)
-            else:
-                await self._store.settle(hold.reservation, actual_tokens)
+            await self._store.settle(hold.reservation, actual_tokens)
         except StoreUnavailable:
-            self._remember(hold, actual_tokens)
+            log.warning("budget store unreachable: settling reservation %s once it is back", hold.reservation.id)
+            self._remember(owed)
 
     async def release(self, hold: Hold | None) -> None:
         if hold is None or hold.done:
@@ -115,19 +134,31 @@ class BudgetGuard:
             try:
                 await self._store.release(hold.reservation)
             except StoreUnavailable:
-                # The reservation's TTL returns the tokens once the store is back.
-                log.warning("budget store unreachable: reservation %s left to expire", hold.reservation.id)
+                # Retried once the store is back (else its TTL returns the tokens).
+                log.warning("budget store unreachable: releasing reservation %s once it is back",
+                            hold.reservation.id)
+                self._remember(_Owed(hold.limits, None, hold.reserved_at, hold.reservation))
 
-    def _remember(self, hold: Hold, tokens: int) -> None:
-        if len(self._unmetered) < MAX_PENDING:
-            self._unmetered.append((hold.limits, tokens, hold.reserved_at))
+    def _remember(self, owed: _Owed) -> None:
+        if len(self._owed) < MAX_PENDING:
+            self._owed.append(owed)
 
     async def _reconcile(self) -> None:
-        """Charge what was served unmetered during an outage (its own windows)."""
-        pending, self._unmetered = self._unmetered, []
-        for i, (limits, tokens, at) in enumerate(pending):
+        """Do what an outage postponed, in order (charges in their own windows)."""
+        pending, self._owed = self._owed, []
+        for i, owed in enumerate(pending):
             try:
-                await self._store.charge(limits, tokens, at)
+                await self._apply(owed)
             except StoreUnavailable:
-                self._unmetered = pending[i:] + self._unmetered
+                self._owed = pending[i:] + self._owed
                 raise
+
+    async def _apply(self, owed: _Owed) -> None:
+        if owed.reservation is None:
+            assert owed.tokens is not None
+            await self._store.charge(owed.limits, owed.tokens, owed.at)
+        elif owed.tokens is None:
+            await self._store.release(owed.reservation)
+        elif not await self._store.settle(owed.reservation, owed.tokens):
+            # The store no longer knows the reservation (it restarted empty): charge the usage.
+            await self._store.charge(owed.limits, owed.tokens, owed.at)

@@ -5,7 +5,8 @@
     SieveError
     ├── ConfigError                 (start-up only: bad config or policy file)
     ├── InvalidRequest        400   invalid_request_error
-    │   └── UnknownModel      404   invalid_request_error / model_not_found
+    │   ├── UnknownModel      404   invalid_request_error / model_not_found
+    │   └── ClientClosedRequest 499 invalid_request_error / client_closed_request
     ├── Unauthorized          401   authentication_error
     ├── Forbidden             403   permission_error
     ├── BodyTooLarge          413   invalid_request_error
@@ -58,6 +59,14 @@ class InvalidRequest(SieveError):
 class UnknownModel(InvalidRequest):
     status = 404
     code = "model_not_found"
+
+
+class ClientClosedRequest(InvalidRequest):
+    """The client left before its request was whole (nginx's 499): nobody reads the answer,
+    but the request is counted, as a client error."""
+
+    status = 499
+    code = "client_closed_request"
 
 
 class Unauthorized(SieveError):

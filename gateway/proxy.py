@@ -5,8 +5,12 @@ and the guarantees around it:
 
 * the forwarded body is the pruned request serialized once (orjson);
 * a stream is relayed chunk by chunk, its usage read on the way;
-* the budget reservation is settled on success and released on upstream
-  error, timeout or client disconnect;
+* the budget reservation is settled at the usage the provider reported (even
+  if the stream broke after reporting it); a stream that ended whole or that
+  the client left, or a whole answer, without usage, is settled at the
+  forwarded prompt plus an estimate of the answer (deltas streamed, or its
+  characters / 4); an upstream error, timeout or cut stream without usage is
+  released;
 * accounting (budget settle, metrics, savings, audit) runs as a deferred task
   that survives the client going away.
 """
@@ -27,7 +31,7 @@ from gateway.api.protocol import SieveHeaders
 from gateway.api.sse import SSEUsageTap
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.deferred import Deferred
-from gateway.errors import SieveError
+from gateway.errors import SieveError, UpstreamUnavailable
 from gateway.identity import Identity, client_provider_key
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.policy import Policy
@@ -91,12 +95,15 @@ class ChatProxy:
         upstream_started = time.perf_counter()
         try:
             response = await self._send(route, forwarded, call, stream)
-        except SieveError as exc:
+        except BaseException as exc:
+            # Also a bug or a cancellation (uvicorn cancels what outlives its graceful-shutdown
+            # timeout): the reservation is released and the request counted all the same.
             record.upstream_s = time.perf_counter() - upstream_started
             record.outcome_label = "upstream_error"
-            record.error_status = exc.status
+            record.error_status = exc.status if isinstance(exc, SieveError) else 500
             self._deferred.spawn(self._accountant.finish(record))
-            exc.headers.update(headers)
+            if isinstance(exc, SieveError):
+                exc.headers.update(headers)
             raise
         record.status = response.status
         if response.chunks is None:
@@ -134,8 +141,19 @@ class ChatProxy:
             tail = tap.flush()
             if tail:
                 yield tail
-            completed = True
+            if tap.error is not None:
+                # The provider told the client itself, in-stream: relayed as it came, counted as failed.
+                record.outcome_label = "upstream_error"
+                record.error_status = 502
+            elif not tap.finished:
+                # A clean close is no proof of a whole answer (no chunked framing, a proxy cut it).
+                raise UpstreamUnavailable("the upstream stream ended without [DONE] or a finish_reason: "
+                                          "the answer is incomplete")
+            else:
+                completed = True
         except SieveError as exc:
+            # The incomplete event the tap still holds is dropped: the client gets whole events,
+            # then one whole error event.
             record.outcome_label = "upstream_error"
             record.error_status = exc.status
             yield b"data: " + orjson.dumps(exc.body()) + b"\n\n"
@@ -145,8 +163,8 @@ class ChatProxy:
         finally:
             record.upstream_s = time.perf_counter() - upstream_started
             record.stream_usage = tap.usage
-            record.stream_delta_events = tap.delta_events
-            record.stream_completed = completed
+            record.completion_estimate = tap.delta_events
+            record.completed = completed
             if response.release is not None:
                 _close_quietly(response.release)
             self._deferred.spawn(self._accountant.finish(record))

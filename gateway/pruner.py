@@ -127,6 +127,7 @@ class Pruner:
             try:
                 await self._store.put(key, result.state.to_bytes(), policy.state_ttl_s)
             except Exception as exc:  # noqa: BLE001
+                failed = failed or "state_store"
                 self._metrics.fail_open.labels(reason="state_store").inc()
                 log.warning("state store unavailable (%s): decisions of this request not saved", exc)
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run)

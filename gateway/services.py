@@ -46,7 +46,7 @@ log = logging.getLogger("sieve")
 
 _REJECTIONS: dict[type, str] = {
     BudgetExceeded: "budget_rejected", Unauthorized: "unauthorized", InvalidRequest: "client_error",
-    BodyTooLarge: "client_error", Forbidden: "client_error",
+    BodyTooLarge: "client_error", Forbidden: "client_error", StoreUnavailable: "fail_closed",
 }
 
 
@@ -67,6 +67,7 @@ class Services:
     key_store: Any = None
     budget_guard: BudgetGuard | None = None
     scores: Any = None
+    conversations: Any = None
     bounds: LabelBounds | None = None
     started_at: float = field(default_factory=time.time)
     limits: WireLimits = field(default_factory=WireLimits)
@@ -86,14 +87,17 @@ class Services:
         if settings.redis_url:
             from gateway.state.redis_store import RedisStores  # noqa: PLC0415 - only with Redis
 
-            redis = RedisStores.from_url(settings.redis_url)
+            # After a timeout, Redis is skipped for a second rather than waited for on every call.
+            redis = RedisStores.from_url(settings.redis_url, breaker_cooldown_s=1.0)
             conversations, scores, budget_store, key_store = redis.conversations, redis.scores, redis.budgets, redis.keys
         else:
-            conversations, scores = MemoryConversationStore(), MemoryScoreCache()
+            conversations = MemoryConversationStore(settings.state_max_entries, settings.state_max_bytes)
+            scores = MemoryScoreCache()
             budget_store, key_store = MemoryBudgetStore(), MemoryKeyStore()
         authenticator = _authenticator(settings, key_store, policies[settings.default_policy])
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60)
-        session = aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",))
+        # Decompress whatever arrives compressed anyway (content-encoding is never relayed).
+        session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
         router = ModelRouter(settings)
         bounds = LabelBounds(orgs=_known_orgs(settings), models=router.configured, dynamic_limit=200)
         budgets = BudgetGuard(budget_store, BudgetConfig.from_mapping(settings.budgets), metrics, bounds.org)
@@ -114,9 +118,9 @@ class Services:
                           budgets=budgets, deferred=deferred)
         return cls(settings, policies, policies[settings.default_policy], settings.org_policies,
                    authenticator, router, proxy, metrics, deferred, session, redis, audit,
-                   key_store=key_store, budget_guard=budgets, scores=scores, bounds=bounds,
-                   limits=WireLimits(settings.max_messages, settings.max_content_parts,
-                                     settings.max_message_chars, settings.max_json_depth))
+                   key_store=key_store, budget_guard=budgets, scores=scores, conversations=conversations,
+                   bounds=bounds, limits=WireLimits(settings.max_messages, settings.max_content_parts,
+                                                    settings.max_message_chars, settings.max_json_depth))
 
     async def stop(self) -> None:
         await self.deferred.drain()

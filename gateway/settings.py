@@ -27,6 +27,8 @@ SIEVE_MAX_MESSAGES              messages per request (default 20,000)
 SIEVE_MAX_CONTENT_PARTS         content parts per message (default 1,024)
 SIEVE_MAX_MESSAGE_CHARS         text characters per message (default 4,000,000)
 SIEVE_MAX_JSON_DEPTH            nesting depth of the request body (default 64)
+SIEVE_STATE_MAX_ENTRIES         in-memory conversation store bound (default 10000)
+SIEVE_STATE_MAX_BYTES           ... and its size bound (default 256 MiB); LRU beyond
 SIEVE_UPSTREAM_TIMEOUT_S        upstream read timeout (default 600)
 SIEVE_UPSTREAM_CONNECT_TIMEOUT_S  upstream connect timeout (default 10)
 SIEVE_SCORER_API_KEY            key for the LLM scorer model (policies name the model)
@@ -95,6 +97,8 @@ class Settings:
     max_content_parts: int = 1_024
     max_message_chars: int = 4_000_000
     max_json_depth: int = 64
+    state_max_entries: int = 10_000            # in-memory conversation store (Redis: its maxmemory)
+    state_max_bytes: int = 256 * 1024 * 1024
     upstream_timeout_s: float = 600.0
     upstream_connect_timeout_s: float = 10.0
     audit_log: str | None = None
@@ -131,6 +135,8 @@ class Settings:
             max_content_parts=_int(env, "SIEVE_MAX_CONTENT_PARTS", cls.max_content_parts),
             max_message_chars=_int(env, "SIEVE_MAX_MESSAGE_CHARS", cls.max_message_chars),
             max_json_depth=_int(env, "SIEVE_MAX_JSON_DEPTH", cls.max_json_depth),
+            state_max_entries=_int(env, "SIEVE_STATE_MAX_ENTRIES", cls.state_max_entries),
+            state_max_bytes=_int(env, "SIEVE_STATE_MAX_BYTES", cls.state_max_bytes),
             upstream_timeout_s=_float(env, "SIEVE_UPSTREAM_TIMEOUT_S", cls.upstream_timeout_s),
             upstream_connect_timeout_s=_float(
                 env, "SIEVE_UPSTREAM_CONNECT_TIMEOUT_S", cls.upstream_connect_timeout_s

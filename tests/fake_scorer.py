@@ -22,7 +22,7 @@ from typing import Any, Callable
 import orjson
 from aiohttp import web
 
-from tests.fake_upstream import FakeUpstream, Reply, estimate_prompt_tokens
+from tests.fake_upstream import FakeUpstream, Reply, estimate_prompt_tokens, fault_response
 
 Responder = Callable[[list[int], int, dict], Reply]
 _UNIT_LINE = re.compile(r"^\[(\d+)\] \(", re.MULTILINE)
@@ -69,6 +69,12 @@ class ScorerModel(FakeUpstream):
         reply = self.responder(ids, attempt, req)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if reply.drop_connection:
+            request.transport.close()  # type: ignore[union-attr]
+            return web.Response(status=500)  # never reaches the gateway
+        faulty = await fault_response(request, reply)  # raw bodies: garbage, HTML, a stalled answer
+        if faulty is not None:
+            return faulty
         if reply.status != 200 or reply.json_body is not None:
             body = reply.json_body or {"error": {"message": "fake scorer error", "type": "server_error",
                                                  "param": None, "code": None}}

@@ -8,6 +8,17 @@ both use it; scripted replies are consumed in order, then ``default`` answers::
         openai.OpenAI(base_url=up.base_url, api_key="k").chat.completions.create(...)
         assert up.requests[-1].json["model"] == "m"
 
+Fault modes (``Reply`` fields), for the dependency-fault tests::
+
+    Reply(delay_s=5)                                    # hang before the status line
+    Reply(stall_mid_body_s=5)                           # non-stream: half a body, then nothing
+    Reply(status=429, headers={"retry-after": "7"})     # an error with its headers
+    Reply(status=503, raw_body=b"<html>...")            # a non-JSON error page
+    Reply(chunks=[...], drop_after=3)                   # stream: connection dropped after 3 frames
+    Reply(sse_frames=[b"garbage\n\n", ...])             # stream these bytes verbatim
+    Reply(sse_frames=[...], eof_framing=True)           # no chunked framing: the end is a clean EOF
+    Reply(compress=True)                                # gzip when the request's Accept-Encoding allows
+
 As a process, for benchmarks (recording off)::
 
     python -m tests.fake_upstream --port 9100 --latency-ms 20 --chunks 8
@@ -61,6 +72,15 @@ class Reply:
     chunks: list[str] | None = None  # content pieces when streaming
     drop_connection: bool = False  # close mid-stream (or before answering, non-stream)
     finish_reason: str | None = None  # default: "tool_calls" if tool_calls else "stop"
+    # Fault modes (see FAULTS in the module docstring).
+    headers: dict[str, str] | None = None  # extra response headers, e.g. {"retry-after": "7"}
+    raw_body: bytes | None = None  # sent verbatim with ``status`` and ``content_type`` (HTML 503, garbage)
+    content_type: str = "text/html; charset=utf-8"  # of a raw_body
+    stall_mid_body_s: float = 0.0  # non-stream: headers and half the body, then this long before the rest
+    sse_frames: list[bytes] | None = None  # stream these bytes verbatim (malformed SSE), one write each
+    drop_after: int | None = None  # stream: close the connection after this many frames
+    eof_framing: bool = False  # stream without chunked framing: the end is a clean close, not an error
+    compress: bool = False  # gzip/deflate the answer when the request's Accept-Encoding allows, as providers do
 
 
 @dataclasses.dataclass
@@ -353,7 +373,9 @@ class FakeUpstream:
 
     async def _models(self, request: web.Request) -> web.Response:
         await self._record(request)
-        return web.Response(body=_MODELS_BODY, content_type="application/json")
+        resp = web.Response(body=_MODELS_BODY, content_type="application/json")
+        resp.enable_compression()  # as real providers do, when the request accepts it
+        return resp
 
     async def _not_found(self, request: web.Request) -> web.Response:
         await self._record(request)
@@ -369,6 +391,9 @@ class FakeUpstream:
         if reply.drop_connection and not (isinstance(req, dict) and req.get("stream")):
             request.transport.close()  # type: ignore[union-attr]
             return web.Response(status=500)  # never reaches the client
+        faulty = await fault_response(request, reply)
+        if faulty is not None:
+            return faulty
         if reply.json_body is not None or reply.status != 200 or not isinstance(req, dict):
             body = reply.json_body
             if body is None:
@@ -377,7 +402,7 @@ class FakeUpstream:
                                   "param": None, "code": None}}
             status = reply.status if isinstance(req, dict) else 400
             return web.Response(status=status, body=orjson.dumps(body),
-                                content_type="application/json")
+                                content_type="application/json", headers=reply.headers)
         model = req.get("model", "fake-model")
         text = reply.content or ("" if reply.tool_calls else "ok")
         ct = max(1, len(text) // 4)
@@ -409,15 +434,18 @@ class FakeUpstream:
                          "finish_reason": finish}],
             "usage": usage,
         }
-        return web.Response(body=orjson.dumps(body), content_type="application/json")
+        payload = orjson.dumps(body)
+        if reply.stall_mid_body_s:
+            return await _stalled(request, payload, reply.stall_mid_body_s)
+        resp = web.Response(body=payload, content_type="application/json", headers=reply.headers)
+        if reply.compress:
+            resp.enable_compression()
+        return resp
 
     async def _stream(self, request: web.Request, reply: Reply, content: str | None,
                       cid: str, created: int,
                       model: str, tool_calls: list | None, finish: str,
                       usage: dict | None) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-        await resp.prepare(request)
         head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
 
         def chunk(delta: dict, finish_reason: str | None = None) -> bytes:
@@ -441,16 +469,70 @@ class FakeUpstream:
             frames.append(b"data: " + orjson.dumps({**head, "choices": [], "usage": usage})
                           + b"\n\n")
         frames.append(_SSE_DONE)
+        if reply.sse_frames is not None:
+            frames = list(reply.sse_frames)
         drop_at = len(frames) // 2 if reply.drop_connection else -1
-        for i, frame in enumerate(frames):
-            if i == drop_at:
-                request.transport.close()  # type: ignore[union-attr]
-                return resp
+        if reply.drop_after is not None:
+            drop_at = reply.drop_after
+        if reply.eof_framing:
+            return await _stream_until_close(request, frames, reply)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           **(reply.headers or {})})
+        if reply.compress:
+            resp.enable_compression()
+        await resp.prepare(request)
+        for i, frame in enumerate(frames if drop_at < 0 else frames[:drop_at]):
             if i and reply.chunk_delay_s:
                 await asyncio.sleep(reply.chunk_delay_s)
             await resp.write(frame)
+        if drop_at >= 0:  # no terminating chunk: the client sees a broken transfer
+            request.transport.close()  # type: ignore[union-attr]
+            return resp
         await resp.write_eof()
         return resp
+
+
+async def fault_response(request: web.Request, reply: Reply) -> web.StreamResponse | None:
+    """The reply's raw body (any status, any bytes), or None for a regular answer."""
+    if reply.raw_body is None:
+        return None
+    if reply.stall_mid_body_s:
+        return await _stalled(request, reply.raw_body, reply.stall_mid_body_s, reply.status, reply.content_type)
+    return web.Response(status=reply.status, body=reply.raw_body, headers={
+        "Content-Type": reply.content_type, **(reply.headers or {})})
+
+
+async def _stalled(request: web.Request, body: bytes, stall_s: float, status: int = 200,
+                   content_type: str = "application/json") -> web.StreamResponse:
+    """Headers and a Content-Length, half the body, a stall, then the rest (if anyone still listens)."""
+    resp = web.StreamResponse(status=status, headers={"Content-Type": content_type})
+    resp.content_length = len(body)
+    await resp.prepare(request)
+    half = len(body) // 2
+    await resp.write(body[:half])
+    await asyncio.sleep(stall_s)
+    try:
+        await resp.write(body[half:])
+        await resp.write_eof()
+    except (ConnectionError, RuntimeError):
+        pass  # the client gave up first
+    return resp
+
+
+async def _stream_until_close(request: web.Request, frames: list[bytes], reply: Reply) -> web.StreamResponse:
+    """An event stream without Content-Length or chunked framing: its end is the connection's close,
+    so a cut stream looks like a finished one (HTTP/1.0-style servers, some proxies)."""
+    transport = request.transport
+    assert transport is not None
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (reply.headers or {}).items())
+    transport.write(("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+                     f"connection: close\r\n{extra}\r\n").encode())
+    for i, frame in enumerate(frames if reply.drop_after is None else frames[:reply.drop_after]):
+        if i and reply.chunk_delay_s:
+            await asyncio.sleep(reply.chunk_delay_s)
+        transport.write(frame)
+    transport.close()
+    return web.Response(status=500)  # never reaches the client: the transport is closed
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.errors import SieveError
+from gateway.errors import ClientClosedRequest, SieveError
 
 log = logging.getLogger("sieve")
 
@@ -32,6 +32,13 @@ async def handle_sieve_error(request: Request, exc: Exception) -> Response:
     if services is not None and request.url.path.endswith("/chat/completions"):
         services.count_rejection(exc, getattr(request.state, "org", None), getattr(request.state, "model", None))
     return error_response(exc, getattr(request.state, "request_id", None))
+
+
+async def handle_client_disconnect(request: Request, exc: Exception) -> Response:
+    """Starlette's ``ClientDisconnect`` while reading the body: an everyday event, counted
+    like any refused request rather than logged as a crash."""
+    return await handle_sieve_error(request, ClientClosedRequest(
+        "the client closed the connection before sending its whole request"))
 
 
 async def handle_http_error(request: Request, exc: Exception) -> Response:

@@ -1,22 +1,48 @@
-"""Server-sent events relay: pass chunks through as they come, read usage on the way.
+"""Server-sent events relay: pass events through as they come, read usage on the way.
 
 When Sieve asked the provider for ``stream_options.include_usage`` on the
 client's behalf (to settle budgets and count savings), the final usage-only
 chunk is removed again so the client sees exactly the stream it asked for.
-Only an incomplete event is ever held back; complete events go out at once.
+
+Only an incomplete event is ever held back; complete events go out at once,
+byte for byte. Holding back the incomplete one is what lets a stream that
+breaks mid-event still end with a whole error event instead of a torn one.
+Events end with a blank line, LF or CRLF (both are valid SSE). Whatever the
+provider sends is relayed: lines that are not JSON, comments and unknown
+fields pass untouched and are simply not read.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
 import orjson
 
+log = logging.getLogger("sieve.sse")
+
 _USAGE = b'"usage"'
+_ERROR = b'"error"'
+_FINISH = re.compile(rb'"finish_reason"\s*:\s*"')
+_DONE = re.compile(rb"(?m)^data: ?\[DONE\]")
+_EVENT = re.compile(rb".*?(?:\r\n\r\n|\n\n)", re.S)
+# An "event" this long without a blank line is not one: pass it on rather than hold it.
+MAX_HELD_BYTES = 4 * 1024 * 1024
 
 
 class SSEUsageTap:
-    """Feed upstream bytes; get bytes to send on; ``usage`` holds the last usage seen."""
+    """Feed upstream bytes; get bytes to send on; ``usage`` holds the last usage seen.
+
+    ::
+
+        tap = SSEUsageTap(strip_usage_chunk=True)
+        for chunk in upstream:
+            send(tap.feed(chunk))
+        send(tap.flush())          # only at a normal end; after a failure the torn tail is dropped
+        tap.finished               # a [DONE] or a finish_reason arrived: the answer is whole
+        tap.error                  # the provider's own in-stream error event, if it sent one
+    """
 
     def __init__(self, strip_usage_chunk: bool) -> None:
         self.strip = strip_usage_chunk
@@ -24,30 +50,51 @@ class SSEUsageTap:
         # Fallback when no usage ever arrives: providers stream about one token
         # per delta event, so the count of deltas estimates the completion.
         self.delta_events = 0
-        self._tail = b""
+        self.finished = False
+        self.error: dict[str, Any] | None = None
+        self._held: list[bytes] = []   # the incomplete event so far; it never holds a blank line
+        self._held_len = 0
 
     def feed(self, chunk: bytes) -> bytes:
-        data = self._tail + chunk if self._tail else chunk
-        cut = data.rfind(b"\n\n")
-        if cut < 0:
-            self._tail = data
-            return b"" if self.strip else chunk
-        complete, self._tail = data[: cut + 2], data[cut + 2:]
-        self.delta_events += complete.count(b'"delta"')
-        if _USAGE not in complete:
-            return complete if self.strip else chunk
-        kept = []
-        for event in complete.split(b"\n\n"):
-            if not event:
-                continue
-            if self._read_usage(event) and self.strip:
-                continue
-            kept.append(event + b"\n\n")
-        return b"".join(kept) if self.strip else chunk
+        if not chunk:
+            return b""
+        edge = b"".join(self._held[-3:])[-3:]  # a blank line may straddle chunks
+        end = _last_event_end(edge + chunk) - len(edge)
+        if end <= 0:
+            self._held.append(chunk)
+            self._held_len += len(chunk)
+            if self._held_len > MAX_HELD_BYTES:
+                log.warning("upstream sent %d bytes without an event boundary; relaying them unread",
+                            self._held_len)
+                return self._take()
+            return b""
+        complete = b"".join((*self._held, chunk[:end])) if self._held else chunk[:end]
+        rest = chunk[end:]
+        self._held = [rest] if rest else []
+        self._held_len = len(rest)
+        return self._pass(complete, whole=True)
 
     def flush(self) -> bytes:
-        tail, self._tail = self._tail, b""
-        return tail if self.strip else b""
+        """The stream ended normally: a last event without its blank line goes out too."""
+        tail = self._take()
+        return self._pass(tail, whole=False) if tail else b""
+
+    def _take(self) -> bytes:
+        data = b"".join(self._held)
+        self._held, self._held_len = [], 0
+        return data
+
+    def _pass(self, data: bytes, whole: bool) -> bytes:
+        self.delta_events += data.count(b'"delta"')
+        if not self.finished and (_has_finish(data) or (b"[DONE]" in data and _DONE.search(data))):
+            self.finished = True
+        if _ERROR in data and self.error is None:
+            for event in _events(data, whole):
+                self._read_error(event)
+        if _USAGE not in data:
+            return data
+        kept = [event for event in _events(data, whole) if not (self._read_usage(event) and self.strip)]
+        return b"".join(kept) if self.strip else data
 
     def _read_usage(self, event: bytes) -> bool:
         """Record usage from a ``data:`` event; True if it is a usage-only chunk."""
@@ -63,3 +110,44 @@ class SSEUsageTap:
                 return not payload.get("choices")
         return False
 
+    def _read_error(self, event: bytes) -> None:
+        for payload in _data(event):
+            if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+                self.error = payload["error"]
+                return
+
+
+def _events(data: bytes, whole: bool) -> list[bytes]:
+    """``data`` cut into its events, each with its blank line, byte for byte."""
+    if not whole:
+        return [data]
+    if b"\r" not in data:  # the usual LF stream: a plain split, much cheaper than the regex
+        return [event + b"\n\n" for event in data.split(b"\n\n")[:-1]]
+    return _EVENT.findall(data)
+
+
+def _has_finish(data: bytes) -> bool:
+    """A non-null finish_reason in ``data`` (most chunks carry a null one: counted, not searched)."""
+    named = data.count(b'"finish_reason"')
+    if not named or named == data.count(b'"finish_reason":null') + data.count(b'"finish_reason": null'):
+        return False
+    return _FINISH.search(data) is not None
+
+
+def _data(event: bytes) -> list[Any]:
+    """The JSON of each ``data:`` line of an event (lines that are not JSON are skipped)."""
+    out = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            try:
+                out.append(orjson.loads(line[5:].strip()))
+            except orjson.JSONDecodeError:
+                continue
+    return out
+
+
+def _last_event_end(data: bytes) -> int:
+    """Index just past the last blank line (LF or CRLF) in ``data``; -1 if there is none."""
+    lf = data.rfind(b"\n\n")
+    crlf = data.rfind(b"\r\n\r\n")
+    return max(lf + 2 if lf >= 0 else -1, crlf + 4 if crlf >= 0 else -1)

@@ -69,11 +69,23 @@ class _TtlLru:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
 
 class MemoryConversationStore:
     def __init__(self, max_entries: int = 10_000, max_bytes: int = 256 * 1024 * 1024,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._cache = _TtlLru(max_entries, max_bytes, clock)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the values held (the bound ``max_bytes`` applies to)."""
+        return self._cache.nbytes
 
     async def get(self, key: str) -> bytes | None:
         return self._cache.get(key)

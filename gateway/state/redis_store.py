@@ -27,11 +27,15 @@ Every call is bounded: connect and socket timeouts, a blocking pool (redis-py's
 default pool raises once it has handed out its maximum of connections) with a
 wait timeout, and one quick retry. Retrying is safe because each script is
 idempotent by reservation id. Any Redis failure surfaces as ``StoreUnavailable``.
+With ``breaker_cooldown_s`` a Redis that stops answering is skipped for that
+long after a timeout instead of being waited for on every call (``_Guard``).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Awaitable, Mapping, Sequence, TypeVar
@@ -41,6 +45,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.budgets import (
     BudgetLimit,
@@ -79,37 +84,63 @@ def _enc(part: str) -> str:
     return quote(part, safe="")
 
 
-async def _guard(what: str, call: Awaitable[T]) -> T:
-    try:
-        return await call
-    except (RedisError, OSError) as exc:
-        raise StoreUnavailable(
-            f"Shared state store (Redis) unavailable during {what}: {type(exc).__name__}: {exc}"
-        ) from exc
+class _Guard:
+    """Every Redis failure becomes ``StoreUnavailable``. With ``cooldown_s`` > 0 it is also a
+    breaker: once Redis stops answering (a timeout; a refused connection fails fast anyway),
+    calls fail at once for ``cooldown_s``, then one call probes. A hung Redis then costs one
+    timeout per cooldown instead of one per call (a fail-open request makes three: state get,
+    reserve, state put, each waiting out the socket timeout and a retry). Errors Redis answers
+    with (out of memory, a script error) never trip it: the reads that still work go on."""
+
+    def __init__(self, cooldown_s: float = 0.0) -> None:
+        self.cooldown_s = cooldown_s
+        self._open_until = 0.0
+
+    async def __call__(self, what: str, call: Awaitable[T]) -> T:
+        if self._open_until:
+            now = time.monotonic()
+            if now < self._open_until:
+                if inspect.iscoroutine(call):
+                    call.close()
+                raise StoreUnavailable(f"Shared state store (Redis) unavailable during {what}: it stopped "
+                                       f"answering; not asked again for up to {self.cooldown_s:g}s")
+            self._open_until = now + self.cooldown_s  # this call probes; the others keep failing fast
+        try:
+            result = await call
+        except (RedisError, OSError) as exc:
+            hung = isinstance(exc, (RedisTimeoutError, TimeoutError))
+            self._open_until = time.monotonic() + self.cooldown_s if hung and self.cooldown_s > 0 else 0.0
+            raise StoreUnavailable(
+                f"Shared state store (Redis) unavailable during {what}: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._open_until = 0.0
+        return result
 
 
 class RedisConversationStore:
-    def __init__(self, client: aioredis.Redis, prefix: str = "sieve") -> None:
+    def __init__(self, client: aioredis.Redis, prefix: str = "sieve", guard: _Guard | None = None) -> None:
         self._r = client
+        self._guard = guard or _Guard()
         self._prefix = prefix
 
     def _key(self, key: str) -> str:
         return f"{self._prefix}:conv:{{{_enc(key)}}}"
 
     async def get(self, key: str) -> bytes | None:
-        return await _guard("conversation get", self._r.get(self._key(key)))
+        return await self._guard("conversation get", self._r.get(self._key(key)))
 
     async def put(self, key: str, value: bytes, ttl_s: int) -> None:
         if ttl_s <= 0:
             raise ValueError("ttl_s must be positive")
-        await _guard("conversation put", self._r.set(self._key(key), value, ex=ttl_s))
+        await self._guard("conversation put", self._r.set(self._key(key), value, ex=ttl_s))
 
 
 class RedisScoreCache:
     """One key per score (own hash tag): a cluster client can spread them; a pipeline keeps it one trip."""
 
-    def __init__(self, client: aioredis.Redis, prefix: str = "sieve") -> None:
+    def __init__(self, client: aioredis.Redis, prefix: str = "sieve", guard: _Guard | None = None) -> None:
         self._r = client
+        self._guard = guard or _Guard()
         self._prefix = prefix
 
     def _key(self, key: str) -> str:
@@ -121,7 +152,7 @@ class RedisScoreCache:
         pipe = self._r.pipeline(transaction=False)
         for key in keys:
             pipe.get(self._key(key))
-        return list(await _guard("score cache get", pipe.execute()))
+        return list(await self._guard("score cache get", pipe.execute()))
 
     async def put_many(self, items: Mapping[str, bytes], ttl_s: int) -> None:
         if ttl_s <= 0:
@@ -131,14 +162,15 @@ class RedisScoreCache:
         pipe = self._r.pipeline(transaction=False)
         for key, value in items.items():
             pipe.set(self._key(key), value, ex=ttl_s)
-        await _guard("score cache put", pipe.execute())
+        await self._guard("score cache put", pipe.execute())
 
 
 class RedisBudgetStore:
     def __init__(self, client: aioredis.Redis, prefix: str = "sieve",
                  reservation_ttl_s: float = DEFAULT_RESERVATION_TTL_S,
-                 counter_grace_s: float = DEFAULT_COUNTER_GRACE_S) -> None:
+                 counter_grace_s: float = DEFAULT_COUNTER_GRACE_S, guard: _Guard | None = None) -> None:
         self._r = client
+        self._guard = guard or _Guard()
         self._prefix = prefix
         self._reservation_ttl_ms = int(reservation_ttl_s * 1000)
         self._grace_ms = int(counter_grace_s * 1000)
@@ -186,7 +218,7 @@ class RedisBudgetStore:
             meta = json.dumps([limit.scope.value, limit.scope_id, limit.window.value, bucket.id, bucket.reset_at])
             args += [limit.limit, ttl, _ms(bucket.reset_at), meta]
         keys = [self._resv_prefix(org) + rid, self._expiry_key(org), self._index_key(org), *counters]
-        out = await _guard("budget reserve", self._reserve(keys=keys, args=args))
+        out = await self._guard("budget reserve", self._reserve(keys=keys, args=args))
         if out[0] == 0:
             i = out[1] - 1
             raise budget_exceeded(BudgetStatus(limits[i], buckets[i].id, out[2], out[3], buckets[i].reset_at),
@@ -208,14 +240,15 @@ class RedisBudgetStore:
         if reservation.org is None:
             return False
         keys = self._final_keys(reservation)
-        done = await _guard("budget settle", self._settle(keys=keys, args=[_enc(reservation.id), actual_tokens]))
+        done = await self._guard("budget settle",
+                                 self._settle(keys=keys, args=[_enc(reservation.id), actual_tokens]))
         return done == 1
 
     async def release(self, reservation: Reservation) -> bool:
         if reservation.org is None:
             return False
         keys = self._final_keys(reservation)
-        return await _guard("budget release", self._release(keys=keys, args=[_enc(reservation.id)])) == 1
+        return await self._guard("budget release", self._release(keys=keys, args=[_enc(reservation.id)])) == 1
 
     async def charge(self, limits: Sequence[BudgetLimit], tokens: int, now: float) -> None:
         # Rare (fail-open reconciliation), so two trips rather than a fifth script.
@@ -236,8 +269,9 @@ class RedisBudgetStore:
 
     async def usage(self, org: str, now: float) -> list[BudgetStatus]:
         index = self._index_key(org)
-        await _guard("budget usage", self._r.zremrangebyscore(index, "-inf", _ms(now) - self._grace_ms - 1))
-        keys = [k.decode() for k in await _guard("budget usage", self._r.zrangebyscore(index, f"({_ms(now)}", "+inf"))]
+        await self._guard("budget usage", self._r.zremrangebyscore(index, "-inf", _ms(now) - self._grace_ms - 1))
+        live = await self._guard("budget usage", self._r.zrangebyscore(index, f"({_ms(now)}", "+inf"))
+        keys = [k.decode() for k in live]
         out = []
         for key, (reserved, settled, limit, meta) in zip(keys, await self._read(org, keys, now)):
             if not meta:
@@ -249,36 +283,38 @@ class RedisBudgetStore:
 
     async def _read(self, org: str, counters: list[str], now: float) -> list[tuple[int, int, str, str]]:
         args = [_ms(now), self._reservation_ttl_ms, self._resv_prefix(org)]
-        flat = await _guard("budget status", self._status(keys=[self._expiry_key(org), *counters], args=args))
+        flat = await self._guard("budget status",
+                                 self._status(keys=[self._expiry_key(org), *counters], args=args))
         return [
             (int(flat[i]), int(flat[i + 1]), _text(flat[i + 2]), _text(flat[i + 3]))
             for i in range(0, len(flat), 4)
         ]
 
     async def ping(self) -> None:
-        await _guard("ping", self._r.ping())
+        await self._guard("ping", self._r.ping())
 
 
 class RedisKeyStore:
     """Admin-added and revoked virtual keys. No TTL on purpose: this is configuration, not cache."""
 
-    def __init__(self, client: aioredis.Redis, prefix: str = "sieve") -> None:
+    def __init__(self, client: aioredis.Redis, prefix: str = "sieve", guard: _Guard | None = None) -> None:
         self._r = client
+        self._guard = guard or _Guard()
         self._key = f"{prefix}:{{keys}}:vkeys"
 
     async def get(self, key_sha256: str) -> KeyRecord | None:
-        raw = await _guard("key lookup", self._r.hget(self._key, key_sha256))
+        raw = await self._guard("key lookup", self._r.hget(self._key, key_sha256))
         return None if raw is None else KeyRecord.from_dict(json.loads(raw))
 
     async def add(self, record: KeyRecord) -> None:
-        await _guard("key add", self._r.hset(self._key, record.key_sha256, json.dumps(record.to_dict())))
+        await self._guard("key add", self._r.hset(self._key, record.key_sha256, json.dumps(record.to_dict())))
 
     async def revoke(self, key_sha256: str) -> None:
         existing = await self.get(key_sha256) or KeyRecord(key_sha256, org="")
         await self.add(replace(existing, revoked=True))
 
     async def list(self, org: str | None = None) -> list[KeyRecord]:
-        raw = await _guard("key list", self._r.hgetall(self._key))
+        raw = await self._guard("key list", self._r.hgetall(self._key))
         records = [KeyRecord.from_dict(json.loads(v)) for v in raw.values()]
         return sorted((r for r in records if org is None or r.org == org),
                       key=lambda r: (r.org, r.name or "", r.key_sha256))
@@ -289,12 +325,13 @@ class RedisStores:
 
     def __init__(self, client: aioredis.Redis, *, prefix: str = "sieve",
                  reservation_ttl_s: float = DEFAULT_RESERVATION_TTL_S,
-                 counter_grace_s: float = DEFAULT_COUNTER_GRACE_S) -> None:
+                 counter_grace_s: float = DEFAULT_COUNTER_GRACE_S, breaker_cooldown_s: float = 0.0) -> None:
         self.client = client
-        self.conversations = RedisConversationStore(client, prefix)
-        self.scores = RedisScoreCache(client, prefix)
-        self.budgets = RedisBudgetStore(client, prefix, reservation_ttl_s, counter_grace_s)
-        self.keys = RedisKeyStore(client, prefix)
+        self._guard = _Guard(breaker_cooldown_s)  # one breaker: the stores share the server
+        self.conversations = RedisConversationStore(client, prefix, self._guard)
+        self.scores = RedisScoreCache(client, prefix, self._guard)
+        self.budgets = RedisBudgetStore(client, prefix, reservation_ttl_s, counter_grace_s, self._guard)
+        self.keys = RedisKeyStore(client, prefix, self._guard)
 
     @classmethod
     def from_url(cls, url: str, *, max_connections: int = 64, pool_timeout_s: float = 5.0,
@@ -308,7 +345,7 @@ class RedisStores:
         return cls(aioredis.Redis(connection_pool=pool, retry=retry), **store_options)
 
     async def ping(self) -> None:
-        await _guard("ping", self.client.ping())
+        await self._guard("ping", self.client.ping())
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -13,7 +13,7 @@ Rules:
 - ``sieve_requests_total`` always moves by one.
 - Token counters (original, forwarded, completion) move only for requests
   that reached the upstream (every outcome except ``client_error``,
-  ``budget_rejected`` and ``unauthorized``), and original and forwarded
+  ``budget_rejected``, ``fail_closed`` and ``unauthorized``), and original and forwarded
   always move together, so the reduction ratio
   ``1 − forwarded/original`` never counts a rejected request as a saving.
 - Cost counters: ``counterfactual`` and ``actual`` move only for a priced
@@ -37,7 +37,7 @@ from gateway.telemetry.savings import SavingsRecord
 __all__ = ["OTHER", "NOT_FORWARDED", "LabelBounds", "record_request"]
 
 OTHER = "other"
-NOT_FORWARDED = frozenset({"client_error", "budget_rejected", "unauthorized"})
+NOT_FORWARDED = frozenset({"client_error", "budget_rejected", "fail_closed", "unauthorized"})
 
 
 class LabelBounds:

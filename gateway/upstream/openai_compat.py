@@ -6,15 +6,20 @@ httpx's AsyncClient saturated at a fraction of aiohttp's request rate (see
 BENCHMARKS.md), and a gateway's forwarding client sits on every request.
 
 Streams are relayed chunk by chunk as they arrive; nothing is buffered.
+A provider's error passes through with its status, headers and JSON body
+unchanged; an error body that is not JSON (a load balancer's HTML page) is
+put in OpenAI's error shape, so clients can always parse it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import AsyncIterator, Mapping
 
 import aiohttp
+import orjson
 
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
 
@@ -41,17 +46,44 @@ class UpstreamResponse:
 
 def forward_headers(incoming: Mapping[str, str], api_key: str | None) -> dict[str, str]:
     """Headers for the provider: the client's, minus hop-by-hop and x-sieve-*;
-    the configured key replaces the client's Authorization when there is one."""
+    the configured key replaces the client's Authorization when there is one.
+    ``accept-encoding: identity``: bytes are relayed as they come (and read for
+    usage), so the provider must not compress them (aiohttp would ask for gzip)."""
     out = {k: v for k, v in incoming.items()
            if k not in _DROP_REQUEST and not k.startswith("x-sieve-")}
     if api_key:
         out["authorization"] = f"Bearer {api_key}"
     out["content-type"] = "application/json"
+    out["accept-encoding"] = "identity"
     return out
 
 
 def relay_headers(upstream: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in upstream.items() if k.lower() not in _DROP_RESPONSE}
+
+
+_TAGS = re.compile(r"<[^>]*>")
+_SPACE = re.compile(r"\s+")
+
+
+def error_body(status: int, headers: dict[str, str], body: bytes) -> bytes:
+    """The provider's error body, unchanged when it is JSON. Anything else (a proxy's HTML
+    page, plain text, nothing at all) becomes an OpenAI-shaped error that says what came
+    back; the status and the other headers (``retry-after``) stay. ``headers`` is updated."""
+    try:
+        orjson.loads(body)
+        return body
+    except orjson.JSONDecodeError:
+        pass
+    kind = "no content type"
+    for name in [k for k in headers if k.lower() == "content-type"]:
+        kind = headers.pop(name)
+    text = _SPACE.sub(" ", _TAGS.sub(" ", body[:4096].decode("utf-8", "replace"))).strip()
+    gist = text[:300] if text else "(empty)"
+    headers["content-type"] = "application/json"
+    return orjson.dumps({"error": {
+        "message": f"upstream answered {status} with a non-JSON body ({kind}): {gist}",
+        "type": "upstream_error", "param": None, "code": "upstream_error_body"}})
 
 
 class OpenAICompatibleUpstream:
@@ -79,6 +111,8 @@ class OpenAICompatibleUpstream:
                 raise UpstreamUnavailable(f"upstream connection broke: {exc.__class__.__name__}") from exc
             finally:
                 resp.release()
+            if resp.status >= 400:
+                payload = error_body(resp.status, headers_out, payload)
             return UpstreamResponse(resp.status, headers_out, body=payload)
         return UpstreamResponse(resp.status, headers_out, chunks=_relay(resp, url), release=resp)
 
@@ -90,6 +124,7 @@ async def _relay(resp: aiohttp.ClientResponse, url: str) -> AsyncIterator[bytes]
     except asyncio.TimeoutError as exc:
         raise UpstreamTimeout(f"upstream stream stalled: {url}") from exc
     except aiohttp.ClientError as exc:
-        raise UpstreamUnavailable(f"upstream stream broke: {exc.__class__.__name__}") from exc
+        raise UpstreamUnavailable(f"upstream stream broke before it finished ({exc.__class__.__name__}): "
+                                  "the answer is incomplete") from exc
     finally:
         resp.release()

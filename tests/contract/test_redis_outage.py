@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -62,6 +63,32 @@ async def test_hung_redis_times_out_instead_of_hanging():
         server.resume()
         reservation = await stores.budgets.reserve(new_reservation_id(), [DAY], 100, time.time())
         assert reservation.remaining_tokens is not None
+    finally:
+        server.resume()
+        await stores.aclose()
+        server.stop()
+
+
+async def test_breaker_skips_a_hung_redis_then_probes_it_again():
+    server = RedisServer().start()
+    stores = RedisStores.from_url(server.url, socket_timeout_s=0.3, connect_timeout_s=0.3, breaker_cooldown_s=0.5)
+    try:
+        await stores.ping()
+        server.pause()
+        with pytest.raises(StoreUnavailable, match="TimeoutError"):
+            await stores.conversations.get("c")  # waits out the timeout once ...
+        started = time.monotonic()
+        for call in (lambda: stores.conversations.put("c", b"v", 60), lambda: stores.scores.get_many(["s"]),
+                     lambda: stores.budgets.reserve(new_reservation_id(), [DAY], 100, time.time())):
+            with pytest.raises(StoreUnavailable, match="stopped answering"):
+                await call()  # ... then every store fails at once
+        assert time.monotonic() - started < 0.1
+        server.resume()
+        with pytest.raises(StoreUnavailable, match="stopped answering"):
+            await stores.ping()  # still within the cooldown
+        await asyncio.sleep(0.6)
+        await stores.ping()  # the probe gets through and closes the breaker
+        assert (await stores.budgets.reserve(new_reservation_id(), [DAY], 100, time.time())).remaining_tokens == 900
     finally:
         server.resume()
         await stores.aclose()

@@ -1,0 +1,81 @@
+"""Shared pieces of the dependency-fault tests: a Redis-metered gateway, metric and budget readers.
+
+Every fault test asserts the same four things: the status, the OpenAI-shaped
+error (or the upstream's own, unchanged), the counters, and that Redis holds
+no reservation afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.settings import ModelRoute, Settings
+from tests.fake_upstream import FakeUpstream
+from tests.gateway_server import GatewayServer, free_port
+from tests.integration.budget_helpers import ADMIN_KEY, MODEL, NO_PRUNING, org_counter, redis_usage, wait_until
+from tests.redis_server import RedisServer
+
+ORG = "acme"
+LIMIT = 1_000_000
+USAGE = {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}
+AUTH = {"authorization": "Bearer sk-acme", **NO_PRUNING}
+DEAD_MODEL = "dead-model"  # routed to a loopback port nobody listens on
+
+
+def metered_settings(upstream: FakeUpstream, redis: RedisServer, **changes: Any) -> Settings:
+    """A gateway with one virtual key (org acme), a daily token budget in Redis, and short timeouts."""
+    base: dict[str, Any] = dict(
+        upstream_base_url=upstream.base_url, redis_url=redis.url, admin_key=ADMIN_KEY,
+        budgets={"orgs": {ORG: {"day": LIMIT}}}, virtual_keys=({"key": "sk-acme", "org": ORG},),
+        upstream_timeout_s=0.5, upstream_connect_timeout_s=0.5,
+        models={DEAD_MODEL: ModelRoute(name=DEAD_MODEL, api_base=f"http://127.0.0.1:{free_port()}/v1")})
+    return Settings(**{**base, **changes})
+
+
+def sample(gw: GatewayServer, name: str, **labels: str) -> float:
+    return gw.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def requests(gw: GatewayServer, outcome: str, model: str = MODEL) -> float:
+    return sample(gw, "sieve_requests_total", org=ORG, model=model, outcome=outcome)
+
+
+def outcomes(gw: GatewayServer, model: str = MODEL) -> dict[str, float]:
+    """Every outcome counted for acme and ``model`` so far (only non-zero ones)."""
+    out = {}
+    for metric in gw.metrics.registry.collect():
+        if metric.name != "sieve_requests":
+            continue
+        for s in metric.samples:
+            if s.name == "sieve_requests_total" and s.labels["org"] == ORG and s.labels["model"] == model:
+                out[s.labels["outcome"]] = s.value
+    return out
+
+
+def fail_open(gw: GatewayServer, reason: str) -> float:
+    return sample(gw, "sieve_fail_open_total", reason=reason)
+
+
+def budget(redis: RedisServer) -> tuple[int, int]:
+    """(reserved, settled) of acme's day counter, read straight from Redis."""
+    counters = redis_usage(redis.url, ORG)
+    if not counters:
+        return 0, 0
+    day = org_counter(counters, f"org:{ORG}:day")
+    return day.reserved, day.settled
+
+
+def settle_down(gw: GatewayServer, redis: RedisServer, timeout_s: float = 10.0) -> tuple[int, int]:
+    """Wait for the deferred accounting and for nothing to be reserved; the (reserved, settled) then."""
+    wait_until(lambda: gw.services.deferred.pending == 0 and budget(redis)[0] == 0, timeout_s=timeout_s)
+    return budget(redis)
+
+
+def assert_openai_error(payload: Any, *, type: str, code: str | None, says: str) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}`` whose message contains ``says``."""
+    assert isinstance(payload, dict) and set(payload) == {"error"}, payload
+    error = payload["error"]
+    assert {"message", "type", "param", "code"} <= set(error), error
+    assert (error["type"], error["code"]) == (type, code), error
+    assert says in error["message"], error["message"]
+    return error

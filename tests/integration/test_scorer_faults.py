@@ -1,0 +1,87 @@
+"""The LLM scorer model fails: it hangs, stalls mid-answer, drops the connection, or answers
+garbage. The request is still served, pruned with the local scores, within the scorer's
+deadline; the failure is counted in ``sieve_scorer_failures_total{reason}``; the budget in
+Redis is settled as for any other request.
+
+Real servers: the gateway under uvicorn, redis-server, the fake main upstream and a second
+fake OpenAI server as the scorer model (``tests/fake_scorer.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.conversations import agent_history
+from tests.fake_scorer import ScorerModel, answer
+from tests.fake_upstream import FakeUpstream, Reply
+from tests.gateway_server import GatewayServer
+from tests.integration.budget_helpers import MODEL
+from tests.integration.fault_helpers import USAGE, metered_settings, outcomes, sample, settle_down
+from tests.redis_server import RedisServer, redis_server_binary
+
+pytestmark = [pytest.mark.redis,
+              pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")]
+
+DEADLINE_S = 0.5
+REASONS = ("timeout", "deadline", "http_error", "connection", "bad_response", "parse", "id_mismatch", "error")
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ScorerModel]:
+    with ScorerModel() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory, model: ScorerModel) -> Iterator[GatewayServer]:
+    policies: Path = tmp_path_factory.mktemp("policies")
+    policy = {"scorer": "llm", "scorer_api_base": model.base_url, "scorer_min_history_tokens": 0,
+              "scorer_cost_check": False, "scorer_batch_size": 100, "scorer_batch_timeout_s": 0.3,
+              "scorer_deadline_s": DEADLINE_S, "scorer_cache_ttl_s": 0}
+    (policies / "default.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in policy.items()))
+    with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
+            GatewayServer(metered_settings(up, redis, policies_dir=policies)) as server:
+        server.redis = redis  # type: ignore[attr-defined]
+        yield server
+
+
+def failures(gw: GatewayServer) -> dict[str, float]:
+    return {r: v for r in REASONS if (v := sample(gw, "sieve_scorer_failures_total", reason=r))}
+
+
+SCORES = answer({i: 3 for i in range(100)}).encode()
+FAULTS = {
+    "hangs": (Reply(delay_s=3.0), "timeout"),
+    "stalls mid-answer": (Reply(raw_body=SCORES, content_type="application/json", stall_mid_body_s=3.0), "timeout"),
+    "drops the connection": (Reply(drop_connection=True), "connection"),
+    "answers garbage": (Reply(raw_body=b"\x00\xffnot json{{", content_type="application/json"), "bad_response"),
+    "answers an HTML error": (Reply(status=502, raw_body=b"<html><h1>502 Bad Gateway</h1></html>"), "http_error"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_scorer_fault_serves_with_local_scores(gw: GatewayServer, model: ScorerModel, fault: str) -> None:
+    reply, reason = FAULTS[fault]
+    model.clear()
+    model.responder = lambda ids, attempt, req: reply
+    redis: RedisServer = gw.redis  # type: ignore[attr-defined]
+    _, settled = settle_down(gw, redis)
+    seen, counted = failures(gw), outcomes(gw)
+    started = time.monotonic()
+    response = gw.post("/v1/chat/completions", json={"model": MODEL, "messages": agent_history(6)},
+                       headers={"authorization": "Bearer sk-acme", "x-sieve-target-tokens": "3000",
+                                "x-sieve-conversation-id": fault})  # first sight: a fresh decision
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == "ok"
+    assert elapsed < DEADLINE_S + 0.6  # bounded by the scorer's deadline, not by the model
+    assert int(response.headers["x-sieve-saved-tokens"]) > 0  # pruned all the same, on local scores
+    assert len(model.requests) == 1  # the model was asked (once: failures other than parse are not retried)
+    gw.wait_idle()
+    assert {r: v - seen.get(r, 0) for r, v in failures(gw).items() if v != seen.get(r, 0)} == {reason: 1}
+    assert outcomes(gw).get("pruned", 0) == counted.get("pruned", 0) + 1
+    assert settle_down(gw, redis) == (0, settled + USAGE["total_tokens"])

@@ -1,0 +1,337 @@
+"""The provider fails: refused, hung, erroring, cut off mid-stream, or speaking broken SSE.
+
+One Redis-metered gateway (real uvicorn, real redis-server, the fake upstream
+as a real HTTP server). Each test asserts what the caller gets (status and an
+OpenAI-shaped error, or the provider's own error unchanged), how the request
+is counted in ``sieve_requests_total{outcome}``, and the Redis budget state
+afterwards: nothing left reserved, and only what the provider reported charged.
+
+Stream accounting (``gateway.accounting``): a stream that ends in an upstream
+failure is settled at the usage the provider reported before failing, when it
+did, and released otherwise; a stream the client walks away from is settled at
+what was streamed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from tests.fake_upstream import FakeUpstream, Reply
+from tests.gateway_server import GatewayServer
+from tests.integration.budget_helpers import MODEL, chat_body
+from tests.integration.fault_helpers import (
+    AUTH, DEAD_MODEL, LIMIT, USAGE, assert_openai_error, metered_settings, outcomes, settle_down,
+)
+from tests.redis_server import RedisServer, redis_server_binary
+
+pytestmark = [pytest.mark.redis,
+              pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")]
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def upstream_fake() -> Iterator[FakeUpstream]:
+    with FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up:
+        yield up
+
+
+@pytest.fixture(scope="module")
+def gw(upstream_fake: FakeUpstream, redis: RedisServer) -> Iterator[GatewayServer]:
+    with GatewayServer(metered_settings(upstream_fake, redis)) as server:
+        yield server
+
+
+@pytest.fixture
+def up(upstream_fake: FakeUpstream) -> FakeUpstream:
+    upstream_fake.clear()
+    return upstream_fake
+
+
+@pytest.fixture
+def before(gw: GatewayServer, redis: RedisServer) -> tuple[int, int]:
+    """(reserved, settled) before the test: reserved is always 0 between tests."""
+    state = settle_down(gw, redis)
+    assert state[0] == 0
+    return state
+
+
+def post(gw: GatewayServer, stream: bool = False, model: str = MODEL, **extra) -> httpx.Response:
+    body = chat_body(max_tokens=5000, stream=stream, **extra)
+    body["model"] = model
+    return httpx.post(gw.base_url + "/v1/chat/completions", json=body, headers=AUTH, timeout=10)
+
+
+def counted(gw: GatewayServer, previous: dict[str, float], model: str = MODEL) -> dict[str, float]:
+    """Outcomes counted since ``previous`` (only those that moved)."""
+    gw.wait_idle()
+    now = outcomes(gw, model)
+    return {k: v - previous.get(k, 0.0) for k, v in now.items() if v != previous.get(k, 0.0)}
+
+
+def sse_events(raw: bytes) -> list[bytes]:
+    return [e for e in raw.replace(b"\r\n", b"\n").split(b"\n\n") if e.strip()]
+
+
+def openai_client(gw: GatewayServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.base_url + "/v1", api_key="sk-acme", max_retries=0, timeout=10,
+                         default_headers={"x-sieve-strategy": "none"})
+
+
+# -- no answer -------------------------------------------------------------------------------------
+
+def test_refused_connection_is_a_502_and_releases(gw, redis, before) -> None:
+    seen = outcomes(gw, DEAD_MODEL)
+    response = post(gw, model=DEAD_MODEL)
+    assert response.status_code == 502
+    assert_openai_error(response.json(), type="upstream_error", code="upstream_unavailable",
+                        says="cannot reach upstream")
+    assert int(response.headers["x-sieve-budget-remaining-tokens"]) > 0  # it was metered, then given back
+    assert counted(gw, seen, DEAD_MODEL) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_hang_before_headers_is_a_504(gw, up, redis, before, stream) -> None:
+    up.enqueue(Reply(delay_s=1.5))
+    seen = outcomes(gw)
+    started = time.monotonic()
+    response = post(gw, stream=stream)
+    assert time.monotonic() - started < 1.4  # the read timeout (0.5 s), not the provider's 1.5 s
+    assert response.status_code == 504
+    assert_openai_error(response.json(), type="upstream_timeout", code="upstream_timeout",
+                        says="did not answer in time")
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
+
+
+def test_hang_mid_body_is_a_504(gw, up, redis, before) -> None:
+    up.enqueue(Reply(stall_mid_body_s=1.5, usage=USAGE))
+    seen = outcomes(gw)
+    response = post(gw)
+    assert response.status_code == 504
+    assert_openai_error(response.json(), type="upstream_timeout", code="upstream_timeout",
+                        says="stopped answering")
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
+
+
+# -- the provider's own errors -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("status,headers,error", [
+    (500, {}, {"message": "The server had an error", "type": "server_error", "param": None, "code": None}),
+    (429, {"retry-after": "7", "x-ratelimit-remaining-requests": "0"},
+     {"message": "Rate limit reached for gpt-4o-mini", "type": "requests", "param": None,
+      "code": "rate_limit_exceeded"}),
+    (400, {}, {"message": "'messages' must contain the word 'json'", "type": "invalid_request_error",
+               "param": "messages", "code": None}),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_provider_errors_pass_through_unchanged(gw, up, redis, before, status, headers, error, stream) -> None:
+    up.enqueue(Reply(status=status, json_body={"error": error}, headers=headers))
+    seen = outcomes(gw)
+    response = post(gw, stream=stream)
+    assert response.status_code == status
+    assert response.json() == {"error": error}  # byte for byte the provider's body
+    for name, value in headers.items():
+        assert response.headers[name] == value
+    assert int(response.headers["x-sieve-budget-remaining-tokens"]) <= LIMIT - before[1] - 5000  # held, then:
+    assert response.headers["x-sieve-request-id"].startswith("req_")
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
+
+
+def test_non_json_error_page_becomes_an_openai_error(gw, up, redis, before) -> None:
+    page = b"<html><head><title>503 Service Temporarily Unavailable</title></head><body>nginx</body></html>"
+    up.enqueue(Reply(status=503, raw_body=page, headers={"retry-after": "30"}))
+    seen = outcomes(gw)
+    response = post(gw)
+    assert response.status_code == 503  # the provider's status stays
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.headers["retry-after"] == "30"
+    error = assert_openai_error(response.json(), type="upstream_error", code="upstream_error_body",
+                                says="upstream answered 503 with a non-JSON body (text/html")
+    assert "503 Service Temporarily Unavailable" in error["message"]  # the gist of what it said
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_provider_that_compresses_never_reaches_the_client_undeclared(gw, up, redis, before, stream) -> None:
+    """Providers gzip whatever the request accepts; the gateway relays bytes as they come."""
+    up.enqueue(Reply(content="hello", usage=USAGE, compress=True))
+    extra = {"stream_options": {"include_usage": True}} if stream else {}
+    response = post(gw, stream=stream, **extra)
+    assert response.status_code == 200
+    if stream:
+        assert b"hello" in response.content and sse_events(response.content)[-1] == b"data: [DONE]"
+    else:
+        assert response.json()["choices"][0]["message"]["content"] == "hello"
+    assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])  # and its usage was read
+
+
+@pytest.mark.parametrize("body", [
+    {"id": "c", "object": "chat.completion", "model": MODEL,
+     "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * 400}, "finish_reason": "stop"}]},
+    {"id": "c", "object": "chat.completion", "model": MODEL, "usage": None,
+     "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [
+         {"id": "t", "type": "function", "function": {"name": "f", "arguments": "y" * 399}}]}}]},
+], ids=["content", "tool_call"])
+def test_an_answer_without_usage_is_charged_at_an_estimate(gw, up, redis, before, body) -> None:
+    """Served is spent: a provider that reports no usage must not make requests free."""
+    up.enqueue(Reply(json_body=body))
+    seen = outcomes(gw)
+    response = post(gw)
+    assert response.status_code == 200 and response.json() == body
+    assert counted(gw, seen) == {"passthrough": 1}
+    forwarded = int(response.headers["x-sieve-forwarded-tokens"])
+    assert settle_down(gw, redis) == (0, before[1] + forwarded + 100)  # the prompt + 400 chars / 4 (name and arguments for a tool call)
+
+
+# -- streams cut short or malformed ------------------------------------------------------------------
+
+def chunk(delta: dict | None = None, finish: str | None = None, **extra) -> bytes:
+    body = {"id": "chatcmpl-f", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+            "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}], **extra}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+USAGE_CHUNK = b"data: " + orjson.dumps({"id": "chatcmpl-f", "object": "chat.completion.chunk", "created": 1,
+                                        "model": MODEL, "choices": [], "usage": USAGE}) + b"\n\n"
+HEAD = [chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}), chunk({"content": "lo"})]
+
+
+def stream_raw(gw: GatewayServer, include_usage: bool) -> tuple[int, bytes]:
+    extra = {"stream_options": {"include_usage": True}} if include_usage else {}
+    with httpx.stream("POST", gw.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
+                      json=chat_body(max_tokens=5000, stream=True, **extra)) as response:
+        return response.status_code, response.read()
+
+
+def assert_ends_with_error(raw: bytes, says: str) -> list[dict]:
+    """Every event is whole JSON (no torn event), and the last one is an OpenAI error."""
+    events = [orjson.loads(e.removeprefix(b"data: ")) for e in sse_events(raw)]
+    assert_openai_error(events[-1], type="upstream_error", code="upstream_unavailable", says=says)
+    return events[:-1]
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_stream_cut_mid_event_ends_with_an_openai_error(gw, up, redis, before, include_usage) -> None:
+    torn = chunk({"content": " world"})[:25]  # half an event, then the connection drops
+    up.enqueue(Reply(sse_frames=[*HEAD, torn], drop_after=4))
+    seen = outcomes(gw)
+    status, raw = stream_raw(gw, include_usage)
+    assert status == 200
+    arrived = assert_ends_with_error(raw, says="upstream stream broke")
+    assert [e["choices"][0]["delta"].get("content") for e in arrived] == ["", "Hel", "lo"]
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before  # no usage was reported: released
+
+
+def test_stream_cut_is_an_error_for_the_openai_client(gw, up, redis, before) -> None:
+    up.enqueue(Reply(sse_frames=HEAD + [chunk({"content": "!"})], drop_after=3))
+    stream = openai_client(gw).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5000, stream=True)
+    got = []
+    with pytest.raises(openai.APIError, match="upstream stream broke"):
+        for event in stream:
+            got.append(event.choices[0].delta.content)
+    assert got == ["", "Hel", "lo"]
+    assert settle_down(gw, redis) == before
+
+
+def test_stream_cut_after_the_usage_settles_it(gw, up, redis, before) -> None:
+    up.enqueue(Reply(sse_frames=[*HEAD, chunk(finish="stop"), USAGE_CHUNK, b"data: [DONE]\n\n"], drop_after=5))
+    seen = outcomes(gw)
+    status, raw = stream_raw(gw, include_usage=False)
+    assert status == 200 and b'"usage"' not in raw  # still stripped: the client did not ask for it
+    assert_ends_with_error(raw, says="upstream stream broke")
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])  # what the provider reported
+
+
+@pytest.mark.parametrize("frames,complete", [
+    ([*HEAD], False),                                             # cut: no finish_reason, no [DONE]
+    ([*HEAD, chunk(finish="stop"), USAGE_CHUNK], True),           # finished, only [DONE] missing
+    ([*HEAD, chunk(finish="stop"), USAGE_CHUNK, b"data: [DONE]\n\n"], True),
+], ids=["cut", "no-done", "whole"])
+def test_stream_ending_in_a_clean_close(gw, up, redis, before, frames, complete) -> None:
+    """Without chunked framing a cut stream ends like a whole one: [DONE] or a finish_reason tells."""
+    up.enqueue(Reply(sse_frames=frames, eof_framing=True))
+    seen = outcomes(gw)
+    status, raw = stream_raw(gw, include_usage=True)
+    assert status == 200
+    if complete:
+        assert raw == b"".join(frames)
+        assert counted(gw, seen) == {"passthrough": 1}
+        assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])
+    else:
+        assert_ends_with_error(raw, says="ended without [DONE]")
+        assert counted(gw, seen) == {"upstream_error": 1}
+        assert settle_down(gw, redis) == before
+
+
+PROVIDER_ERROR = {"message": "The server had an error while processing your request.", "type": "server_error",
+                  "param": None, "code": None}
+
+
+@pytest.mark.parametrize("then", [[], [b"data: [DONE]\n\n"]], ids=["closed", "done"])
+def test_an_error_event_from_the_provider_is_relayed_and_counted(gw, up, redis, before, then) -> None:
+    frames = [*HEAD, b"data: " + orjson.dumps({"error": PROVIDER_ERROR}) + b"\n\n", *then]
+    up.enqueue(Reply(sse_frames=frames))
+    seen = outcomes(gw)
+    status, raw = stream_raw(gw, include_usage=True)
+    assert status == 200 and raw == b"".join(frames)  # the provider's own error, once, unchanged
+    assert counted(gw, seen) == {"upstream_error": 1}
+    assert settle_down(gw, redis) == before
+
+
+MALFORMED = [
+    b": keep-alive\n\n",
+    b"event: ping\ndata: not json at all\n\n",
+    b'data: {"id": "broken", "choices": [\n\n',
+    chunk({"content": "Hel"}),
+    b"garbage line without a field\n\n",
+    b'data: {"usage": "not a dict", "choices": []}\n\n',
+    chunk({"content": "lo"}, finish="stop"),
+    USAGE_CHUNK.rstrip(b"\n"),  # the last event has no trailing newline
+]
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_malformed_sse_is_relayed_and_its_usage_still_read(gw, up, redis, before, include_usage) -> None:
+    up.enqueue(Reply(sse_frames=MALFORMED))
+    seen = outcomes(gw)
+    status, raw = stream_raw(gw, include_usage)
+    assert status == 200
+    expected = MALFORMED if include_usage else MALFORMED[:-1]  # the usage chunk Sieve asked for is stripped
+    assert raw == b"".join(expected)
+    assert counted(gw, seen) == {"passthrough": 1}
+    assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])
+
+
+def test_crlf_events_stream_as_they_come(gw, up, redis, before) -> None:
+    """SSE allows CRLF line ends; events must still go out one by one, and usage be read."""
+    frames = [f.replace(b"\n", b"\r\n") for f in [*HEAD, chunk(finish="stop"), USAGE_CHUNK, b"data: [DONE]\n\n"]]
+    up.enqueue(Reply(sse_frames=frames, chunk_delay_s=0.15))
+    arrivals = []
+    started = time.monotonic()
+    with httpx.stream("POST", gw.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
+                      json=chat_body(max_tokens=5000, stream=True)) as response:
+        raw = b""
+        for piece in response.iter_raw():
+            arrivals.append(time.monotonic() - started)
+            raw += piece
+    assert raw == b"".join(frames[:4] + frames[5:])  # the usage chunk stripped, CRLF kept
+    assert len(arrivals) >= 3 and arrivals[0] < arrivals[-1] - 0.3  # not held back to the end
+    assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])
