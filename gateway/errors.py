@@ -6,6 +6,7 @@
     ├── ConfigError                 (start-up only: bad config or policy file)
     ├── InvalidRequest        400   invalid_request_error
     │   ├── UnknownModel      404   invalid_request_error / model_not_found
+    │   ├── RequestTimeout    408   invalid_request_error / request_timeout
     │   └── ClientClosedRequest 499 invalid_request_error / client_closed_request
     ├── Unauthorized          401   authentication_error
     ├── Forbidden             403   permission_error
@@ -59,6 +60,14 @@ class InvalidRequest(SieveError):
 class UnknownModel(InvalidRequest):
     status = 404
     code = "model_not_found"
+
+
+class RequestTimeout(InvalidRequest):
+    """The body did not arrive in time: a slow sender must not hold a worker's memory and
+    a connection for ever."""
+
+    status = 408
+    code = "request_timeout"
 
 
 class ClientClosedRequest(InvalidRequest):

@@ -134,7 +134,11 @@ class Services:
         """Requests refused before reaching the provider still count, by outcome.
         (Upstream failures are counted by the accountant, with their timings.)"""
         outcome = next((label for cls, label in _REJECTIONS.items() if isinstance(exc, cls)), None)
-        if outcome is not None and self.bounds is not None:
+        if outcome is not None:
+            self.count_outcome(outcome, org, model)
+
+    def count_outcome(self, outcome: str, org: str | None, model: str | None) -> None:
+        if self.bounds is not None:
             record_request(self.metrics, bounds=self.bounds, org=org or "unknown", model=model, outcome=outcome)
 
     async def authenticate(self, headers: Mapping[str, str]) -> Identity:

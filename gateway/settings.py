@@ -22,6 +22,7 @@ SIEVE_OPEN_ROUTES               routes that need no key (default /healthz,/ready
                                 only these four can be open, "" closes them all)
 SIEVE_METRICS_KEY               a key that reads the closed ops routes (besides the admin key)
 SIEVE_MAX_BODY_BYTES            request body limit (default 32 MiB)
+SIEVE_BODY_TIMEOUT_S            time to receive a request body (default 60; then 408)
 SIEVE_MAX_HEADER_BYTES          all request headers together (default 32 KiB)
 SIEVE_MAX_MESSAGES              messages per request (default 20,000)
 SIEVE_MAX_CONTENT_PARTS         content parts per message (default 1,024)
@@ -93,6 +94,7 @@ class Settings:
     metrics_key: str | None = None
     max_body_bytes: int = 32 * 1024 * 1024
     max_header_bytes: int = 32 * 1024
+    body_timeout_s: float = 60.0
     max_messages: int = 20_000
     max_content_parts: int = 1_024
     max_message_chars: int = 4_000_000
@@ -131,6 +133,7 @@ class Settings:
             metrics_key=env.get("SIEVE_METRICS_KEY") or None,
             max_body_bytes=_int(env, "SIEVE_MAX_BODY_BYTES", cls.max_body_bytes),
             max_header_bytes=_int(env, "SIEVE_MAX_HEADER_BYTES", cls.max_header_bytes),
+            body_timeout_s=_float(env, "SIEVE_BODY_TIMEOUT_S", cls.body_timeout_s),
             max_messages=_int(env, "SIEVE_MAX_MESSAGES", cls.max_messages),
             max_content_parts=_int(env, "SIEVE_MAX_CONTENT_PARTS", cls.max_content_parts),
             max_message_chars=_int(env, "SIEVE_MAX_MESSAGE_CHARS", cls.max_message_chars),

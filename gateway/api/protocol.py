@@ -10,13 +10,14 @@ a 100k-token history on every request.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import orjson
 from starlette.requests import Request
 
-from gateway.errors import BodyTooLarge, InvalidRequest
+from gateway.errors import BodyTooLarge, InvalidRequest, RequestTimeout
 from gateway.pruning.policy import STRATEGIES
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -45,16 +46,21 @@ class SieveHeaders:
     conversation_id: str | None = None
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float = 60.0) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s "
+                             f"({size} bytes received)") from None
     return b"".join(chunks)
 
 

@@ -55,6 +55,10 @@ async def handle_unexpected(request: Request, exc: Exception) -> Response:
     """Last resort: a bug must still answer in OpenAI's shape, without a traceback."""
     request_id = getattr(request.state, "request_id", None)
     log.exception("unhandled error in request %s", request_id)
+    services = getattr(request.app.state, "services", None)
+    if services is not None and request.url.path.endswith("/chat/completions"):
+        services.count_outcome("internal_error", getattr(request.state, "org", None),
+                               getattr(request.state, "model", None))
     body = {"error": {"message": "internal error in the Sieve gateway; the request was not forwarded"
                                  f" (request id {request_id})", "type": "internal_error",
                       "param": None, "code": "internal_error"}}

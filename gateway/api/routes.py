@@ -7,7 +7,6 @@ level: /v1 routes need a client key; the ops routes (/healthz, /readyz,
 
 from __future__ import annotations
 
-
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
@@ -27,7 +26,7 @@ async def _chat_call(request: Request) -> ChatCall:
     headers = request.headers
     identity = request.state.identity
     request.state.org = identity.org
-    raw = await read_body(request, services.settings.max_body_bytes)
+    raw = await read_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
     body = parse_body(raw, services.limits.max_json_depth)
     request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
     check_chat_body(body, services.limits)

@@ -7,6 +7,8 @@ is refused. Every refusal is counted as a client error.
 
 from __future__ import annotations
 
+import socket
+
 import httpx
 import pytest
 
@@ -133,3 +135,16 @@ def test_what_a_provider_accepts_passes_through_unchanged(gw, upstream) -> None:
     assert resp.status_code == 200, resp.text
     sent = upstream.requests[-1].json
     assert sent["messages"] == messages and sent["vendor_extension"] == body["vendor_extension"]
+
+
+def test_a_body_that_never_finishes_is_a_408(start_gateway) -> None:
+    gw = start_gateway(virtual_keys=({"key": KEY, "org": "acme"},), body_timeout_s=0.5)
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as conn:
+        conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: sieve\r\nAuthorization: Bearer " + KEY.encode()
+                     + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\": ")
+        answer = conn.recv(4096).decode()
+    assert answer.startswith("HTTP/1.1 408")
+    assert "did not arrive within 0.5 s (10 bytes received)" in answer
+    counted = [s for m in gw.metrics.registry.collect() for s in m.samples
+               if s.name == "sieve_requests_total" and s.labels["outcome"] == "client_error"]
+    assert [(s.labels["org"], s.value) for s in counted] == [("acme", 1.0)], counted
