@@ -118,6 +118,20 @@ class BudgetGuard:
                 # The reservation's TTL returns the tokens once the store is back.
                 log.warning("budget store unreachable: reservation %s left to expire", hold.reservation.id)
 
+    async def flush(self) -> int:
+        """At shutdown: charge what was served unmetered while the store was down, as the
+        next reservation would have. Returns the tokens that could not be charged (the
+        store is still down) and are lost with this process."""
+        if not self._unmetered:
+            return 0
+        try:
+            await self._reconcile()
+        except StoreUnavailable:
+            lost = sum(tokens for _, tokens, _ in self._unmetered)
+            log.error("budget store unreachable at shutdown: %d tokens served unmetered are not charged", lost)
+            return lost
+        return 0
+
     def _remember(self, hold: Hold, tokens: int) -> None:
         if len(self._unmetered) < MAX_PENDING:
             self._unmetered.append((hold.limits, tokens, hold.reserved_at))
