@@ -43,7 +43,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.overhead import Server, free_port, pct, rss_mb  # noqa: E402
+from bench.overhead import Server, cpu_seconds, free_port, pct, rss_mb  # noqa: E402
 from tests.conversations import agent_history  # noqa: E402
 
 WORK = ROOT / "bench" / ".cache" / "soak"
@@ -257,11 +257,15 @@ async def sample(pid: int, redis_url: str, run: Run, t0: float, every_s: float) 
 
     client = aioredis.Redis.from_url(redis_url)
     loop = asyncio.get_running_loop()
+    cpu, at = cpu_seconds(pid), loop.time()
     try:
         while True:
-            run.samples.append({"t": round(loop.time() - t0, 1), "rss_mib": round(rss_mb(pid), 1),
-                                "fds": open_fds(pid), "redis_keys": await client.dbsize()})
             await asyncio.sleep(every_s)
+            cpu_now, now = cpu_seconds(pid), loop.time()
+            run.samples.append({"t": round(now - t0, 1), "rss_mib": round(rss_mb(pid), 1), "fds": open_fds(pid),
+                                "cpu_pct": round((cpu_now - cpu) / (now - at) * 100, 1),
+                                "redis_keys": await client.dbsize()})
+            cpu, at = cpu_now, now
     finally:
         await client.aclose()
 
@@ -286,7 +290,7 @@ def fmt(x: float | None, width: int) -> str:
 async def report(run: Run, t0: float, every_s: float, rate: float) -> None:
     loop = asyncio.get_running_loop()
     print(f"{'t s':>6} {'done':>6} {'req/s':>6} {'ok':>5} {'429':>4} {'disc':>4} {'err':>4} "
-          f"{'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'rss MiB':>8} {'fds':>4}", flush=True)
+          f"{'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'rss MiB':>8} {'fds':>4} {'cpu %':>5}", flush=True)
     seen = 0
     while True:
         await asyncio.sleep(every_s)
@@ -294,11 +298,11 @@ async def report(run: Run, t0: float, every_s: float, rate: float) -> None:
         window, seen = run.results[seen:], len(run.results)
         s = summary(window)
         o = s["outcomes"]
-        last = run.samples[-1] if run.samples else {"rss_mib": 0, "fds": 0}
+        last = run.samples[-1] if run.samples else {"rss_mib": 0, "fds": 0, "cpu_pct": 0}
         print(f"{now:6.0f} {len(run.results):6d} {len(window) / every_s:6.1f} {o.get('ok', 0):5d} "
               f"{o.get('rejected_429', 0):4d} {o.get('disconnected', 0):4d} {s['errors']:4d} "
               f"{fmt(s['p50_ms'], 7)} {fmt(s['p95_ms'], 7)} {fmt(s['p99_ms'], 7)} {last['rss_mib']:8.1f} "
-              f"{last['fds']:4d}", flush=True)
+              f"{last['fds']:4d} {last['cpu_pct']:5.0f}", flush=True)
 
 
 # -- checks at the end -------------------------------------------------------------------------
@@ -376,8 +380,9 @@ def print_final(res: dict) -> None:
     rss, fds = res["growth"]["rss_mib"], res["growth"]["fds"]
     print(f"\nrate {res['config']['rate']}/s for {res['config']['duration']:.0f} s; not sent (too many in "
           f"flight): {res['skipped']}; worst generator lag {res['max_lag_ms']:.0f} ms")
+    cpu = [x["cpu_pct"] for x in res["samples"]]
     print(f"gateway RSS MiB: first-minute median {rss['first']}, last-minute {rss['last']} (delta {rss['delta']}); "
-          f"fds: {fds['first']} -> {fds['last']}")
+          f"fds: {fds['first']} -> {fds['last']}; CPU {statistics.mean(cpu) if cpu else 0:.0f} % of a core")
     print(f"Redis after the load: {res['leftovers_after_load']}; after shutdown: "
           f"{res['leftovers_after_shutdown']}")
     print(f"gateway counters: {json.dumps(res['gateway_counters'])}")
