@@ -138,15 +138,23 @@ def open_fds(pid: int) -> int:
 
 # -- workload ----------------------------------------------------------------------------------
 class Workload:
-    """Request bodies, serialised once; agent conversations grow turn by turn, then restart."""
+    """Request bodies; agent conversations grow turn by turn, then restart as new ones.
 
-    def __init__(self, seed: int) -> None:
+    A new conversation takes one of ``histories`` distinct texts in rotation (0: text
+    never seen before, every time). The gateway caches per content (token counts keep
+    each message text), so with fresh text its RSS climbs toward those caches' caps
+    for the whole run, which says nothing about leaks; a small rotation fills them in
+    the first minutes, after which growth is a leak."""
+
+    def __init__(self, seed: int, histories: int = 12) -> None:
         self.rng = random.Random(seed)
+        self.distinct = histories
         full = agent_history(AGENT_STEPS[1])
         # agent_history(k) is a prefix of agent_history(K): every step ends on a user message.
         self.agent_bodies = {k: len(agent_history(k)) for k in range(*AGENT_STEPS)}
         self.agent_full = full
         self.convs = [[0, AGENT_STEPS[0]] for _ in range(AGENT_CONVERSATIONS)]  # [generation, step]
+        self.histories = [self.history(c, 0) for c in range(AGENT_CONVERSATIONS)]
         small = {"model": MODEL, "max_tokens": 64, "messages": [
             {"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say ok."}]}
         self.small = orjson.dumps(small)
@@ -155,6 +163,12 @@ class Workload:
         self.scored = [orjson.dumps({"model": MODEL, "max_tokens": 256,
                                      "messages": full[:self.agent_bodies[k]]}) for k in (10, 14, 18)]
         self.scored_n = 0
+
+    def history(self, conversation: int, generation: int) -> list[dict]:
+        n = conversation + AGENT_CONVERSATIONS * generation
+        tag = f"[{n % self.distinct if self.distinct else n}] "
+        return [{**m, "content": tag + m["content"]} if m["role"] in ("tool", "user") and m.get("content") else m
+                for m in self.agent_full]
 
     def pick(self) -> str:
         return self.rng.choices(list(KINDS), weights=[w for w, _ in KINDS.values()])[0]
@@ -174,9 +188,13 @@ class Workload:
                                                   "x-sieve-target-tokens": "3000"}
         c = self.rng.randrange(AGENT_CONVERSATIONS)
         generation, step = self.convs[c]
-        self.convs[c] = [generation + 1, AGENT_STEPS[0]] if step + 1 >= AGENT_STEPS[1] else [generation, step + 1]
+        if step + 1 >= AGENT_STEPS[1]:
+            self.convs[c] = [generation + 1, AGENT_STEPS[0]]
+            self.histories[c] = self.history(c, generation + 1)
+        else:
+            self.convs[c] = [generation, step + 1]
         body = {"model": MODEL, "max_tokens": 256, "stream": self.rng.random() < 0.5,
-                "messages": self.agent_full[:self.agent_bodies[step]]}
+                "messages": self.histories[c][:self.agent_bodies[step]]}
         return orjson.dumps(body), {**auth, "x-sieve-conversation-id": f"soak-{c}-{generation}",
                                     "x-sieve-target-tokens": "6000"}
 
@@ -451,7 +469,8 @@ async def soak(a: argparse.Namespace) -> dict:
             t0 = loop.time()
             background = [loop.create_task(sample(gw.pid, redis.url, run, t0, a.sample_every)),
                           loop.create_task(report(run, t0, a.report_every, a.rate))]
-            await generate(a, f"http://127.0.0.1:{gw_port}/v1/chat/completions", Workload(a.seed), run, t0)
+            await generate(a, f"http://127.0.0.1:{gw_port}/v1/chat/completions",
+                           Workload(a.seed, a.histories), run, t0)
             for task in background:
                 task.cancel()
             after_load = await wait_for_no_leftovers(redis.url, timeout_s=15)
@@ -500,6 +519,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--chunks", type=int, default=16, help="fake upstream: content pieces per stream")
     p.add_argument("--chunk-delay-ms", type=float, default=10.0)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--histories", type=int, default=12,
+                   help="distinct agent histories in rotation; 0 = fresh text for every conversation "
+                        "(shows per-content caches filling, not leaks)")
     p.add_argument("--json-out", type=Path, help="default: bench/results/soak-<UTC time>.json")
     return p.parse_args(argv)
 
