@@ -139,6 +139,21 @@ class BudgetGuard:
                             hold.reservation.id)
                 self._remember(_Owed(hold.limits, None, hold.reserved_at, hold.reservation))
 
+    async def flush(self) -> int:
+        """At shutdown: charge what was served unmetered (and settle or release what failed)
+        while the store was down, as the next reservation would have. Returns the tokens
+        that could not be charged (the store is still down) and are lost with this process."""
+        if not self._owed:
+            return 0
+        try:
+            await self._reconcile()
+        except StoreUnavailable:
+            pass
+        lost = sum(o.tokens for o in self._owed if o.tokens is not None)
+        if lost:
+            log.error("budget store unreachable at shutdown: %d tokens served unmetered are not charged", lost)
+        return lost
+
     def _remember(self, owed: _Owed) -> None:
         if len(self._owed) < MAX_PENDING:
             self._owed.append(owed)

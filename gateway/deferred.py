@@ -3,7 +3,8 @@
 A client that disconnects mid-stream cancels its request's task; budget
 settling, metrics and the audit line must still happen. ``spawn`` detaches
 the work into its own task, keeps a strong reference until it ends, and
-``drain`` waits for stragglers at shutdown.
+``drain`` waits for stragglers at shutdown (bounded: a hung store must not
+keep the process from exiting).
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ class Deferred:
     def pending(self) -> int:
         return len(self._tasks)
 
-    async def drain(self, timeout_s: float = 10.0) -> None:
+    async def drain(self, timeout_s: float = 10.0) -> int:
+        """Wait for every task, including any spawned while waiting; returns how many
+        were still running at the deadline (abandoned: the process is exiting)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._tasks and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(set(self._tasks), timeout=left)
         if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+            log.warning("%d deferred task(s) still running after %.0f s at shutdown: abandoned",
+                        len(self._tasks), timeout_s)
+        return len(self._tasks)

@@ -12,7 +12,9 @@ and the guarantees around it:
   characters / 4); an upstream error, timeout or cut stream without usage is
   released;
 * accounting (budget settle, metrics, savings, audit) runs as a deferred task
-  that survives the client going away.
+  that survives the client going away, exactly once per reserved request, on
+  every path out: response, upstream error, disconnect, or the server cutting
+  the request at shutdown (``close`` accounts whatever is still open).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncGenerator, Callable, Mapping
 
 import orjson
 from starlette.responses import Response, StreamingResponse
@@ -65,6 +67,8 @@ class ChatProxy:
         self._accountant = accountant
         self._budgets = budgets
         self._deferred = deferred
+        # Requests holding a reservation whose accounting has not been handed over yet.
+        self._open: dict[int, RequestRecord] = {}
 
     async def prune_only(self, call: ChatCall) -> PruneOutcome:
         """What would be forwarded; no upstream needed, so any model name is accepted."""
@@ -91,6 +95,7 @@ class ChatProxy:
             forwarded = {**forwarded, "model": route.upstream_model}
         hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold)
+        self._open[id(record)] = record
         headers = _sieve_headers(call.request_id, outcome, hold)
         upstream_started = time.perf_counter()
         try:
@@ -101,7 +106,7 @@ class ChatProxy:
             record.upstream_s = time.perf_counter() - upstream_started
             record.outcome_label = "upstream_error"
             record.error_status = exc.status if isinstance(exc, SieveError) else 500
-            self._deferred.spawn(self._accountant.finish(record))
+            self._account(record)
             if isinstance(exc, SieveError):
                 exc.headers.update(headers)
             raise
@@ -112,10 +117,34 @@ class ChatProxy:
             if response.status >= 400 and route.api_key:
                 body = _without_key(body, route.api_key)
             record.set_response_body(body)
-            self._deferred.spawn(self._accountant.finish(record))
+            self._account(record)
             return Response(body, status_code=response.status, headers={**response.headers, **headers})
-        return StreamingResponse(self._relay(response, record, strip_usage, upstream_started),
-                                 status_code=response.status, headers={**response.headers, **headers})
+        return _RelayResponse(self._relay(response, record, strip_usage, upstream_started),
+                              on_close=lambda: self._account(record),
+                              status_code=response.status, headers={**response.headers, **headers})
+
+    async def close(self, timeout_s: float) -> int:
+        """At shutdown, once the server has stopped serving: account every request still open.
+
+        The requests the server cancelled at the end of its grace period unwind in their
+        own tasks within a few loop turns (each stream's ``finally`` hands its record
+        over); wait for that, bounded, then account whatever never got the chance, so no
+        reservation outlives the process. Returns how many had to be accounted here."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._open and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        stragglers = list(self._open.values())
+        for record in stragglers:
+            log.warning("request %s still open at shutdown: its reservation is released",
+                        record.call.request_id)
+            self._account(record)
+        return len(stragglers)
+
+    def _account(self, record: RequestRecord) -> None:
+        """Hand a record to deferred accounting, once: a stream can end on several paths."""
+        if self._open.pop(id(record), None) is not None:
+            self._deferred.spawn(self._accountant.finish(record))
 
     async def _send(self, route: ResolvedRoute, body: dict[str, Any], call: ChatCall,
                     stream: bool) -> UpstreamResponse:
@@ -129,7 +158,7 @@ class ChatProxy:
         return await self._openai.post(route.url or "", orjson.dumps(body), out_headers, stream)
 
     async def _relay(self, response: UpstreamResponse, record: RequestRecord, strip_usage: bool,
-                     upstream_started: float) -> AsyncIterator[bytes]:
+                     upstream_started: float) -> AsyncGenerator[bytes, None]:
         tap = SSEUsageTap(strip_usage)
         completed = False
         try:
@@ -167,7 +196,32 @@ class ChatProxy:
             record.completed = completed
             if response.release is not None:
                 _close_quietly(response.release)
-            self._deferred.spawn(self._accountant.finish(record))
+            self._account(record)
+
+
+class _RelayResponse(StreamingResponse):
+    """A StreamingResponse that always ends its relay, even one that never started.
+
+    Starlette neither closes a body iterator it stopped iterating nor starts one whose
+    task was cancelled first (a client gone before the first byte, or shutdown): either
+    way the relay's ``finally`` (release the upstream connection, account the request)
+    would wait for the garbage collector, or never run. Closing it here runs it now;
+    ``on_close`` covers the relay that never started."""
+
+    def __init__(self, content: AsyncGenerator[bytes, None], *, on_close: Callable[[], None],
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._relay = content
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            try:
+                await self._relay.aclose()
+            finally:
+                self._on_close()
 
 
 def _client_wants_usage(body: Mapping[str, Any]) -> bool:

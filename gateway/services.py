@@ -123,7 +123,15 @@ class Services:
                                                     settings.max_message_chars, settings.max_json_depth))
 
     async def stop(self) -> None:
-        await self.deferred.drain()
+        """The end of the lifespan. uvicorn has closed the listener and let open responses
+        run for the grace period, cancelling what was left, so nothing new arrives: every
+        open request is accounted, the deferred accounting runs to its end (settles,
+        metrics, audit lines), unmetered tokens are charged, and only then are the
+        clients it used closed."""
+        await self.proxy.close(timeout_s=5.0)
+        await self.deferred.drain(timeout_s=10.0)
+        if self.budget_guard is not None:
+            await self.budget_guard.flush()
         await self.session.close()
         if self.redis is not None:
             await self.redis.aclose()

@@ -35,6 +35,8 @@ SIEVE_UPSTREAM_CONNECT_TIMEOUT_S  upstream connect timeout (default 10)
 SIEVE_SCORER_API_KEY            key for the LLM scorer model (policies name the model)
 SIEVE_AUDIT_LOG                 path of the JSON-lines audit log, "-" = stdout
 SIEVE_LOG_LEVEL                 default "info"
+SIEVE_SHUTDOWN_GRACE_S          on SIGTERM, how long in-flight requests and streams
+                                may run on before they are cut (default 30)
 ==============================  ==============================================
 
 Offline operation is also arranged here: tiktoken is pointed at the encoding
@@ -106,6 +108,7 @@ class Settings:
     audit_log: str | None = None
     log_level: str = "info"
     scorer_api_key: str | None = None
+    shutdown_grace_s: float = 30.0
     models: Mapping[str, ModelRoute] = field(default_factory=dict)
     virtual_keys: tuple[Mapping[str, Any], ...] = ()
     passthrough: Mapping[str, str] = field(default_factory=dict)   # sha256(provider key) -> org
@@ -147,8 +150,11 @@ class Settings:
             audit_log=env.get("SIEVE_AUDIT_LOG") or None,
             scorer_api_key=env.get("SIEVE_SCORER_API_KEY") or None,
             log_level=env.get("SIEVE_LOG_LEVEL", cls.log_level),
+            shutdown_grace_s=_float(env, "SIEVE_SHUTDOWN_GRACE_S", cls.shutdown_grace_s),
         )
         settings = replace(settings, **overrides)
+        if settings.shutdown_grace_s < 0:
+            raise ConfigError(f"SIEVE_SHUTDOWN_GRACE_S must be >= 0, got {settings.shutdown_grace_s}")
         if settings.config_path is not None:
             settings = settings.with_config_file(settings.config_path, env)
         settings.check()

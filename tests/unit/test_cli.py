@@ -39,3 +39,12 @@ def test_shipped_policies_load():
     policies = load_policies(Settings().policies_dir)
     assert {"default", "agent"} <= set(policies)
     assert policies["agent"].goal_reminder and policies["agent"].protect_last_units == 6
+
+
+def test_shutdown_grace_is_read_and_checked():
+    assert Settings.from_env({}).shutdown_grace_s == 30.0
+    assert Settings.from_env({"SIEVE_SHUTDOWN_GRACE_S": "2.5"}).shutdown_grace_s == 2.5
+    with pytest.raises(ConfigError, match="SIEVE_SHUTDOWN_GRACE_S must be >= 0"):
+        Settings.from_env({"SIEVE_SHUTDOWN_GRACE_S": "-1"})
+    with pytest.raises(ConfigError, match="SIEVE_SHUTDOWN_GRACE_S must be a number"):
+        Settings.from_env({"SIEVE_SHUTDOWN_GRACE_S": "soon"})

@@ -1,0 +1,190 @@
+"""SIGTERM on a real ``sieve serve`` process, mid-stream.
+
+Real servers throughout: ``python -m gateway.cli serve`` as its own process
+(signals only reach a process's main thread, so an in-process gateway cannot
+show this), the fake upstream streaming slowly from a thread of the test, and
+a ``redis-server`` holding the budget, so reservations can be read back.
+
+* grace longer than the stream: the stream ends whole with ``[DONE]``, new
+  connections are refused at once, the process exits 0 within the grace
+  period, and only after the audit line is written and the budget settled;
+* grace shorter than the stream: the stream is cut, the process exits
+  promptly, and the reservation does not outlive it;
+* grace ending while a non-streamed request waits for the provider: the same.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import orjson
+import pytest
+
+from tests.fake_upstream import FakeUpstream, Reply
+from tests.integration.budget_helpers import (
+    NO_PRUNING, GatewayProcess, chat_body, org_counter, redis_usage, wait_until, write_yaml,
+)
+from tests.redis_server import RedisServer, redis_server_binary
+
+pytestmark = pytest.mark.redis
+
+KEY = "sk-shutdown"
+USAGE = {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}
+MAX_TOKENS = 5000  # reserved on top of the prompt: a leaked reservation is easy to see
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not installed")
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeUpstream]:
+    with FakeUpstream() as up:
+        yield up
+
+
+def start_gateway(tmp_path: Path, upstream: FakeUpstream, redis: RedisServer, org: str,
+                  grace_s: float) -> tuple[GatewayProcess, Path]:
+    config = write_yaml(tmp_path / "sieve.yaml", {
+        "keys": [{"key": KEY, "org": org}],
+        "budgets": {"orgs": {org: {"day": 1_000_000}}},
+    })
+    audit = tmp_path / "audit.jsonl"
+    gateway = GatewayProcess(config, {"SIEVE_UPSTREAM_BASE_URL": upstream.base_url, "SIEVE_REDIS_URL": redis.url,
+                                      "SIEVE_AUDIT_LOG": str(audit), "SIEVE_SHUTDOWN_GRACE_S": str(grace_s)})
+    return gateway.start(), audit
+
+
+def refused(port: int, within_s: float) -> bool:
+    """True once a new TCP connection to ``port`` is refused (the listener is closed)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                pass  # accepted: the signal may not have been acted on yet
+        except ConnectionRefusedError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def reserved(redis: RedisServer, org: str) -> int:
+    statuses = redis_usage(redis.url, org)
+    return org_counter(statuses, f"org:{org}:day").reserved if statuses else 0
+
+
+def audit_lines(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def test_sigterm_lets_the_stream_finish_then_settles_and_exits(tmp_path: Path, upstream: FakeUpstream,
+                                                              redis: RedisServer) -> None:
+    grace_s = 15.0
+    pieces = [f"tok{i} " for i in range(12)]
+    upstream.enqueue(Reply(chunks=pieces, chunk_delay_s=0.3, usage=USAGE))  # ~3.6 s of stream
+    gateway, audit = start_gateway(tmp_path, upstream, redis, "drain", grace_s)
+    try:
+        with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", timeout=30,
+                          headers={"authorization": f"Bearer {KEY}", **NO_PRUNING},
+                          json=chat_body(max_tokens=MAX_TOKENS, stream=True)) as response:
+            assert response.status_code == 200
+            request_id = response.headers["x-sieve-request-id"]
+            chunks = response.iter_raw()
+            body = next(chunks)  # the stream is under way
+            assert org_counter(redis_usage(redis.url, "drain"), "org:drain:day").reserved > MAX_TOKENS
+            signalled = time.monotonic()
+            gateway.proc.send_signal(signal.SIGTERM)
+            assert refused(gateway.port, within_s=2.0), "a new connection was still accepted after SIGTERM"
+            assert gateway.proc.poll() is None  # ...while the in-flight stream is still being served
+            for chunk in chunks:
+                body += chunk
+        text = body.decode()
+        assert all(p in text for p in pieces) and text.endswith("data: [DONE]\n\n"), text[-300:]
+        gateway.proc.wait(timeout=grace_s)
+        took = time.monotonic() - signalled
+        assert gateway.proc.returncode == 0, gateway.log()
+    finally:
+        gateway.stop()
+    assert took < grace_s
+    lines = [line for line in audit_lines(audit) if line["request_id"] == request_id]
+    assert len(lines) == 1 and lines[0]["org"] == "drain", audit.read_text()
+    counter = org_counter(redis_usage(redis.url, "drain"), "org:drain:day")
+    assert (counter.reserved, counter.settled) == (0, USAGE["total_tokens"])
+
+
+def test_grace_ending_while_the_provider_thinks_releases_the_hold(tmp_path: Path, upstream: FakeUpstream,
+                                                                  redis: RedisServer) -> None:
+    """A non-streamed request still waiting for the provider's answer when the grace ends."""
+    grace_s = 1.0
+    # Long past the grace, yet over before this module's upstream stops (no task left pending).
+    upstream.enqueue(Reply(delay_s=4.0, usage=USAGE))
+    gateway, audit = start_gateway(tmp_path, upstream, redis, "thinking", grace_s)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(httpx.post, gateway.base_url + "/v1/chat/completions", timeout=30,
+                                  headers={"authorization": f"Bearer {KEY}", **NO_PRUNING},
+                                  json=chat_body(max_tokens=MAX_TOKENS))
+            assert wait_until(lambda: reserved(redis, "thinking") > MAX_TOKENS, timeout_s=10)
+            signalled = time.monotonic()
+            gateway.proc.send_signal(signal.SIGTERM)
+            # uvicorn's own answer for a request cut before its response began (the
+            # openai clients retry a 5xx, on a replica that is still serving).
+            answer = pending.result()
+            assert (answer.status_code, answer.headers["connection"]) == (500, "close")
+        gateway.proc.wait(timeout=grace_s + 10)
+        took = time.monotonic() - signalled
+        assert gateway.proc.returncode == 0, gateway.log()
+    finally:
+        gateway.stop()
+    # Prompt: the cut request is accounted by its own task, not found later by the
+    # shutdown's sweep for requests left open (which waits seconds before acting).
+    assert took < grace_s + 3, f"exit took {took:.1f} s after SIGTERM"
+    counter = org_counter(redis_usage(redis.url, "thinking"), "org:thinking:day")
+    assert (counter.reserved, counter.settled) == (0, 0)  # no answer, nothing charged
+    assert [line["outcome"] for line in audit_lines(audit)] == ["upstream_error"]
+
+
+def test_grace_shorter_than_the_stream_cuts_it_and_releases_the_hold(tmp_path: Path, upstream: FakeUpstream,
+                                                                     redis: RedisServer) -> None:
+    grace_s = 1.0
+    upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(30)], chunk_delay_s=0.5, usage=USAGE))  # ~15 s
+    gateway, audit = start_gateway(tmp_path, upstream, redis, "cut", grace_s)
+    try:
+        with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", timeout=30,
+                          headers={"authorization": f"Bearer {KEY}", **NO_PRUNING},
+                          json=chat_body(max_tokens=MAX_TOKENS, stream=True)) as response:
+            assert response.status_code == 200
+            request_id = response.headers["x-sieve-request-id"]
+            forwarded = int(response.headers["x-sieve-forwarded-tokens"])
+            chunks = response.iter_raw()
+            body = next(chunks)
+            signalled = time.monotonic()
+            gateway.proc.send_signal(signal.SIGTERM)
+            with pytest.raises(httpx.HTTPError):  # cut: the body ends before its terminating chunk
+                for chunk in chunks:
+                    body += chunk
+        gateway.proc.wait(timeout=grace_s + 10)
+        took = time.monotonic() - signalled
+        assert gateway.proc.returncode == 0, gateway.log()
+    finally:
+        gateway.stop()
+    assert b"[DONE]" not in body
+    assert took < grace_s + 5, f"exit took {took:.1f} s after SIGTERM"
+    # Nothing stays reserved: the cut stream is charged what it used (prompt + the deltas
+    # relayed, as for a client that walks away), never the 5,000-token reservation.
+    counter = org_counter(redis_usage(redis.url, "cut"), "org:cut:day")
+    assert counter.reserved == 0
+    relayed = body.count(b'"delta"')
+    assert forwarded + 1 <= counter.settled <= forwarded + relayed + 2, (counter, forwarded, relayed)
+    lines = [line for line in audit_lines(audit) if line["request_id"] == request_id]
+    assert len(lines) == 1, audit.read_text()
