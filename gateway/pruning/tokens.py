@@ -38,16 +38,22 @@ def encoding_name_for(model: str) -> str:
     return "o200k_base" if name.startswith(_O200K_PREFIXES) else "cl100k_base"
 
 
+# About 32 MiB of ASCII text: the histories of a few hundred active conversations.
+DEFAULT_CACHE_CHARS = 32 * 1024 * 1024
+
+
 class TokenCounter:
     """Counts message tokens with one tiktoken encoding; memoises text counts.
 
     The cache is keyed by the token text itself (a dict lookup hashes it once),
-    bounded LRU so a long-running gateway does not grow without limit.
+    LRU-bounded in entries and in characters: each entry keeps its text alive, so
+    an entry bound alone would let a few hundred long histories hold hundreds of MiB.
     """
 
     _encoders: dict[str, Callable[[str], list[int]]] = {}
 
-    def __init__(self, encoding_name: str = "cl100k_base", cache_size: int = 200_000) -> None:
+    def __init__(self, encoding_name: str = "cl100k_base", cache_size: int = 200_000,
+                 cache_chars: int = DEFAULT_CACHE_CHARS) -> None:
         self.encoding_name = encoding_name
         names = (encoding_name, "cl100k_base") if encoding_name != "cl100k_base" else (encoding_name,)
         encoders = [self._encoder(n) for n in names]
@@ -57,6 +63,8 @@ class TokenCounter:
             self._encode_len = lambda text, _es=encoders: max(len(e(text)) for e in _es)
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_chars = cache_chars
+        self._chars = 0  # characters of the cached texts
 
     @classmethod
     def _encoder(cls, name: str) -> Callable[[str], list[int]]:
@@ -78,10 +86,17 @@ class TokenCounter:
                 cache.move_to_end(text)
             return n
         n = self._encode_len(text) if text else 0
+        if len(text) > self._cache_chars // 4:
+            return n  # one giant text would flush everything else
+        if text not in cache:  # another thread may have counted it meanwhile
+            self._chars += len(text)
         cache[text] = n
-        if len(cache) > self._cache_size:
-            with contextlib.suppress(KeyError):
-                cache.popitem(last=False)
+        while len(cache) > self._cache_size or self._chars > self._cache_chars:
+            try:
+                evicted, _ = cache.popitem(last=False)
+            except KeyError:  # emptied meanwhile by another thread
+                break
+            self._chars -= len(evicted)
         return n
 
     def count_message(self, message: Mapping[str, Any]) -> int:
