@@ -1,7 +1,7 @@
 """The route table and thin handlers: parse → service → respond.
 
-Every /v1 route authenticates first; /healthz, /readyz and /metrics are open
-(probes and the Prometheus scraper carry no key).
+Every /v1 route authenticates first; /healthz, /readyz, /metrics and
+/openapi.json are open (probes, the Prometheus scraper and API tooling carry no key).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.api.openapi import SCHEMA_JSON
 from gateway.api.protocol import check_chat_body, parse_body, parse_sieve_headers
 from gateway.api.responses import json_response
 from gateway.errors import BodyTooLarge, StoreUnavailable
@@ -87,6 +88,10 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
+async def openapi(request: Request) -> Response:
+    return Response(SCHEMA_JSON, media_type="application/json")
+
+
 ROUTES = [
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/chat/completions", chat_completions, methods=["POST"]),
@@ -95,6 +100,7 @@ ROUTES = [
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
+    Route("/openapi.json", openapi, methods=["GET"]),
 ]
 
 from gateway.api.admin import ADMIN_ROUTES  # noqa: E402 - admin routes register after the core table
