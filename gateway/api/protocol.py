@@ -58,6 +58,10 @@ def check_chat_body(body: Mapping[str, Any]) -> None:
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
+    # Sieve merges include_usage into it when streaming, so its shape is Sieve's concern too.
+    stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, dict):
+        raise InvalidRequest("'stream_options' must be an object", param="stream_options")
     for name in ("max_tokens", "max_completion_tokens"):
         value = body.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):

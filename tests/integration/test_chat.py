@@ -131,6 +131,9 @@ def test_strategy_none_forwards_unchanged(gateway, upstream):
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]}]}).encode(),
      400, "arguments must be a string"),
     (json.dumps({"model": "m", "messages": [{"role": "tool", "content": "x"}]}).encode(), 400, "tool_call_id"),
+    # Found by fuzzing: a non-object stream_options crashed the streaming path (500).
+    (json.dumps({"model": "m", "stream": True, "stream_options": [None], "messages": [{"role": "user", "content": "x"}]}
+                ).encode(), 400, "'stream_options' must be an object"),
 ])
 def test_bad_input_gets_a_clear_openai_error(gateway, upstream, body, status, fragment):
     r = gateway.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
