@@ -64,8 +64,16 @@ def check_chat_body(body: Mapping[str, Any]) -> None:
         raise InvalidRequest("'stream_options' must be an object", param="stream_options")
     for name in ("max_tokens", "max_completion_tokens"):
         value = body.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        if value is not None and not _is_positive_integer(value):
             raise InvalidRequest(f"'{name}' must be a positive integer", param=name)
+
+
+def _is_positive_integer(value: Any) -> bool:
+    # JSON has one number type: 100.0 is the integer 100 (JSON Schema agrees), so it is
+    # accepted and forwarded as sent; 100.5 is not.
+    if isinstance(value, float):
+        return value.is_integer() and value >= 1
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _check_message(i: int, message: Any) -> None:
