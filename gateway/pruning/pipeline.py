@@ -19,6 +19,9 @@ Modes (``result.mode``):
                  earlier masks and drops never come back.
 * ``stateless``  no usable state (first sight, another cap, or the client edited
                  its history): pruned straight to the target.
+* ``no_gain``    a decision was taken but would not have made the request smaller
+                 (the omission marker or the reminder costs more than what it
+                 stands for): forwarded unchanged.
 """
 
 from __future__ import annotations
@@ -110,6 +113,12 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
     result = _decide(body, conv, policy, scorer, counter, strategy, budget, high_water,
                      _forced_unit_actions(conv, prior), scores, plan_epoch, boundary,
                      state.inserts if usable else ())
+    if result.forwarded_tokens >= original:
+        # Markers and reminders cost tokens too: dropping a few tiny units under a marker
+        # larger than them would forward more than the client sent. Never worse than as sent.
+        plan = FrozenPlan(fps)
+        plan.cap = high_water
+        return unchanged("no_gain", plan)
     result.mode = "epoch" if continuing else "stateless"
     result.state.cap = high_water
     result.target_tokens = target

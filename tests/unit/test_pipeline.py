@@ -73,6 +73,18 @@ def test_below_minimum_nothing_happens():
     assert result.mode == "under" and result.request["messages"] == msgs
 
 
+def test_a_prune_that_saves_nothing_forwards_the_request_as_sent():
+    # Found by fuzzing: a 5-token unit dropped under the 12-token omission marker forwarded
+    # 24 tokens for a 17-token request.
+    msgs = [{"role": "system", "content": ""}, {"role": "user", "content": ""},
+            {"role": "user", "content": "order"}, {"role": "user", "content": ""}]
+    result = run(msgs, target=16)
+    assert result.mode == "no_gain" and result.request["messages"] == msgs
+    assert result.forwarded_tokens == result.original_tokens == COUNTER.count_messages(msgs)
+    assert result.report()["messages"][2]["reason"] == "pruning would not make this request smaller"
+    assert result.state.decided == 0  # nothing frozen: the next turn decides afresh
+
+
 def test_explicit_target_overrides_minimums_and_fits():
     history = agent_history(12)
     result = run(history, target=2500)
