@@ -133,6 +133,9 @@ def test_strategy_none_forwards_unchanged(gateway, upstream):
     (json.dumps({"model": "m", "messages": [{"role": "tool", "content": "x"}]}).encode(), 400, "tool_call_id"),
     (json.dumps({"model": "m", "max_tokens": 16.5, "messages": [{"role": "user", "content": "x"}]}).encode(),
      400, "'max_tokens' must be a positive integer"),
+    # Found by fuzzing: JSON nested 254+ levels deep parsed, but could not be serialized again (500).
+    pytest.param(b'{"model": "m", "metadata": ' + b"[" * 300 + b"]" * 300 + b', "messages": [{"role": "user", '
+                 b'"content": "x"}]}', 400, "nested too deeply", id="nested-300-deep"),
     # Found by fuzzing: a non-object stream_options crashed the streaming path (500).
     (json.dumps({"model": "m", "stream": True, "stream_options": [None], "messages": [{"role": "user", "content": "x"}]}
                 ).encode(), 400, "'stream_options' must be an object"),
