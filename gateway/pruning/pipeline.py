@@ -134,8 +134,9 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     last = len(units) - 1
     hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last}
     window = _window(conv, policy)
+    in_window = set(window)  # the window can hold every unit: list membership made this quadratic
     soft_pins = [i for i in window if i not in hard_pins]
-    candidates = [u.index for u in units if u.index not in hard_pins and u.index not in window]
+    candidates = [u.index for u in units if u.index not in hard_pins and u.index not in in_window]
     # The cap is attainable when the system prompt and the current step fit in it;
     # then the rest of the protected window yields, oldest first, to meet it. When
     # it is not, shedding the window would harm the agent and still miss the cap:
@@ -205,7 +206,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     per_message_scores: list[UnitScore | None] = [None] * len(conv.messages)
     for u in units:
         act = actions.get(u.index, sel.KEEP)
-        score = unit_scores.get(u.index) or _pin_score(u.index, hard_pins, window)
+        score = unit_scores.get(u.index) or _pin_score(u.index, hard_pins, in_window)
         for j in u.indices:
             per_message_scores[j] = score
             if act == sel.DROP:
@@ -378,7 +379,7 @@ def _reminder(conv: Conversation, policy: Policy) -> dict[str, Any] | None:
     return goal_reminder(text, policy.goal_reminder_max_chars) if text.strip() else None
 
 
-def _pin_score(index: int, hard_pins: set[int], window: list[int]) -> UnitScore:
+def _pin_score(index: int, hard_pins: set[int], window: set[int]) -> UnitScore:
     if index in hard_pins:
         return UnitScore(5, 1.0, "pinned: system, goal or current request")
     if index in window:
