@@ -20,6 +20,9 @@ from gateway.pruning.policy import STRATEGIES
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_TARGET_TOKENS = 10_000_000
+# Far above any model's output limit, and it keeps a budget reservation (prompt + this) a
+# 64-bit number: 2**64 - 1 here reached the 429's body and failed to render (a 500).
+MAX_COMPLETION_TOKENS = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,16 +73,17 @@ def check_chat_body(body: Mapping[str, Any]) -> None:
         raise InvalidRequest("'stream_options' must be an object", param="stream_options")
     for name in ("max_tokens", "max_completion_tokens"):
         value = body.get(name)
-        if value is not None and not _is_positive_integer(value):
-            raise InvalidRequest(f"'{name}' must be a positive integer", param=name)
+        if value is not None and not _is_token_count(value):
+            raise InvalidRequest(f"'{name}' must be a positive integer (at most {MAX_COMPLETION_TOKENS})",
+                                 param=name)
 
 
-def _is_positive_integer(value: Any) -> bool:
+def _is_token_count(value: Any) -> bool:
     # JSON has one number type: 100.0 is the integer 100 (JSON Schema agrees), so it is
     # accepted and forwarded as sent; 100.5 is not.
     if isinstance(value, float):
-        return value.is_integer() and value >= 1
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        return value.is_integer() and 1 <= value <= MAX_COMPLETION_TOKENS
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COMPLETION_TOKENS
 
 
 def _check_message(i: int, message: Any) -> None:
