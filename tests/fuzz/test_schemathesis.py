@@ -53,7 +53,10 @@ def tally() -> Iterator[dict[str, collections.Counter]]:
 
 @pytest.fixture
 def sieve(start_gateway, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture) -> Iterator[GatewayServer]:
-    gateway = start_gateway(virtual_keys=({"key": VIRTUAL_KEY, "org": "fuzz"},), admin_key=ADMIN_KEY)
+    # A budget so that every chat case also reserves and settles; large enough never to run out
+    # (a 429 stays possible, and documented, for a max_tokens larger than the whole budget).
+    gateway = start_gateway(virtual_keys=({"key": VIRTUAL_KEY, "org": "fuzz"},), admin_key=ADMIN_KEY,
+                            budgets={"orgs": {"fuzz": {"day": 10**12}}})
     yield gateway
     gateway.wait_idle()  # deferred accounting runs after the response; its failures count too
     records = caplog.get_records("call") + caplog.get_records("teardown")  # .records is this phase's only
