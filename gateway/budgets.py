@@ -286,6 +286,8 @@ def reservation_tokens(prompt_tokens: int, body: Mapping[str, Any], default_comp
         value = body.get(field)
         if value is None:
             continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON's 100.0 is the integer 100
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidRequest(f"'{field}' must be a non-negative integer, got {value!r}", param=field)
         return prompt_tokens + value

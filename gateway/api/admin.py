@@ -90,6 +90,12 @@ async def revoke_key(request: Request) -> Response:
     return json_response({"key_sha256": digest, "revoked": True})
 
 
+async def keys(request: Request) -> Response:
+    # One route per path: Starlette builds a 405's Allow header from the first route whose
+    # path matches, so GET and POST on two routes would advertise only one of them.
+    return await (create_key if request.method == "POST" else list_keys)(request)
+
+
 # -- the few pieces of logic behind them ------------------------------------------------------------
 
 def configured_limits(config: BudgetConfig, org: str) -> list[BudgetLimit]:
@@ -159,7 +165,6 @@ ADMIN_ROUTES = [
     Route("/admin/budgets/{org}", guarded(Access.ADMIN, budgets), methods=["GET"]),
     Route("/admin/usage/{org}", guarded(Access.ADMIN, usage), methods=["GET"]),
     Route("/admin/savings/{org}", guarded(Access.ADMIN, savings), methods=["GET"]),
-    Route("/admin/keys", guarded(Access.ADMIN, create_key), methods=["POST"]),
-    Route("/admin/keys", guarded(Access.ADMIN, list_keys), methods=["GET"]),
+    Route("/admin/keys", guarded(Access.ADMIN, keys), methods=["GET", "POST"]),
     Route("/admin/keys/{key_sha256}", guarded(Access.ADMIN, revoke_key), methods=["DELETE"]),
 ]

@@ -23,6 +23,9 @@ from gateway.pruning.policy import STRATEGIES
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_TARGET_TOKENS = 10_000_000
 MAX_GOAL_CHARS = 8_192
+# Far above any model's output limit, and it keeps a budget reservation (prompt + this) a
+# 64-bit number: 2**64 - 1 here reached the 429's body and failed to render (a 500).
+MAX_COMPLETION_TOKENS = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +129,23 @@ def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) 
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
+    # Sieve merges include_usage into it when streaming, so its shape is Sieve's concern too.
+    stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, dict):
+        raise InvalidRequest("'stream_options' must be an object", param="stream_options")
     for name in ("max_tokens", "max_completion_tokens"):
         value = body.get(name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise InvalidRequest(f"'{name}' must be a positive integer", param=name)
+        if value is not None and not _is_token_count(value):
+            raise InvalidRequest(f"'{name}' must be a positive integer (at most {MAX_COMPLETION_TOKENS})",
+                                 param=name)
+
+
+def _is_token_count(value: Any) -> bool:
+    # JSON has one number type: 100.0 is the integer 100 (JSON Schema agrees), so it is
+    # accepted and forwarded as sent; 100.5 is not.
+    if isinstance(value, float):
+        return value.is_integer() and 1 <= value <= MAX_COMPLETION_TOKENS
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COMPLETION_TOKENS
 
 
 def _check_message(i: int, message: Any, limits: WireLimits) -> None:

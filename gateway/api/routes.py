@@ -2,7 +2,7 @@
 
 Every route is wrapped by :func:`gateway.api.access.guarded` with its access
 level: /v1 routes need a client key; the ops routes (/healthz, /readyz,
-/metrics) are open unless ``SIEVE_OPEN_ROUTES`` closes them.
+/metrics, /openapi.json) are open unless ``SIEVE_OPEN_ROUTES`` closes them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.api.access import Access, guarded
+from gateway.api.openapi import SCHEMA_JSON
 from gateway.api.protocol import check_chat_body, parse_body, parse_sieve_headers, read_body
 from gateway.api.responses import json_response
 from gateway.errors import StoreUnavailable
@@ -74,6 +75,10 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
+async def openapi(request: Request) -> Response:
+    return Response(SCHEMA_JSON, media_type="application/json")
+
+
 ROUTES = [
     Route("/v1/chat/completions", guarded(Access.CLIENT, chat_completions), methods=["POST"]),
     Route("/chat/completions", guarded(Access.CLIENT, chat_completions), methods=["POST"]),
@@ -82,6 +87,7 @@ ROUTES = [
     Route("/healthz", guarded(Access.OPS, healthz), methods=["GET"]),
     Route("/readyz", guarded(Access.OPS, readyz), methods=["GET"]),
     Route("/metrics", guarded(Access.OPS, metrics), methods=["GET"]),
+    Route("/openapi.json", guarded(Access.OPS, openapi), methods=["GET"]),
 ]
 
 from gateway.api.admin import ADMIN_ROUTES  # noqa: E402 - admin routes register after the core table

@@ -19,6 +19,9 @@ Modes (``result.mode``):
                  earlier masks and drops never come back.
 * ``stateless``  no usable state (first sight, another cap, or the client edited
                  its history): pruned straight to the target.
+* ``no_gain``    a decision was taken but would not have made the request smaller
+                 (the omission marker or the reminder costs more than what it
+                 stands for): forwarded unchanged.
 """
 
 from __future__ import annotations
@@ -110,6 +113,12 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
     result = _decide(body, conv, policy, scorer, counter, strategy, budget, high_water,
                      _forced_unit_actions(conv, prior), scores, plan_epoch, boundary,
                      state.inserts if usable else ())
+    if result.forwarded_tokens >= original:
+        # Markers and reminders cost tokens too: dropping a few tiny units under a marker
+        # larger than them would forward more than the client sent. Never worse than as sent.
+        plan = FrozenPlan(fps)
+        plan.cap = high_water
+        return unchanged("no_gain", plan)
     result.mode = "epoch" if continuing else "stateless"
     result.state.cap = high_water
     result.target_tokens = target
@@ -125,8 +134,9 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     last = len(units) - 1
     hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last}
     window = _window(conv, policy)
+    in_window = set(window)  # the window can hold every unit: list membership made this quadratic
     soft_pins = [i for i in window if i not in hard_pins]
-    candidates = [u.index for u in units if u.index not in hard_pins and u.index not in window]
+    candidates = [u.index for u in units if u.index not in hard_pins and u.index not in in_window]
     # The cap is attainable when the system prompt and the current step fit in it;
     # then the rest of the protected window yields, oldest first, to meet it. When
     # it is not, shedding the window would harm the agent and still miss the cap:
@@ -196,7 +206,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     per_message_scores: list[UnitScore | None] = [None] * len(conv.messages)
     for u in units:
         act = actions.get(u.index, sel.KEEP)
-        score = unit_scores.get(u.index) or _pin_score(u.index, hard_pins, window)
+        score = unit_scores.get(u.index) or _pin_score(u.index, hard_pins, in_window)
         for j in u.indices:
             per_message_scores[j] = score
             if act == sel.DROP:
@@ -369,7 +379,7 @@ def _reminder(conv: Conversation, policy: Policy) -> dict[str, Any] | None:
     return goal_reminder(text, policy.goal_reminder_max_chars) if text.strip() else None
 
 
-def _pin_score(index: int, hard_pins: set[int], window: list[int]) -> UnitScore:
+def _pin_score(index: int, hard_pins: set[int], window: set[int]) -> UnitScore:
     if index in hard_pins:
         return UnitScore(5, 1.0, "pinned: system, goal or current request")
     if index in window:

@@ -83,6 +83,7 @@ class PruneResult:
 
 
 def _mode_reason(mode: str, action: str) -> str:
-    if mode in ("none", "under"):
-        return "below the pruning trigger" if mode == "under" else "strategy none"
+    if mode in ("none", "under", "no_gain"):
+        return {"none": "strategy none", "under": "below the pruning trigger",
+                "no_gain": "pruning would not make this request smaller"}[mode]
     return f"{action} by an earlier epoch (frozen)" if action != "kept" else "kept (frozen prefix)"

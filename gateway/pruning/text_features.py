@@ -89,10 +89,13 @@ def term_counts(text: str) -> Counter:
 # distinct token is classified once (memoised), so a text costs a regex scan
 # plus a dictionary lookup per token.
 _TOKEN = re.compile(r"#?\w[\w\-]*", re.UNICODE)
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
+# E-mails and file names start where a run of their characters starts (the lookbehinds):
+# unanchored, every position of a long run would rescan the rest of it (quadratic; a
+# 40k-character word took seconds).
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+\.[\w.-]+")
 _QUOTED = re.compile(r"\"([^\"\n]{2,60})\"")
 _EXTENSIONS = r"(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|txt|csv|html|css|sh|sql|toml|cfg|ini|log|xml)\b"
-_FILE = re.compile(r"[\w\-]+\." + _EXTENSIONS)
+_FILE = re.compile(r"(?<![\w\-])[\w\-]+\." + _EXTENSIONS)
 _FILE_GATE = re.compile(r"\." + _EXTENSIONS)
 _SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
 

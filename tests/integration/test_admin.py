@@ -134,3 +134,10 @@ def test_create_key_rejects_bad_bodies(gateway: GatewayServer, body: dict, field
 def test_revoke_needs_a_sha256(gateway: GatewayServer) -> None:
     response = httpx.delete(f"{gateway.base_url}/admin/keys/sk-sieve-plaintext", headers=admin_headers())
     assert response.status_code == 400 and response.json()["error"]["param"] == "key_sha256"
+
+
+def test_a_wrong_method_names_every_allowed_one(gateway: GatewayServer) -> None:
+    # Found by fuzzing: GET and POST /admin/keys sat on two routes, and the 405 said "Allow: POST".
+    response = httpx.put(f"{gateway.base_url}/admin/keys", headers=admin_headers(), json={})
+    assert response.status_code == 405 and response.json()["error"]["code"] == "method_not_allowed"
+    assert set(response.headers["allow"].replace(" ", "").split(",")) == {"GET", "HEAD", "POST"}

@@ -160,3 +160,14 @@ def test_upstream_error_status_passes_through_and_releases(gateway: GatewayServe
     assert response.status_code == 503 and response.json() == body  # the provider's answer, unchanged
     after = org_counter(counters(gateway, "meter"), "org:meter:day")
     assert (after["settled"], after["reserved"]) == (before["settled"], 0)
+
+
+@pytest.mark.parametrize("max_tokens", [b"18446744073709551615", b"1e300"])
+def test_an_absurd_max_tokens_is_a_400_not_a_500(gateway: GatewayServer, max_tokens: bytes) -> None:
+    # Found by fuzzing: the reservation (prompt + max_tokens) outgrew 64 bits, and the 429
+    # naming it could not be rendered.
+    body = b'{"model": "%s", "max_tokens": %s, "messages": [{"role": "user", "content": "x"}]}' % (
+        MODEL.encode(), max_tokens)
+    response = gateway.post("/v1/chat/completions", content=body, headers={"authorization": "Bearer sk-meter"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "max_tokens"

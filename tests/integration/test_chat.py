@@ -131,6 +131,14 @@ def test_strategy_none_forwards_unchanged(gateway, upstream):
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]}]}).encode(),
      400, "arguments must be a string"),
     (json.dumps({"model": "m", "messages": [{"role": "tool", "content": "x"}]}).encode(), 400, "tool_call_id"),
+    (json.dumps({"model": "m", "max_tokens": 16.5, "messages": [{"role": "user", "content": "x"}]}).encode(),
+     400, "'max_tokens' must be a positive integer"),
+    # Found by fuzzing: JSON nested 254+ levels deep parsed, but could not be serialized again (500).
+    pytest.param(b'{"model": "m", "metadata": ' + b"[" * 300 + b"]" * 300 + b', "messages": [{"role": "user", '
+                 b'"content": "x"}]}', 400, "nested too deeply", id="nested-300-deep"),
+    # Found by fuzzing: a non-object stream_options crashed the streaming path (500).
+    (json.dumps({"model": "m", "stream": True, "stream_options": [None], "messages": [{"role": "user", "content": "x"}]}
+                ).encode(), 400, "'stream_options' must be an object"),
 ])
 def test_bad_input_gets_a_clear_openai_error(gateway, upstream, body, status, fragment):
     r = gateway.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
@@ -138,6 +146,14 @@ def test_bad_input_gets_a_clear_openai_error(gateway, upstream, body, status, fr
     error = r.json()["error"]
     assert fragment in error["message"] and error["type"] == "invalid_request_error"
     assert upstream.requests == []
+
+
+def test_whole_number_max_tokens_pass_through_as_sent(gateway, upstream):
+    # Found by fuzzing: JSON's 16.0 is the integer 16 (JSON Schema says so too) but was refused.
+    body = {"model": "m", "max_tokens": 16.0, "max_completion_tokens": 8.0, "messages": [{"role": "user", "content": "x"}]}
+    r = gateway.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert b'"max_tokens":16.0' in upstream.requests[-1].body
 
 
 @pytest.mark.parametrize("header, value", [("x-sieve-target-tokens", "lots"), ("x-sieve-target-tokens", "0"),

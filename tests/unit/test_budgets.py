@@ -99,6 +99,9 @@ def test_reservation_size():
     assert reservation_tokens(1000, {"max_tokens": 50}, 4096) == 1050
     assert reservation_tokens(1000, {"max_tokens": None}, 4096) == 5096
     assert reservation_tokens(1000, {}, 512) == 1512
+    assert reservation_tokens(1000, {"max_tokens": 50.0}, 4096) == 1050  # JSON's 50.0 is the integer 50
+    with pytest.raises(InvalidRequest):
+        reservation_tokens(10, {"max_tokens": 50.5}, 1)
     with pytest.raises(InvalidRequest) as info:
         reservation_tokens(10, {"max_tokens": "many"}, 1)
     assert info.value.param == "max_tokens"

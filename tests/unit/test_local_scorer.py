@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 
 from gateway.pruning import text_features as tf
 from gateway.pruning.conversation import build_conversation
-from gateway.pruning.scoring import LocalScorer
+from gateway.pruning.scoring import LocalScorer, _imperative
 
 
 def _count(message) -> int:
@@ -165,3 +166,23 @@ def test_deterministic():
     scorer = LocalScorer()
     scorer.score(conv, cands, [n - 1])
     assert scorer.score(conv, cands, [n - 1]) == first
+
+
+def test_features_take_linear_time_on_long_runs():
+    # Found by fuzzing: the e-mail and file-name patterns rescanned a long run of word
+    # characters from each of its positions (60k characters beside an "@" took ~7 s).
+    for text in ("x" * 60_000 + " @", "7" * 60_000 + " .py", "a-" * 30_000 + " x.py @"):
+        started = time.perf_counter()
+        tf.analyse(text)
+        assert time.perf_counter() - started < 1.0, text[-10:]
+    assert tf.entities("mail john.doe+x@example.com, open my-file_2.py") >= {"john.doe+x@example.com", "my-file_2.py"}
+
+
+def test_instruction_check_takes_linear_time_on_blank_lines():
+    # Found by fuzzing: every newline of a blank run restarted a scan of the whole run
+    # (40k newlines after "always" took 70 s).
+    started = time.perf_counter()
+    assert not _imperative("it is always" + "\n" * 20_000 + "x")
+    assert time.perf_counter() - started < 1.0
+    assert _imperative("Done.\n\n  Never call external APIs.") and _imperative("ok.\r\nplease always cite")
+    assert not _imperative("I always go hiking.\n\n\nIt is fun.")

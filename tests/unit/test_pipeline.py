@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import time
 
 import pytest
 
@@ -71,6 +72,18 @@ def test_below_minimum_nothing_happens():
     msgs = [{"role": "user", "content": "short"}]
     result = run(msgs)
     assert result.mode == "under" and result.request["messages"] == msgs
+
+
+def test_a_prune_that_saves_nothing_forwards_the_request_as_sent():
+    # Found by fuzzing: a 5-token unit dropped under the 12-token omission marker forwarded
+    # 24 tokens for a 17-token request.
+    msgs = [{"role": "system", "content": ""}, {"role": "user", "content": ""},
+            {"role": "user", "content": "order"}, {"role": "user", "content": ""}]
+    result = run(msgs, target=16)
+    assert result.mode == "no_gain" and result.request["messages"] == msgs
+    assert result.forwarded_tokens == result.original_tokens == COUNTER.count_messages(msgs)
+    assert result.report()["messages"][2]["reason"] == "pruning would not make this request smaller"
+    assert result.state.decided == 0  # nothing frozen: the next turn decides afresh
 
 
 def test_explicit_target_overrides_minimums_and_fits():
@@ -192,3 +205,15 @@ def test_another_replica_reuses_the_stored_token_counts():
     assert third.message_tokens == [COUNTER.count_message(m) for m in history + turn + turn]
     tokenized = [text for text in cold._cache if not text.startswith("[sieve:")]
     assert sorted(tokenized) == ["next?", "ok"]          # only the new messages
+
+
+def test_a_window_spanning_the_whole_history_costs_linear_time():
+    # Found by fuzzing 10,000-message histories: every unit after the newest user message is
+    # in the protected window, and a list membership test per unit made that quadratic
+    # (30,000 orphan tool results took ~7 s; now well under one).
+    msgs = [{"role": "user", "content": "goal"}] + \
+        [{"role": "tool", "tool_call_id": "x", "content": f"result {i}"} for i in range(30_000)]
+    started = time.perf_counter()
+    result = run(msgs, target=500)
+    assert time.perf_counter() - started < 3.0
+    assert result.request["messages"][0] == msgs[0]

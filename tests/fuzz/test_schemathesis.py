@@ -1,0 +1,115 @@
+"""Schemathesis over Sieve's own OpenAPI document, against the real gateway on loopback.
+
+The schema is fetched from the running gateway (``GET /openapi.json``), so what
+is fuzzed is what is served. Every operation gets positive and negative cases
+(examples, coverage and fuzzing phases); each case is sent once as generated,
+with the right key (a virtual key, or the admin key on /admin) unless the case
+itself tests a broken Authorization, and once with no key at all.
+The fake upstream answers every request normally, so no 5xx is acceptable:
+schemathesis' own checks (``not_a_server_error``, status code, content type,
+response schema and headers, positive/negative data, ignored auth, Allow
+header) run on every keyed response, and this module adds what they cannot
+see: the error body's exact OpenAI shape on every 4xx, 401 on every keyed route
+without a key, and no error logged by the gateway, which catches a pruning bug
+that fail-open would otherwise hide behind a 200.
+
+Run with ``-s`` to see the count of cases sent, e.g.::
+
+    python -m pytest tests/fuzz/test_schemathesis.py -q -s
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from typing import Iterator
+
+import pytest
+import schemathesis
+
+from tests.fake_upstream import FakeUpstream
+from tests.gateway_server import GatewayServer
+
+VIRTUAL_KEY = "sk-fuzz"
+ADMIN_KEY = "sk-fuzz-admin"
+# Per operation and phase; 14 operations, each case sent twice. Sized so this module
+# stays well under a minute on a 2-core CI machine.
+MAX_EXAMPLES = 25
+AUTH_HEADERS = ("authorization", "x-api-key")
+OPEN_PATHS = ("/healthz", "/readyz", "/metrics", "/openapi.json")
+
+
+@pytest.fixture(scope="module")
+def tally() -> Iterator[dict[str, collections.Counter]]:
+    """Statuses of the requests this module sent, keyed and keyless: the summary line quoted in reports."""
+    counts = {"keyed": collections.Counter(), "keyless": collections.Counter()}
+    yield counts
+    cases = sum(counts["keyed"].values())
+    fives = sum(n for c in counts.values() for status, n in c.items() if status >= 500)
+    print(f"\nschemathesis: {cases} cases, each sent as generated (the right key, unless the case tests auth) and "
+          f"without a key; statuses as generated {dict(sorted(counts['keyed'].items()))}, without a key "
+          f"{dict(sorted(counts['keyless'].items()))}; 5xx: {fives}")
+
+
+@pytest.fixture
+def sieve(start_gateway, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture) -> Iterator[GatewayServer]:
+    # A budget so that every chat case also reserves and settles; large enough never to run out
+    # (a 429 stays possible, and documented, for a max_tokens larger than the whole budget).
+    gateway = start_gateway(virtual_keys=({"key": VIRTUAL_KEY, "org": "fuzz"},), admin_key=ADMIN_KEY,
+                            budgets={"orgs": {"fuzz": {"day": 10**12}}})
+    yield gateway
+    gateway.wait_idle()  # deferred accounting runs after the response; its failures count too
+    records = caplog.get_records("call") + caplog.get_records("teardown")  # .records is this phase's only
+    errors = [f"{r.name}: {r.getMessage()}" for r in records if r.levelno >= logging.ERROR]
+    assert errors == [], "the gateway logged errors while fuzzed"
+
+
+@pytest.fixture
+def sieve_schema(sieve: GatewayServer) -> schemathesis.BaseSchema:
+    config = schemathesis.Config.from_dict({
+        "base-url": sieve.base_url,
+        # Unknown headers and query parameters are not errors for any HTTP server; leave them out
+        # of negative cases instead of expecting a 4xx for them.
+        "generation": {"max-examples": MAX_EXAMPLES, "allow-extra-parameters": False},
+        "output": {"sanitization": {"enabled": False}},  # fuzz keys; show the bodies in failures whole
+        "auth": {"openapi": {"virtualKey": {"bearer": VIRTUAL_KEY}, "virtualKeyHeader": {"api_key": VIRTUAL_KEY},
+                             "adminKey": {"bearer": ADMIN_KEY}, "adminKeyHeader": {"api_key": ADMIN_KEY}}},
+    })
+    return schemathesis.openapi.from_url(sieve.base_url + "/openapi.json", config=config)
+
+
+schema = schemathesis.pytest.from_fixture("sieve_schema")
+
+
+@schema.parametrize()
+def test_sieve_conforms_to_its_schema(case: schemathesis.Case, tally: dict[str, collections.Counter]) -> None:
+    keyed = case.call_and_validate()
+    tally["keyed"][keyed.status_code] += 1
+    _assert_openai_error_shape(keyed)
+
+    anonymous = case.derive(headers={k: v for k, v in case.headers.items() if k.lower() not in AUTH_HEADERS})
+    response = anonymous.call()
+    tally["keyless"][response.status_code] += 1
+    assert response.status_code < 500, response.text
+    _assert_openai_error_shape(response)
+    if case.path in OPEN_PATHS:
+        assert response.status_code == keyed.status_code
+    elif response.status_code != 405:  # a wrong method is refused before any key is looked at
+        assert response.status_code == 401, response.text
+        assert response.json()["error"]["type"] == "authentication_error"
+    anonymous.validate_response(response)
+
+
+def _assert_openai_error_shape(response: schemathesis.Response) -> None:
+    """Every refusal is OpenAI's ``{"error": {"message", "type", "param", "code"}}``, also the 404/405
+    that schemathesis cannot hold against an operation's documented responses."""
+    if response.status_code < 400:
+        return
+    content_type = response.headers.get("content-type", [""])[0]  # lower-case names, lists of values
+    assert content_type.startswith("application/json"), response.headers
+    error = response.json()["error"]
+    assert {"message", "type", "param", "code"} <= set(error), error
+    assert isinstance(error["message"], str) and error["message"], error
+    assert isinstance(error["type"], str) and error["type"], error
+    assert error["param"] is None or isinstance(error["param"], str), error
+    assert error["code"] is None or isinstance(error["code"], str), error
