@@ -78,7 +78,7 @@ def parse_body(raw: bytes, max_depth: int = 64) -> dict[str, Any]:
         raise InvalidRequest(f"request body must be a JSON object, got {type(body).__name__}")
     depth = nesting_depth(body, max_depth)
     if depth > max_depth:
-        raise InvalidRequest(f"request body is nested deeper than {max_depth} levels")
+        raise InvalidRequest(f"request body is nested too deeply: more than {max_depth} levels")
     return body
 
 

@@ -29,12 +29,6 @@ pytestmark = [pytest.mark.redis,
 
 
 @pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def up() -> Iterator[FakeUpstream]:
     with FakeUpstream(default=Reply(content="ok", usage=USAGE)) as server:
         yield server

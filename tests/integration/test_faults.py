@@ -128,14 +128,6 @@ def test_redis_down_fail_closed_is_a_503_and_not_ready(tmp_path: Path) -> None:
 # -- upstream failures and client disconnects (one Redis-backed gateway) ------------------------------
 
 @pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def upstream() -> Iterator[FakeUpstream]:
     with FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up:
         yield up

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import aiohttp
 import httpx
@@ -32,7 +32,7 @@ from tests.fake_upstream import FakeUpstream, Reply
 from tests.integration.budget_helpers import (
     ADMIN_KEY, MODEL, NO_PRUNING, GatewayProcess, admin_headers, org_counter, redis_usage, write_yaml,
 )
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
 
@@ -41,14 +41,6 @@ ACME_LIMIT = 100 * R + R // 2
 BETA_LIMIT = 12_000
 BETA_MAX_TOKENS = 64
 PER_ORG = 200
-
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer() as server:
-        yield server
 
 
 def beta_prompt(i: int) -> str:
@@ -67,7 +59,7 @@ async def fire(requests: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[in
         return await asyncio.gather(*(one(*r) for r in requests))
 
 
-def test_two_replicas_share_one_budget_exactly(tmp_path: Path, redis_server: RedisServer) -> None:
+def test_two_replicas_share_one_budget_exactly(tmp_path: Path, redis: RedisServer) -> None:
     with FakeUpstream() as exact, FakeUpstream(default=Reply(content="answer")) as varied:
         config = write_yaml(tmp_path / "sieve.yaml", {
             "models": {"var-model": {"api_base": varied.base_url}},
@@ -75,13 +67,13 @@ def test_two_replicas_share_one_budget_exactly(tmp_path: Path, redis_server: Red
             "budgets": {"orgs": {"acme": {"day": ACME_LIMIT}, "beta": {"day": BETA_LIMIT}}},
             "admin_key_env": "TEST_ADMIN_KEY",
         })
-        env = {"SIEVE_REDIS_URL": redis_server.url, "SIEVE_UPSTREAM_BASE_URL": exact.base_url,
+        env = {"SIEVE_REDIS_URL": redis.url, "SIEVE_UPSTREAM_BASE_URL": exact.base_url,
                "TEST_ADMIN_KEY": ADMIN_KEY}
         replicas = [GatewayProcess(config, env).spawn(), GatewayProcess(config, env).spawn()]
         try:
             for replica in replicas:
                 replica.wait_ready()
-            run_load(replicas, exact, varied, redis_server)
+            run_load(replicas, exact, varied, redis)
             keys_are_shared(*replicas)
         finally:
             for replica in replicas:
@@ -89,7 +81,7 @@ def test_two_replicas_share_one_budget_exactly(tmp_path: Path, redis_server: Red
 
 
 def run_load(replicas: list[GatewayProcess], exact: FakeUpstream, varied: FakeUpstream,
-             redis_server: RedisServer) -> None:
+             redis: RedisServer) -> None:
     acme_body = {"model": MODEL, "messages": [{"role": "user", "content": "tell me something useful"}]}
     probe = httpx.post(replicas[0].base_url + "/v1/prune", json=acme_body, timeout=10,
                        headers={"authorization": "Bearer sk-acme", **NO_PRUNING})
@@ -128,7 +120,7 @@ def run_load(replicas: list[GatewayProcess], exact: FakeUpstream, varied: FakeUp
             assert usage <= int(headers["x-sieve-forwarded-tokens"]) + body_max_tokens(org)
             reported += usage
         assert len(upstream.requests) == len(accepted)  # every rejection was stopped before the upstream
-        settled = wait_settled(redis_server.url, org)
+        settled = wait_settled(redis.url, org)
         assert settled.reserved == 0
         assert settled.settled == reported <= limit
         if org == "acme":

@@ -30,21 +30,13 @@ from tests.fake_upstream import FakeUpstream, Reply
 from tests.integration.budget_helpers import (
     NO_PRUNING, GatewayProcess, chat_body, org_counter, redis_usage, wait_until, write_yaml,
 )
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
 
 KEY = "sk-shutdown"
 USAGE = {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}
 MAX_TOKENS = 5000  # reserved on top of the prompt: a leaked reservation is easy to see
-
-
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed")
-    with RedisServer() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

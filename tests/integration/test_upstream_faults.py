@@ -35,12 +35,6 @@ pytestmark = [pytest.mark.redis,
 
 
 @pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    with RedisServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def upstream_fake() -> Iterator[FakeUpstream]:
     with FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up:
         yield up
