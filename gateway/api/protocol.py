@@ -211,11 +211,12 @@ def parse_sieve_headers(headers: Mapping[str, str]) -> SieveHeaders:
     target = headers.get("x-sieve-target-tokens")
     target_tokens = None
     if target is not None:
-        try:
-            target_tokens = int(target.strip())
-        except ValueError:
+        digits = target.strip()
+        # Plain decimal digits only: int() would also take "1_000", "+5" and non-ASCII digits.
+        if not (digits.isascii() and digits.isdigit()):
             raise InvalidRequest(f"x-sieve-target-tokens must be a positive integer, got {target!r}",
-                                 param="x-sieve-target-tokens") from None
+                                 param="x-sieve-target-tokens")
+        target_tokens = int(digits)
         if not 1 <= target_tokens <= MAX_TARGET_TOKENS:
             raise InvalidRequest(f"x-sieve-target-tokens must be between 1 and {MAX_TARGET_TOKENS}, got {target!r}",
                                  param="x-sieve-target-tokens")

@@ -23,7 +23,12 @@ def error_response(exc: SieveError, request_id: str | None = None) -> Response:
     headers = dict(exc.headers)
     if request_id:
         headers["x-sieve-request-id"] = request_id
-    return json_response(exc.body(), exc.status, headers)
+    try:
+        return json_response(exc.body(), exc.status, headers)
+    except TypeError:  # an extra field orjson cannot write (a number beyond 64 bits): say it as text
+        body = exc.body()
+        body["error"] = {k: v if isinstance(v, (str, type(None))) else str(v) for k, v in body["error"].items()}
+        return json_response(body, exc.status, headers)
 
 
 async def handle_sieve_error(request: Request, exc: Exception) -> Response:

@@ -157,7 +157,8 @@ def test_whole_number_max_tokens_pass_through_as_sent(gateway, upstream):
 
 
 @pytest.mark.parametrize("header, value", [("x-sieve-target-tokens", "lots"), ("x-sieve-target-tokens", "0"),
-                                           ("x-sieve-strategy", "magic")])
+                                           ("x-sieve-target-tokens", "1_000"), ("x-sieve-target-tokens", "+5"),
+                                           ("x-sieve-target-tokens", "-5"), ("x-sieve-strategy", "magic")])
 def test_bad_sieve_headers(gateway, header, value):
     r = gateway.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
                      headers={header: value})
