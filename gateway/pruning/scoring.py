@@ -28,11 +28,10 @@ cached per text and per token (``text_features.analyse``).
 
 from __future__ import annotations
 
-import contextlib
 
 import math
 import re
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
@@ -43,6 +42,7 @@ from gateway.pruning.conversation import (
     KIND_USER,
     Conversation,
 )
+from gateway.pruning.memo import TextMemo
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,23 +91,17 @@ class LocalScorer:
     TOP_FLOOR = 0.1
     PRF_K, PRF_TERMS, PRF_W = 10, 20, 0.3
 
-    def __init__(self, cache_size: int = 50_000) -> None:
-        self._cache: OrderedDict[str, _Features] = OrderedDict()
-        self._cache_size = cache_size
+    # Features weigh about 11 bytes per character of their text: 8 Mi characters
+    # of history (about 20 conversations of 100k tokens) hold under 100 MiB.
+    def __init__(self, cache_size: int = 50_000, cache_chars: int = 8 * 1024 * 1024) -> None:
+        self._cache: TextMemo[_Features] = TextMemo(cache_size, cache_chars)
 
     def features(self, text: str) -> _Features:
         feats = self._cache.get(text)
-        if feats is not None:
-            with contextlib.suppress(KeyError):  # evicted meanwhile by another thread
-                self._cache.move_to_end(text)
-            return feats
-        info = tf.analyse(text)
-        feats = _Features(info.counts, info.length, info.entities, info.constraint, info.error,
-                          tf.speaker(text))
-        self._cache[text] = feats
-        if len(self._cache) > self._cache_size:
-            with contextlib.suppress(KeyError):
-                self._cache.popitem(last=False)
+        if feats is None:
+            info = tf.analyse(text)
+            feats = self._cache.put(text, _Features(info.counts, info.length, info.entities, info.constraint,
+                                                    info.error, tf.speaker(text)))
         return feats
 
     def score(self, conversation: Conversation, candidates: Sequence[int],

@@ -17,13 +17,12 @@ with the older, more common cl100k_base never sees the cap exceeded.
 
 from __future__ import annotations
 
-import contextlib
 
-from collections import OrderedDict
 from typing import Any, Callable, Mapping
 
 import tiktoken
 
+from gateway.pruning.memo import TextMemo
 from gateway.pruning.messages import message_token_text
 from gateway.settings import prepare_offline_environment
 
@@ -38,16 +37,15 @@ def encoding_name_for(model: str) -> str:
     return "o200k_base" if name.startswith(_O200K_PREFIXES) else "cl100k_base"
 
 
-# About 32 MiB of ASCII text: the histories of a few hundred active conversations.
-DEFAULT_CACHE_CHARS = 32 * 1024 * 1024
+# 16 Mi characters: the histories of about 40 conversations of 100k tokens.
+DEFAULT_CACHE_CHARS = 16 * 1024 * 1024
 
 
 class TokenCounter:
     """Counts message tokens with one tiktoken encoding; memoises text counts.
 
-    The cache is keyed by the token text itself (a dict lookup hashes it once),
-    LRU-bounded in entries and in characters: each entry keeps its text alive, so
-    an entry bound alone would let a few hundred long histories hold hundreds of MiB.
+    The memo is keyed by the token text itself (a dict lookup hashes it once) and
+    bounded in entries and characters (:class:`gateway.pruning.memo.TextMemo`).
     """
 
     _encoders: dict[str, Callable[[str], list[int]]] = {}
@@ -61,10 +59,7 @@ class TokenCounter:
             self._encode_len = lambda text, _e=encoders[0]: len(_e(text))
         else:
             self._encode_len = lambda text, _es=encoders: max(len(e(text)) for e in _es)
-        self._cache: OrderedDict[str, int] = OrderedDict()
-        self._cache_size = cache_size
-        self._cache_chars = cache_chars
-        self._chars = 0  # characters of the cached texts
+        self._cache: TextMemo[int] = TextMemo(cache_size, cache_chars)
 
     @classmethod
     def _encoder(cls, name: str) -> Callable[[str], list[int]]:
@@ -79,24 +74,9 @@ class TokenCounter:
         return enc
 
     def count_text(self, text: str) -> int:
-        cache = self._cache
-        n = cache.get(text)
-        if n is not None:
-            with contextlib.suppress(KeyError):  # evicted meanwhile by another thread
-                cache.move_to_end(text)
-            return n
-        n = self._encode_len(text) if text else 0
-        if len(text) > self._cache_chars // 4:
-            return n  # one giant text would flush everything else
-        if text not in cache:  # another thread may have counted it meanwhile
-            self._chars += len(text)
-        cache[text] = n
-        while len(cache) > self._cache_size or self._chars > self._cache_chars:
-            try:
-                evicted, _ = cache.popitem(last=False)
-            except KeyError:  # emptied meanwhile by another thread
-                break
-            self._chars -= len(evicted)
+        n = self._cache.get(text)
+        if n is None:
+            n = self._cache.put(text, self._encode_len(text) if text else 0)
         return n
 
     def count_message(self, message: Mapping[str, Any]) -> int:
