@@ -37,6 +37,7 @@ from gateway.errors import SieveError, UpstreamUnavailable
 from gateway.identity import Identity, client_provider_key
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.policy import Policy
+from gateway.telemetry.redaction import without_secrets
 from gateway.upstream.litellm_route import LiteLLMUpstream
 from gateway.upstream.openai_compat import OpenAICompatibleUpstream, UpstreamResponse, forward_headers
 from gateway.upstream.router import ModelRouter, ResolvedRoute
@@ -96,7 +97,7 @@ class ChatProxy:
         hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold)
         self._open[id(record)] = record
-        headers = _sieve_headers(call.request_id, outcome, hold)
+        headers = sieve_headers(call.request_id, outcome, hold)
         upstream_started = time.perf_counter()
         try:
             response = await self._send(route, forwarded, call, stream)
@@ -115,7 +116,7 @@ class ChatProxy:
             record.upstream_s = time.perf_counter() - upstream_started
             body = response.body or b""
             if response.status >= 400 and route.api_key:
-                body = _without_key(body, route.api_key)
+                body = without_secrets(body, [route.api_key])
             record.set_response_body(body)
             self._account(record)
             return Response(body, status_code=response.status, headers={**response.headers, **headers})
@@ -229,7 +230,8 @@ def _client_wants_usage(body: Mapping[str, Any]) -> bool:
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
-def _sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None) -> dict[str, str]:
+def sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None = None) -> dict[str, str]:
+    """The ``x-sieve-*`` response headers (both routes send them)."""
     r = outcome.result
     headers = {
         "x-sieve-request-id": request_id,
@@ -242,14 +244,6 @@ def _sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None) ->
     return headers
 
 
-def _without_key(body: bytes, key: str) -> bytes:
-    """An error body with the gateway's own provider key cut out: some providers echo the
-    key they were given ("Incorrect API key provided: sk-..."), and the client must never
-    learn the org's key. The rest of the body passes through unchanged."""
-    secret = key.encode()
-    return body.replace(secret, b"[redacted]") if len(secret) >= 8 and secret in body else body
-
-
 def _close_quietly(resp: Any) -> None:
     try:
         resp.release()
@@ -257,4 +251,4 @@ def _close_quietly(resp: Any) -> None:
         pass
 
 
-__all__ = ["ChatCall", "ChatProxy"]
+__all__ = ["ChatCall", "ChatProxy", "sieve_headers"]

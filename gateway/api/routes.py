@@ -18,7 +18,7 @@ from gateway.api.openapi import SCHEMA_JSON
 from gateway.api.protocol import check_chat_body, parse_body, parse_sieve_headers, read_body
 from gateway.api.responses import json_response
 from gateway.errors import StoreUnavailable
-from gateway.proxy import ChatCall
+from gateway.proxy import ChatCall, sieve_headers
 from gateway.services import Services
 
 async def _chat_call(request: Request) -> ChatCall:
@@ -47,10 +47,8 @@ async def prune(request: Request) -> Response:
     report = r.report()
     report["request_id"] = call.request_id
     report["fail_open"] = outcome.failed
-    headers = {"x-sieve-request-id": call.request_id, "x-sieve-original-tokens": str(r.original_tokens),
-               "x-sieve-forwarded-tokens": str(r.forwarded_tokens), "x-sieve-saved-tokens": str(r.saved_tokens)}
-    return Response(orjson.dumps({"request": r.request, "report": report}), headers=headers,
-                    media_type="application/json")
+    return Response(orjson.dumps({"request": r.request, "report": report}),
+                    headers=sieve_headers(call.request_id, outcome), media_type="application/json")
 
 
 async def models(request: Request) -> Response:

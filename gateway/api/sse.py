@@ -98,13 +98,7 @@ class SSEUsageTap:
 
     def _read_usage(self, event: bytes) -> bool:
         """Record usage from a ``data:`` event; True if it is a usage-only chunk."""
-        for line in event.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue
-            try:
-                payload = orjson.loads(line[5:].strip())
-            except orjson.JSONDecodeError:
-                return False
+        for payload in _data(event):
             if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
                 self.usage = payload["usage"]
                 return not payload.get("choices")

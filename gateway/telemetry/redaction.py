@@ -46,6 +46,17 @@ def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     return _scrub(text, _literals(secrets))
 
 
+def without_secrets(data: bytes, secrets: Iterable[str]) -> bytes:
+    """Raw bytes (a provider's error body) with the literal secrets cut out and nothing else
+    touched: some providers echo the key they were given ("Incorrect API key provided:
+    sk-..."), and a client must never learn the org's key."""
+    for secret in _literals(secrets):
+        raw = secret.encode()
+        if raw in data:
+            data = data.replace(raw, REDACTED.encode())
+    return data
+
+
 def _literals(secrets: Iterable[str]) -> list[str]:
     # Longest first, so a key that contains another is removed whole.
     return sorted({s for s in secrets if s and len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True)
