@@ -103,6 +103,11 @@ _CONSTRAINT_WORDS = frozenset("never always must mustn shouldn dont avoid withou
 _CONSTRAINT_PHRASE_WORDS = frozenset("not don sure only most least instead more".split())
 _ERROR_WORDS = frozenset("error exception failed failure found invalid denied traceback".split())
 _F_CONSTRAINT, _F_PHRASE, _F_ERROR = 1, 2, 4
+# Every match of _CONSTRAINT that no single flagged word explains contains one of
+# these (lower-cased). Substring tests run in C at memory speed; the regex scans
+# a long JSON output at every position, which cost 20 ms per 100k tokens.
+_PHRASE_HINTS = ("do not", "don't", "must not", "mustn't", "should not", "shouldn't", "make sure",
+                 "only use", "no more than", "at most", "at least", "instead of", "not allowed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +193,14 @@ def analyse(text: str) -> TextInfo:
         found.update(filter(None, map(_entity_form, _FILE.findall(text))))
     cjk = _CJK.search(text) is not None
     constraint = bool(flags & _F_CONSTRAINT) or (
-        (cjk or bool(flags & _F_PHRASE)) and _CONSTRAINT.search(text) is not None)
+        (cjk or (bool(flags & _F_PHRASE) and _has_phrase_hint(text))) and _CONSTRAINT.search(text) is not None)
     error = bool(flags & _F_ERROR) and _ERROR.search(text[:2000]) is not None
     return TextInfo(counts, sum(counts.values()), frozenset(found), constraint, error)
+
+
+def _has_phrase_hint(text: str) -> bool:
+    lowered = text.lower()
+    return any(hint in lowered for hint in _PHRASE_HINTS)
 
 
 def entities(text: str) -> frozenset[str]:
