@@ -8,7 +8,7 @@ Markers stay tiny; a long placeholder eats the saving it announces.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gateway.pruning.messages import content_text
 
@@ -18,7 +18,10 @@ MAX_KEPT_VALUES = 48
 # Values an agent's next call reuses verbatim: ids, codes, amounts, e-mails.
 _AMOUNT = re.compile(r"-?\d{1,4}(?:\.\d+)?|-?\d+\.\d{1,2}")
 _THREE_DIGITS = re.compile(r"\d\D*\d\D*\d")
-_TOKEN = re.compile(r"[#\w.+@\-]+")  # then kept if it has three digits (no backtracking)
+# A run of id characters that holds a digit (then kept if it has three): anchored at
+# the start of its run and lazy up to the first digit, so a long run of letters is
+# passed in linear time, and word-only tokens never reach Python.
+_ID_TOKEN = re.compile(r"(?<![#\w.+@\-])[#\w.+@\-]*?\d[#\w.+@\-]*")
 
 
 def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str) -> dict[str, Any]:
@@ -40,32 +43,115 @@ def kept_values(text: str) -> list[str]:
     numbers excluded), first occurrence first, deduplicated. One regex pass:
     this runs on every tool output of a conversation at each epoch."""
     seen: dict[str, None] = {}
-    for token in _TOKEN.findall(text):
+    for token in _ID_TOKEN.findall(text):
         token = token.strip(".-")
-        if token not in seen and _THREE_DIGITS.search(token) and not _AMOUNT.fullmatch(token):
+        if token not in seen and _is_id(token):
             seen[token] = None
             if len(seen) >= MAX_KEPT_VALUES:
                 break
     return list(seen)
 
 
-DROPPED_MARKER = "[sieve: some earlier messages omitted]"
+OMITTED_PREFIX = "[sieve: some earlier messages omitted"
+DROPPED_MARKER = OMITTED_PREFIX + "]"
 
 
-def dropped_marker() -> dict[str, Any]:
-    """One marker before the first omitted span. Its text never changes (no counts):
-    a later epoch that omits more must not change bytes the provider has cached."""
-    return {"role": "user", "content": DROPPED_MARKER}
+def dropped_marker(ids: Sequence[str] = ()) -> dict[str, Any]:
+    """The marker before an omitted span, with the exact ids the span held (if any).
+
+    No counts and no positions: the text depends only on what was omitted, and it
+    is frozen with the decision, so a later epoch that omits more never changes
+    bytes the provider has cached; it adds a marker of its own further down.
+    """
+    if not ids:
+        return {"role": "user", "content": DROPPED_MARKER}
+    return {"role": "user", "content": f"{OMITTED_PREFIX}; ids: {' '.join(ids)}]"}
+
+
+# The newest characters of an omitted span whose ids are considered: a marker holds
+# a few dozen ids, and a 100k-token cold history must not be scanned whole for them.
+OMITTED_SCAN_CHARS = 60_000
+_CONTEXT = 160  # characters either side of an id that say what it is
+
+
+def omitted_ids(texts: Iterable[str], present: set[str], room: int, count_text: Callable[[str], int],
+                query: Iterable[str] = ()) -> list[str]:
+    """The ids an omitted span leaves behind, as many as ``room`` tokens hold.
+
+    None the forwarded request already carries (``present``, see :func:`ids_in`).
+    Ranked by how many words of the current request stand around the id (an
+    order listing names "laptop" next to the laptop's product id), then newest
+    text first. A later call is far more likely to reuse an old id than an old
+    sentence, and an id costs a few tokens where its message cost hundreds.
+    """
+    words = tuple(query)
+    best: dict[str, tuple[int, int]] = {}  # id -> (-matches, first seen)
+    budget = OMITTED_SCAN_CHARS
+    for text in texts:
+        if budget <= 0:
+            break
+        text = text[-budget:]
+        budget -= len(text)
+        lowered = text.lower() if words else ""
+        bounds = ("{", "}") if text.lstrip()[:1] in ("{", "[") else ("\n", "\n")
+        for match in _ID_TOKEN.finditer(text):
+            value = match.group().strip(".-")
+            if value in present or not _is_id(value):
+                continue
+            matches = -sum(w in _record(lowered, match.start(), match.end(), *bounds) for w in words) if words else 0
+            seen = best.get(value)
+            if seen is None:
+                best[value] = (matches, len(best))
+            elif matches < seen[0]:  # another mention sits in a more telling record
+                best[value] = (matches, seen[1])
+    chosen: list[str] = []
+    used = 0
+    for value in sorted(best, key=best.__getitem__):
+        cost = count_text(" " + value)
+        if used + cost > room:
+            break
+        chosen.append(value)
+        used += cost
+    return chosen
+
+
+def _record(text: str, start: int, end: int, opening: str, closing: str) -> str:
+    """What an id stands in: its JSON object (up to the first brace either side) or
+    its line, at most _CONTEXT characters either side. An order listing's item names
+    its product and options next to its ids."""
+    lo, hi = max(0, start - _CONTEXT), end + _CONTEXT
+    left, right = text.rfind(opening, lo, start), text.find(closing, end, hi)
+    return text[left + 1 if left >= 0 else lo: right if right >= 0 else hi]
+
+
+def ids_in(texts: Iterable[str]) -> set[str]:
+    """Every id-like value of some texts (as :func:`kept_values` reads them)."""
+    found: set[str] = set()
+    for text in texts:
+        for token in _ID_TOKEN.findall(text):
+            token = token.strip(".-")
+            if token not in found and _is_id(token):
+                found.add(token)
+    return found
+
+
+def _is_id(token: str) -> bool:
+    return _THREE_DIGITS.search(token) is not None and not _AMOUNT.fullmatch(token)
 
 
 SUMMARY_PREFIX = "[sieve: summary of omitted messages]"
 
 
+def is_omission_marker(message: Mapping[str, Any]) -> bool:
+    content = message.get("content")
+    return message.get("role") == "user" and isinstance(content, str) and content.startswith(OMITTED_PREFIX)
+
+
 def is_marker(message: Mapping[str, Any]) -> bool:
     """An omission marker, or the summary that replaced one."""
     content = message.get("content")
-    return message.get("role") == "user" and isinstance(content, str) and (
-        content == DROPPED_MARKER or content.startswith(SUMMARY_PREFIX))
+    return is_omission_marker(message) or (
+        message.get("role") == "user" and isinstance(content, str) and content.startswith(SUMMARY_PREFIX))
 
 
 def summary_message(text: str) -> dict[str, Any]:

@@ -30,17 +30,22 @@ from typing import Any, Mapping, Sequence
 
 from gateway.pruning import selection as sel
 from gateway.pruning.compression import (MASKED_PREFIX, dropped_marker, goal_reminder, is_maskable, is_marker,
-                                         masked_message)
+                                         ids_in, masked_message, omitted_ids)
 from gateway.pruning.conversation import KIND_SYSTEM, KIND_USER, Conversation, build_conversation
 from gateway.pruning.frozen import DROP, MASK, FrozenPlan
-from gateway.pruning.messages import fingerprint
+from gateway.pruning.messages import fingerprint, message_token_text
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.policy import Policy
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
+from gateway.pruning.text_features import query_words
 from gateway.pruning.tokens import TokenCounter
 
 MARKER_RESERVE = 12  # tokens held back for the drop marker
+# At most this share of the room the pins leave is held back for the ids of what
+# is omitted (policy ``omitted_ids_tokens`` caps it in tokens).
+OMITTED_IDS_SHARE = 3
+MASK_OVERHEAD = 24  # tokens of a masked tool message that are not its ids
 
 
 def prune(
@@ -152,7 +157,8 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
                    if u.tool_result_tokens and policy.mask_tool_outputs}
     protected = hard_pins | set(window)
     room = budget - sum(units[i].tokens for i in protected) - MARKER_RESERVE
-    settled, settled_end = _settled_prefix(conv, boundary, forced, masked_cost, protected, room)
+    ids_reserve = _omitted_ids_reserve(conv, policy, candidates, forced, masked_forms, counter, room)
+    settled, settled_end = _settled_prefix(conv, boundary, forced, masked_cost, protected, room - ids_reserve)
     if settled:
         # The settled prefix stays exactly as forwarded before (the provider's
         # cache keeps it); only the units after it are decided now.
@@ -176,6 +182,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     reminder = _reminder(conv, policy)
     reserve = MARKER_RESERVE + (counter.count_message(reminder) if reminder else 0) + \
         (policy.summary_max_tokens if policy.summaries else 0)  # room for the summary written later
+    reserve += min(ids_reserve, max(0, budget - pinned_tokens - reserve))
     rules = sel.SelectionRules(budget - pinned_tokens - reserve, policy.keep_threshold,
                                policy.compress_threshold, policy.fill_budget and strategy != "window",
                                policy.mask_tool_outputs, policy.mask_min_tokens)
@@ -190,15 +197,24 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         release = sorted(soft_pins) + sorted(hard - hard_pins)
         sel.shrink_to_fit(conv, actions, release, masked_cost, excess)
 
-    marker_args = (prior_inserts, settled_end, bool(settled), policy.summaries)
-    forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch,
-                                         _markers(conv, actions, *marker_args))
+    # Each epoch's omitted span gets a marker of its own when it carries something
+    # of its own: a summary, or the span's ids.
+    earlier_drops = {i for i, a in forced.items() if a == sel.DROP}
+    marker_args = (prior_inserts, settled_end, bool(settled), policy.summaries or policy.omitted_ids_tokens > 0,
+                   earlier_drops)
+    markers, fresh = _markers(conv, actions, *marker_args)
+    forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers)
     fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     if fwd_tokens > cap and attainable:  # markers cost more than reserved, or pins alone are over
         order = sorted(candidates, key=lambda i: (unit_scores[i].score, unit_scores[i].relevance, i))
         sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - cap)
-        forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch,
-                                             _markers(conv, actions, *marker_args))
+        markers, fresh = _markers(conv, actions, *marker_args)
+        forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers)
+        fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
+    if fresh and policy.omitted_ids_tokens > 0:
+        room = min(policy.omitted_ids_tokens, budget - fwd_tokens)
+        markers = _with_omitted_ids(conv, actions, markers, fresh, forwarded, room, counter)
+        forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers)
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     check_no_new_problems(conv.messages, forwarded)
 
@@ -218,6 +234,18 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     return PruneResult(out, "epoch", strategy, conv.total_tokens, fwd_tokens, None,
                        per_message_actions, per_message_scores, plan, list(conv.problems),
                        scored_units=len(unit_scores), epoch=epoch)
+
+
+def _omitted_ids_reserve(conv: Conversation, policy: Policy, candidates: Sequence[int], forced: Mapping[int, str],
+                         masked_forms: Mapping[int, dict[str, Any]], counter: TokenCounter, room: int) -> int:
+    """Tokens held back for the ids of what this decision omits: a share of the room
+    the pins leave, and no more than the undecided candidates hold in ids (a chat
+    history without tool output holds few; an unused reserve is waste)."""
+    if policy.omitted_ids_tokens <= 0 or room <= 0:
+        return 0
+    supply = sum(max(0, counter.count_message(masked_forms[j]) - MASK_OVERHEAD)
+                 for i in candidates if i not in forced for j in conv.units[i].indices if j in masked_forms)
+    return min(policy.omitted_ids_tokens, supply, room // OMITTED_IDS_SHARE)
 
 
 def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, str],
@@ -272,29 +300,70 @@ def _window(conv: Conversation, policy: Policy) -> list[int]:
 
 
 def _markers(conv: Conversation, actions: dict[int, str], prior: Sequence[tuple[int, dict[str, Any]]],
-             boundary: int, locked: bool, per_epoch: bool) -> dict[int, dict[str, Any]]:
+             boundary: int, locked: bool, per_epoch: bool,
+             earlier_drops: set[int]) -> tuple[dict[int, dict[str, Any]], list[int]]:
     """Where the omission markers go, by original message index.
 
     One marker before the first dropped unit. When the decided prefix was kept as
     it was (an append-only epoch), its markers (or the summaries that replaced
     them) stay byte for byte; the newly decided region gets a marker of its own
-    only if it drops something and there is none yet, or ``per_epoch`` (each
-    epoch's omitted span then gets its own summary).
+    when it drops something (its ids are not in the older markers). Also returns
+    the positions of the markers made now (the ones that may still take ids).
     """
     prior_markers = {pos: m for pos, m in prior if is_marker(m)}
     dropped = [u.start for u in conv.units if actions.get(u.index) == sel.DROP]
     if not dropped:
-        return {}
+        return {}, []
     if not locked:
         first = dropped[0]
-        return {first: prior_markers.get(first) or dropped_marker()}
+        reused = prior_markers.get(first)
+        if reused is None:
+            return {first: dropped_marker()}, [first]
+        # The old marker stays (its bytes may be cached); from the first unit dropped
+        # only now, the rest gets a marker of its own.
+        newly = [u.start for u in conv.units if actions.get(u.index) == sel.DROP and u.index not in earlier_drops]
+        if per_epoch and newly and newly[0] > first:
+            return {first: reused, newly[0]: dropped_marker()}, [newly[0]]
+        return {first: reused}, []
     markers = {pos: m for pos, m in prior_markers.items() if pos < boundary}
     new = [pos for pos in dropped if pos >= boundary]
+    fresh = []
     if new and (per_epoch or not markers):
         markers[new[0]] = dropped_marker()
+        fresh.append(new[0])
     if not markers:  # an old drop without its marker (a state written by an older version)
         markers[dropped[0]] = dropped_marker()
-    return markers
+        fresh.append(dropped[0])
+    return markers, fresh
+
+
+def _with_omitted_ids(conv: Conversation, actions: Mapping[int, str], markers: dict[int, dict[str, Any]],
+                      fresh: Sequence[int], forwarded: Sequence[Mapping[str, Any]], room: int,
+                      counter: TokenCounter) -> dict[int, dict[str, Any]]:
+    """The fresh markers with the ids of the span each stands for (up to the next
+    marker), newest span first, within ``room`` tokens in all. A fresh marker left
+    without ids goes when an older one is there to stand for its span."""
+    present = ids_in(message_token_text(m) for m in forwarded)
+    query = query_words(conv.current_request)
+    positions = sorted(markers)
+    out = dict(markers)
+    for pos in sorted(fresh, reverse=True):  # the newest span is the likeliest to be needed
+        later = [p for p in positions if p > pos]
+        end = later[0] if later else len(conv.messages)
+        span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == sel.DROP]
+        texts = (message_token_text(conv.messages[j]) for u in reversed(span) for j in reversed(u.indices))
+        ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
+        plain = counter.count_message(markers[pos])
+        while ids and counter.count_message(dropped_marker(ids)) - plain > room:
+            ids.pop()  # the per-id estimate is close, the cap is exact
+        if ids:
+            marker = dropped_marker(ids)
+            room -= counter.count_message(marker) - plain
+            out[pos] = marker
+            present.update(ids)
+        elif any(p < pos for p in out):
+            del out[pos]
+    return out
 
 
 def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: list[int],

@@ -24,7 +24,7 @@ class Policy:
     # high-water mark: an epoch prunes down to the system prompt plus
     # low_water_ratio of the rest, so the next turns share a cached prefix.
     target_tokens: int = 24_000
-    low_water_ratio: float = 0.65
+    low_water_ratio: float = 0.5
     # Below either minimum nothing is pruned (unless the request names a target):
     # on short requests pruning costs more than it saves.
     min_prompt_tokens: int = 4_000
@@ -37,6 +37,9 @@ class Policy:
     mask_tool_outputs: bool = True
     mask_min_tokens: int = 120
     goal_reminder: bool = False
+    # An omission marker lists the exact ids of what it stands for (order, user,
+    # item, payment ids...), up to this many tokens; 0: a plain marker.
+    omitted_ids_tokens: int = 200
     goal_reminder_max_chars: int = 200
     # Which x-sieve-* steering headers clients may send (YAML: true, false or a
     # list of OVERRIDES), and the range an x-sieve-target-tokens must fall in

@@ -198,6 +198,19 @@ def analyse(text: str) -> TextInfo:
     return TextInfo(counts, sum(counts.values()), frozenset(found), constraint, error)
 
 
+def query_words(text: str, limit: int = 64) -> tuple[str, ...]:
+    """The first ``limit`` distinct content words of a request, lower-cased (numbers
+    and stopwords left out). Bounded: each is looked for around every candidate id."""
+    seen: dict[str, None] = {}
+    for word in _WORD.finditer(text[:20_000].lower()):
+        word = word.group()
+        if len(word) >= 2 and word not in STOPWORDS and not word.isdigit():
+            seen.setdefault(word)
+            if len(seen) >= limit:
+                break
+    return tuple(seen)
+
+
 def _has_phrase_hint(text: str) -> bool:
     lowered = text.lower()
     return any(hint in lowered for hint in _PHRASE_HINTS)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.pruning.compression import DROPPED_MARKER, summary_message
+from gateway.pruning.compression import is_omission_marker, summary_message
 from gateway.pruning.frozen import DROP
 from gateway.pruning.messages import content_text, message_token_text
 from gateway.pruning.pipeline import PruneResult
@@ -68,7 +68,7 @@ class Summarizer:
         positions = [pos for pos, m in plan.inserts]
         client, model = self._llm.client_for(policy)
         for k, (pos, marker) in enumerate(list(plan.inserts)):
-            if marker.get("content") != DROPPED_MARKER:
+            if not is_omission_marker(marker):
                 continue
             end = positions[k + 1] if k + 1 < len(positions) else plan.decided
             span = [j for j in range(pos, end) if plan.actions.get(j) == DROP]

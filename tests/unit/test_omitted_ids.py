@@ -1,0 +1,109 @@
+"""Omission markers keep the exact ids of what they stand for (policy ``omitted_ids_tokens``)."""
+
+from __future__ import annotations
+
+import json
+
+from gateway.pruning.compression import DROPPED_MARKER, OMITTED_PREFIX, ids_in, kept_values, omitted_ids
+from gateway.pruning.frozen import FrozenPlan
+from gateway.pruning.pipeline import prune
+from gateway.pruning.policy import Policy
+from gateway.pruning.scoring import LocalScorer
+from gateway.pruning.tokens import TokenCounters
+from tests.conversations import SYSTEM, agent_history
+
+COUNTER = TokenCounters().for_model("gpt-4o-mini")
+SCORER = LocalScorer()
+
+
+def run(messages, policy=None, **kw):
+    return prune({"model": "gpt-4o-mini", "messages": messages}, policy or Policy(), scorer=SCORER,
+                 counter=COUNTER, **kw)
+
+
+def markers(result) -> list[str]:
+    return [m["content"] for m in result.request["messages"]
+            if isinstance(m.get("content"), str) and m["content"].startswith(OMITTED_PREFIX)]
+
+
+def listed(marker: str) -> list[str]:
+    return marker.split("; ids: ", 1)[1].rstrip("]").split() if "; ids: " in marker else []
+
+
+def test_ids_are_ranked_by_the_request_words_around_them_and_fit_the_room():
+    listing = json.dumps({"items": [
+        {"name": "Desk Lamp", "item_id": "5555500001", "options": {"color": "red"}},
+        {"name": "Laptop", "item_id": "4760268021", "options": {"processor": "i5"}},
+        {"name": "Kettle", "item_id": "7777700003", "options": {"color": "steel"}}]}, indent=1)
+    words = ("exchange", "laptop", "i9")
+    ids = omitted_ids([listing], set(), room=100, count_text=COUNTER.count_text, query=words)
+    assert ids[0] == "4760268021" and sorted(ids) == ["4760268021", "5555500001", "7777700003"]
+    # Already forwarded: not repeated. No room: nothing.
+    assert "4760268021" not in omitted_ids([listing], {"4760268021"}, 100, COUNTER.count_text, words)
+    assert omitted_ids([listing], set(), 3, COUNTER.count_text, words) == []
+    one = omitted_ids([listing], set(), COUNTER.count_text(" 4760268021"), COUNTER.count_text, words)
+    assert one == ["4760268021"]
+
+
+def test_id_reading_matches_the_mask_and_skips_amounts_and_words():
+    text = 'order #W1000001, user noah_ito_3850, total 535.97, qty 2, zip 98187, sku 7000001. See report.'
+    assert kept_values(text) == ["#W1000001", "noah_ito_3850", "98187", "7000001"]
+    assert ids_in([text]) == set(kept_values(text))
+    assert ids_in(["a" * 100_000 + " x1"]) == set()  # a long run of letters is read in linear time
+
+
+def test_a_dropped_tool_chain_leaves_its_ids_in_the_marker_within_the_cap():
+    messages = agent_history(12)
+    target = 2500
+    result = run(messages, target=target)
+    assert result.forwarded_tokens <= target
+    found = markers(result)
+    assert len(found) == 1 and found[0] != DROPPED_MARKER
+    ids = listed(found[0])
+    assert ids and len(ids) == len(set(ids))
+    dropped_text = "\n".join(json.dumps(messages[i]) for i, a in enumerate(result.message_actions) if a == "dropped")
+    forwarded_text = "\n".join(json.dumps(m) for m in result.request["messages"] if m["content"] != found[0])
+    for value in ids:
+        assert value in dropped_text           # from what was omitted
+        assert value not in ids_in([forwarded_text])  # and nowhere else in the request
+
+
+def test_in_plain_text_the_line_is_the_record():
+    lines = [f"item {i}: sku {700100 + i}, a grey kettle, in stock" for i in range(8)]
+    lines[5] = "item 5: sku 700105, the blue desk lamp, in stock"
+    ids = omitted_ids(["\n".join(lines)], set(), 100, COUNTER.count_text, ("blue", "desk", "lamp"))
+    assert ids[0] == "700105"
+
+
+def test_markers_are_frozen_and_each_epoch_adds_its_own():
+    policy = Policy(target_tokens=3000, min_prompt_tokens=0, min_messages=0)
+    messages, state, seen = agent_history(2), None, []
+    for step in range(40):
+        messages = messages + agent_history(1)[2:]
+        messages[-1] = {"role": "user", "content": f"And order {step}?"}
+        result = run(messages, policy, state=state)
+        state = FrozenPlan.from_bytes(result.state.to_bytes())
+        assert result.forwarded_tokens <= 3000
+        now = markers(result)
+        if result.mode == "frozen":
+            assert now == seen[-1]  # replayed byte for byte
+        elif result.mode == "epoch":
+            if seen and seen[-1]:
+                assert now[0] == seen[-1][0]  # the oldest marker keeps its bytes and place
+            seen.append(now)
+    epochs = [m for m in seen if m]
+    assert len(epochs) >= 3 and max(len(m) for m in epochs) >= 2
+    for found in epochs:  # a later marker never repeats an earlier one's ids
+        lists = [listed(m) for m in found]
+        assert len({v for ids in lists for v in ids}) == sum(len(ids) for ids in lists)
+
+
+def test_a_chat_without_ids_keeps_what_a_plain_marker_would():
+    chat = [{"role": "system", "content": SYSTEM}]
+    for i in range(60):
+        chat.append({"role": "user" if i % 2 == 0 else "assistant",
+                     "content": f"Turn {i}: we talked about gardens, tomatoes and the weather again and again."})
+    with_ids = run(chat, target=600)
+    plain = run(chat, Policy(omitted_ids_tokens=0), target=600)
+    assert with_ids.request == plain.request
+    assert markers(with_ids) == [DROPPED_MARKER]
