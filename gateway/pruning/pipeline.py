@@ -147,16 +147,29 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     # it is not, shedding the window would harm the agent and still miss the cap:
     # the pinned units go whole, and the history keeps the share of itself that
     # the cap asked for (cap / original), chosen as usual.
-    attainable = sum(units[i].tokens for i in hard_pins if i not in conv.goal_units) <= cap
+    masked_forms = _masked_forms(conv) if policy.mask_tool_outputs else {}
+    masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
+                   if u.tool_result_tokens and policy.mask_tool_outputs}
+    pins_over = sum(units[i].tokens for i in hard_pins if i not in conv.goal_units) - cap
+    attainable = pins_over <= 0
+    # A current step of many parallel results can be what breaks the cap: then its
+    # earlier results are masked (ids kept, every call still answered) and only the
+    # newest stays whole. The unit is pinned, not dropped.
+    squeezed = _squeezed_tokens(conv, last, masked_forms, counter) if not attainable else None
+    if squeezed is not None and pins_over - (units[last].tokens - squeezed) <= 0:
+        attainable = True
+    else:
+        squeezed = None
     if not attainable:
         system = sum(u.tokens for u in units if u.kind == KIND_SYSTEM)
         share = cap / max(conv.total_tokens, 1)
         budget = max(budget, system + int((conv.total_tokens - system) * share))
-    masked_forms = _masked_forms(conv) if policy.mask_tool_outputs else {}
-    masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
-                   if u.tool_result_tokens and policy.mask_tool_outputs}
+
+    def cost(i: int) -> int:
+        return squeezed if i == last and squeezed is not None else units[i].tokens
+
     protected = hard_pins | set(window)
-    room = budget - sum(units[i].tokens for i in protected) - MARKER_RESERVE
+    room = budget - sum(cost(i) for i in protected) - MARKER_RESERVE
     ids_reserve = _omitted_ids_reserve(conv, policy, candidates, forced, masked_forms, counter, room)
     settled, settled_end = _settled_prefix(conv, boundary, forced, masked_cost, protected, room - ids_reserve)
     if settled:
@@ -178,7 +191,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     locked_keep = {i for i, a in (settled or {}).items() if a == sel.KEEP}
     locked_mask = {i for i, a in (settled or {}).items() if a == sel.MASK}
     pinned = hard_pins | set(soft_pins) | hard | locked_keep
-    pinned_tokens = sum(units[i].tokens for i in pinned) + sum(masked_cost[i] for i in locked_mask)
+    pinned_tokens = sum(cost(i) for i in pinned) + sum(masked_cost[i] for i in locked_mask)
     reminder = _reminder(conv, policy)
     reserve = MARKER_RESERVE + (counter.count_message(reminder) if reminder else 0) + \
         (policy.summary_max_tokens if policy.summaries else 0)  # room for the summary written later
@@ -192,6 +205,9 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         actions[i] = sel.KEEP
     for i, act in (settled or {}).items():
         actions[i] = act
+    whole = set()
+    if squeezed is not None:
+        actions[last], whole = sel.MASK, {units[last].stop - 1}
     excess = pinned_tokens + reserve - budget
     if excess > 0 and attainable:  # the protected window itself is over: give up its oldest units
         release = sorted(soft_pins) + sorted(hard - hard_pins)
@@ -203,18 +219,18 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     marker_args = (prior_inserts, settled_end, bool(settled), policy.summaries or policy.omitted_ids_tokens > 0,
                    earlier_drops)
     markers, fresh = _markers(conv, actions, *marker_args)
-    forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers)
+    forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
     fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     if fwd_tokens > cap and attainable:  # markers cost more than reserved, or pins alone are over
         order = sorted(candidates, key=lambda i: (unit_scores[i].score, unit_scores[i].relevance, i))
         sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - cap)
         markers, fresh = _markers(conv, actions, *marker_args)
-        forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers)
+        forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     if fresh and policy.omitted_ids_tokens > 0:
         room = min(policy.omitted_ids_tokens, budget - fwd_tokens)
         markers = _with_omitted_ids(conv, actions, markers, fresh, forwarded, room, counter)
-        forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers)
+        forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     check_no_new_problems(conv.messages, forwarded)
 
@@ -227,7 +243,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
             per_message_scores[j] = score
             if act == sel.DROP:
                 per_message_actions[j] = "dropped"
-            elif act == sel.MASK and conv.messages[j].get("role") in ("tool", "function"):
+            elif act == sel.MASK and conv.messages[j].get("role") in ("tool", "function") and j not in whole:
                 per_message_actions[j] = "masked"
     out = dict(body)
     out["messages"] = forwarded
@@ -367,8 +383,10 @@ def _with_omitted_ids(conv: Conversation, actions: Mapping[int, str], markers: d
 
 
 def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: list[int],
-              masked_forms: Mapping[int, dict[str, Any]], epoch: int,
-              markers: Mapping[int, dict[str, Any]]) -> tuple[list[dict], list[int], FrozenPlan]:
+              masked_forms: Mapping[int, dict[str, Any]], epoch: int, markers: Mapping[int, dict[str, Any]],
+              whole: set[int] = frozenset()) -> tuple[list[dict], list[int], FrozenPlan]:
+    """The forwarded messages. ``whole``: messages a masked unit leaves whole (the
+    newest result of a squeezed current step)."""
     out: list[dict[str, Any]] = []
     sources: list[int] = []
     plan = FrozenPlan(list(conv.fingerprints), decided=len(conv.messages), epoch=epoch)
@@ -386,7 +404,7 @@ def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: lis
             if act == sel.DROP:
                 plan.actions[j] = DROP
                 continue
-            if act == sel.MASK and is_maskable(m):
+            if act == sel.MASK and is_maskable(m) and j not in whole:
                 plan.actions[j] = MASK
                 m = masked_forms[j]
                 plan.masked[j] = m["content"]
@@ -422,6 +440,17 @@ def _masked_tokens(conv: Conversation, unit_index: int, counter: TokenCounter,
                    masked_forms: Mapping[int, dict[str, Any]]) -> int:
     return sum(counter.count_message(masked_forms[j]) if j in masked_forms else conv.tokens[j]
                for j in conv.units[unit_index].indices)
+
+
+def _squeezed_tokens(conv: Conversation, index: int, masked_forms: Mapping[int, dict[str, Any]],
+                     counter: TokenCounter) -> int | None:
+    """Unit ``index`` with every result but its newest masked, or None when that
+    saves nothing (a single result, or nothing maskable)."""
+    unit = conv.units[index]
+    head = [j for j in unit.indices[:-1] if j in masked_forms]
+    if not head or conv.messages[unit.stop - 1].get("role") not in ("tool", "function"):
+        return None
+    return unit.tokens - sum(conv.tokens[j] - counter.count_message(masked_forms[j]) for j in head)
 
 
 def _forced_unit_actions(conv: Conversation, prior: Mapping[int, str]) -> dict[int, str]:

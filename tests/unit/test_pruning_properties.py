@@ -67,7 +67,13 @@ def test_structure_pins_and_target(messages, target, strategy):
     assert sent[0] == messages[0]                                # system pinned
     assert messages[1] in sent                                   # goal pinned
     tail = messages[_last_unit_start(messages):]
-    assert sent[-len(tail):] == tail                             # current step pinned, whole
+    sent_tail = sent[-len(tail):]
+    assert [m.get("tool_call_id") for m in sent_tail] == [m.get("tool_call_id") for m in tail]  # current step pinned
+    assert sent_tail[0] == tail[0] and sent_tail[-1] == tail[-1]  # its calls and its newest result whole
+    if COUNTER.count_messages([messages[0]] + tail) <= target:
+        assert sent_tail == tail                                 # all of it, when that fits the cap
+    else:                                                        # else earlier results are masked at most
+        assert all(a == b or str(a["content"]).startswith("[sieve: masked") for a, b in zip(sent_tail, tail))
     pinned = COUNTER.count_messages([messages[0], messages[1]] + tail)
     if pinned + 40 <= target:
         assert result.forwarded_tokens <= target                 # fits when feasible
