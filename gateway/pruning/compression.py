@@ -24,7 +24,7 @@ _THREE_DIGITS = re.compile(r"\d\D*\d\D*\d")
 _ID_TOKEN = re.compile(r"(?<![#\w.+@\-])[#\w.+@\-]*?\d[#\w.+@\-]*")
 
 
-def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str) -> dict[str, Any]:
+def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, keep_ids: bool = True) -> dict[str, Any]:
     """The tool message with its bulk replaced; role and tool_call_id stay, so the chain stays valid.
 
     The exact ids of the output survive in the marker: an old order listing
@@ -32,7 +32,7 @@ def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str) ->
     a fraction of its size. Amounts and plain words do not survive.
     """
     masked = dict(message)
-    values = kept_values(content_text(message.get("content")))
+    values = kept_values(content_text(message.get("content"))) if keep_ids else ()
     kept = f"; ids: {' '.join(values)}" if values else ""
     masked["content"] = f"{MASKED_PREFIX} {tokens} tokens, ref {fingerprint[:8]}{kept}]"
     return masked

@@ -154,11 +154,14 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     attainable = pins_over <= 0
     # A current step of many parallel results can be what breaks the cap: then its
     # earlier results are masked (ids kept, every call still answered) and only the
-    # newest stays whole. The unit is pinned, not dropped.
-    squeezed = _squeezed_tokens(conv, last, masked_forms, counter) if not attainable else None
-    if squeezed is not None and pins_over - (units[last].tokens - squeezed) <= 0:
-        attainable = True
-    else:
+    # newest stays whole. The unit is pinned, not dropped. Masks without their ids
+    # come second: the cap is the client's hard limit.
+    squeezed = None
+    for forms in ((masked_forms, _bare_forms(conv, last)) if not attainable and masked_forms else ()):
+        squeezed = _squeezed_tokens(conv, last, forms, counter)
+        if squeezed is not None and pins_over - (units[last].tokens - squeezed) <= 0:
+            attainable, masked_forms = True, {**masked_forms, **forms}
+            break
         squeezed = None
     if not attainable:
         system = sum(u.tokens for u in units if u.kind == KIND_SYSTEM)
@@ -440,6 +443,12 @@ def _masked_tokens(conv: Conversation, unit_index: int, counter: TokenCounter,
                    masked_forms: Mapping[int, dict[str, Any]]) -> int:
     return sum(counter.count_message(masked_forms[j]) if j in masked_forms else conv.tokens[j]
                for j in conv.units[unit_index].indices)
+
+
+def _bare_forms(conv: Conversation, index: int) -> dict[int, dict[str, Any]]:
+    """Unit ``index``'s results masked without their ids."""
+    return {j: masked_message(m, conv.tokens[j], conv.fingerprints[j], keep_ids=False)
+            for j in conv.units[index].indices if is_maskable(m := conv.messages[j])}
 
 
 def _squeezed_tokens(conv: Conversation, index: int, masked_forms: Mapping[int, dict[str, Any]],

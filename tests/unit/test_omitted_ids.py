@@ -107,3 +107,38 @@ def test_a_chat_without_ids_keeps_what_a_plain_marker_would():
     plain = run(chat, Policy(omitted_ids_tokens=0), target=600)
     assert with_ids.request == plain.request
     assert markers(with_ids) == [DROPPED_MARKER]
+
+
+def _parallel_step(results: int, lines: int) -> list[dict]:
+    calls = [{"id": f"p{k}", "type": "function",
+              "function": {"name": "get_order_details", "arguments": json.dumps({"order_id": f"#W{5000000 + k}"})}}
+             for k in range(results)]
+    out = [{"role": "assistant", "content": None, "tool_calls": calls}]
+    for k in range(results):
+        rows = "\n".join(f"item {k}-{i}: sku {800000 + k * 100 + i}, status pending, notes lorem ipsum"
+                         for i in range(lines))
+        out.append({"role": "tool", "tool_call_id": f"p{k}", "content": f"order #W{5000000 + k}\n{rows}"})
+    return out
+
+
+def test_a_current_step_that_breaks_the_cap_masks_its_earlier_results():
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Check my orders."}]
+    messages += _parallel_step(4, 30)
+    step = messages[2:]
+    full = COUNTER.count_messages(messages)
+    newest = COUNTER.count_message(step[-1])
+    for target in (full - 200, COUNTER.count_messages(messages[:3]) + newest + 3 * 60):
+        result = run(messages, target=target)
+        sent = result.request["messages"]
+        assert result.forwarded_tokens <= target
+        assert sent[-5] == step[0] and sent[-1] == step[-1]  # every call, and the newest result whole
+        masked = sent[-4:-1]
+        assert all(m["content"].startswith("[sieve: masked") for m in masked)
+        assert [m["tool_call_id"] for m in masked] == ["p0", "p1", "p2"]
+        assert result.message_actions[2:] == ["kept", "masked", "masked", "masked", "kept"]
+    # With room, the masks keep their ids; without, they go bare rather than break the cap.
+    roomy = run(messages, target=full - 200).request["messages"]
+    assert "; ids: #W5000000" in roomy[-4]["content"]
+    tight = run(messages, target=COUNTER.count_messages(messages[:3]) + newest + 3 * 24)
+    assert tight.forwarded_tokens <= COUNTER.count_messages(messages[:3]) + newest + 3 * 24
+    assert all("ids:" not in m["content"] for m in tight.request["messages"][-4:-1])
