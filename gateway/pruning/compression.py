@@ -74,39 +74,47 @@ OMITTED_SCAN_CHARS = 60_000
 _CONTEXT = 160  # characters either side of an id that say what it is
 
 
-def omitted_ids(texts: Iterable[str], present: set[str], room: int, count_text: Callable[[str], int],
+def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int, count_text: Callable[[str], int],
                 query: Iterable[str] = ()) -> list[str]:
     """The ids an omitted span leaves behind, as many as ``room`` tokens hold.
 
-    None the forwarded request already carries (``present``, see :func:`ids_in`).
-    Ranked by how many words of the current request stand around the id (an
-    order listing names "laptop" next to the laptop's product id), then newest
-    text first. A later call is far more likely to reuse an old id than an old
-    sentence, and an id costs a few tokens where its message cost hundreds.
+    ``texts``: the span's texts, newest first, each with whether it is dialogue
+    (a user or assistant message, not a tool output). None the forwarded request
+    already carries (``present``, see :func:`ids_in`). Ranked by how many words
+    of the current request stand in the id's record (an order listing names
+    "laptop" next to the laptop's product id), then by how often the span
+    mentions it (dialogue counts double: an id the agent or the user repeats is
+    one the task turns on), then newest first. A later call is far more likely
+    to reuse an old id than an old sentence, and an id costs a few tokens where
+    its message cost hundreds.
     """
     words = tuple(query)
-    best: dict[str, tuple[int, int]] = {}  # id -> (-matches, first seen)
+    best: dict[str, list[int]] = {}  # id -> [query words around it, mentions, first seen]
     budget = OMITTED_SCAN_CHARS
-    for text in texts:
+    for text, dialogue in texts:
         if budget <= 0:
             break
         text = text[-budget:]
         budget -= len(text)
         lowered = text.lower() if words else ""
         bounds = ("{", "}") if text.lstrip()[:1] in ("{", "[") else ("\n", "\n")
+        counted: set[str] = set()
         for match in _ID_TOKEN.finditer(text):
             value = match.group().strip(".-")
             if value in present or not _is_id(value):
                 continue
-            matches = -sum(w in _record(lowered, match.start(), match.end(), *bounds) for w in words) if words else 0
-            seen = best.get(value)
-            if seen is None:
-                best[value] = (matches, len(best))
-            elif matches < seen[0]:  # another mention sits in a more telling record
-                best[value] = (matches, seen[1])
+            matches = sum(w in _record(lowered, match.start(), match.end(), *bounds) for w in words) if words else 0
+            entry = best.get(value)
+            if entry is None:
+                entry = best[value] = [matches, 0, len(best)]
+            elif matches > entry[0]:  # another mention sits in a more telling record
+                entry[0] = matches
+            if value not in counted:
+                counted.add(value)
+                entry[1] += 2 if dialogue else 1
     chosen: list[str] = []
     used = 0
-    for value in sorted(best, key=best.__getitem__):
+    for value in sorted(best, key=lambda v: (-best[v][0], -best[v][1], best[v][2])):
         cost = count_text(" " + value)
         if used + cost > room:
             break

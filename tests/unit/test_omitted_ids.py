@@ -36,12 +36,12 @@ def test_ids_are_ranked_by_the_request_words_around_them_and_fit_the_room():
         {"name": "Laptop", "item_id": "4760268021", "options": {"processor": "i5"}},
         {"name": "Kettle", "item_id": "7777700003", "options": {"color": "steel"}}]}, indent=1)
     words = ("exchange", "laptop", "i9")
-    ids = omitted_ids([listing], set(), room=100, count_text=COUNTER.count_text, query=words)
+    ids = omitted_ids([(listing, False)], set(), room=100, count_text=COUNTER.count_text, query=words)
     assert ids[0] == "4760268021" and sorted(ids) == ["4760268021", "5555500001", "7777700003"]
     # Already forwarded: not repeated. No room: nothing.
-    assert "4760268021" not in omitted_ids([listing], {"4760268021"}, 100, COUNTER.count_text, words)
-    assert omitted_ids([listing], set(), 3, COUNTER.count_text, words) == []
-    one = omitted_ids([listing], set(), COUNTER.count_text(" 4760268021"), COUNTER.count_text, words)
+    assert "4760268021" not in omitted_ids([(listing, False)], {"4760268021"}, 100, COUNTER.count_text, words)
+    assert omitted_ids([(listing, False)], set(), 3, COUNTER.count_text, words) == []
+    one = omitted_ids([(listing, False)], set(), COUNTER.count_text(" 4760268021"), COUNTER.count_text, words)
     assert one == ["4760268021"]
 
 
@@ -71,8 +71,15 @@ def test_a_dropped_tool_chain_leaves_its_ids_in_the_marker_within_the_cap():
 def test_in_plain_text_the_line_is_the_record():
     lines = [f"item {i}: sku {700100 + i}, a grey kettle, in stock" for i in range(8)]
     lines[5] = "item 5: sku 700105, the blue desk lamp, in stock"
-    ids = omitted_ids(["\n".join(lines)], set(), 100, COUNTER.count_text, ("blue", "desk", "lamp"))
+    ids = omitted_ids([("\n".join(lines), False)], set(), 100, COUNTER.count_text, ("blue", "desk", "lamp"))
     assert ids[0] == "700105"
+
+
+def test_ids_the_dialogue_repeats_come_before_the_rest():
+    listing = "\n".join(f"sku {700100 + i}: a grey kettle" for i in range(6))
+    said = "Shall I exchange sku 700104 then?"
+    ids = omitted_ids([(said, True), (listing, False)], set(), 100, COUNTER.count_text, ())
+    assert ids[0] == "700104" and len(ids) == 6
 
 
 def test_markers_are_frozen_and_each_epoch_adds_its_own():
