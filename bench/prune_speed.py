@@ -32,7 +32,7 @@ from gateway.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 
-from gateway.pruning import text_features  # noqa: E402
+from gateway.pruning import compression, text_features  # noqa: E402
 from gateway.pruning.frozen import FrozenPlan  # noqa: E402
 from gateway.pruning.pipeline import prune  # noqa: E402
 from gateway.pruning.policy import Policy  # noqa: E402
@@ -93,27 +93,38 @@ def main() -> int:
         body = {"model": "gpt-4o-mini", "messages": messages}
         actual = base_counter.count_messages(messages)
         target = max(500, int(actual * 0.3))
+        # The next turn brings a bulky tool output (a tenth of the cap): it goes over the
+        # cap whatever room the first decision left, so the second call is an epoch.
+        rows = "\n".join(f"item {i}: sku {800000 + i}, status pending" for i in range(max(10, target // 100)))
+        bulky = [{"role": "assistant", "content": None, "tool_calls": [
+                     {"id": "bench_call", "type": "function",
+                      "function": {"name": "get_order_details", "arguments": '{"order_id": "#W9999999"}'}}]},
+                 {"role": "tool", "tool_call_id": "bench_call", "content": rows},
+                 {"role": "user", "content": "And that order?"}]
         turn = [{"role": "assistant", "content": "Done. Anything else?"},
                 {"role": "user", "content": "Yes, one more thing about that order."}]
-        extended = {"model": "gpt-4o-mini", "messages": messages + turn}
-        extended_more = {"model": "gpt-4o-mini", "messages": messages + turn + turn}
+        extended = {"model": "gpt-4o-mini", "messages": messages + bulky}
+        extended_more = {"model": "gpt-4o-mini", "messages": messages + bulky + turn}
         cold, warm, epoch = [], [], []
         for _ in range(args.repeats):
-            # A cold process: empty token-count, feature and per-word caches.
+            # A cold process: empty token-count, feature, per-word and per-text id caches.
             counter = TokenCounters().for_model("gpt-4o-mini")
             scorer = LocalScorer()
             text_features.clear_word_cache()
+            compression.clear_ids_memo()
             ms, first = timed(lambda: prune(body, policy, scorer=scorer, counter=counter, target=target))
             cold.append(ms)
             raw = first.state.to_bytes()
             # The next turn goes over the cap: a new epoch, down to the low-water mark.
             ms, second = timed(lambda: prune(extended, policy, scorer=scorer, counter=counter,
                                              state=FrozenPlan.from_bytes(raw), target=target))
+            assert second.mode == "epoch" or len(messages) == 1, second.mode
             epoch.append(ms)
             raw = second.state.to_bytes()
             # The turn after fits: the frozen decisions are replayed (the common case).
             ms, third = timed(lambda: prune(extended_more, policy, scorer=scorer, counter=counter,
                                             state=FrozenPlan.from_bytes(raw), target=target))
+            assert third.mode == "frozen" or len(messages) == 1, third.mode
             warm.append(ms)
         c, w, e = statistics.median(cold), statistics.median(warm), statistics.median(epoch)
         print(f"{actual:>8} {len(messages):>6} {c:>9.2f} {w:>9.2f} {e:>9.2f} {c / actual * 1000:>11.3f} "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from gateway.pruning.memo import TextMemo
 from gateway.pruning.messages import content_text
 
 MASKED_PREFIX = "[sieve: masked"
@@ -40,16 +41,32 @@ def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, ke
 
 def kept_values(text: str) -> list[str]:
     """Id-like values of a tool output (three digits or more; amounts and short
-    numbers excluded), first occurrence first, deduplicated. One regex pass:
-    this runs on every tool output of a conversation at each epoch."""
-    seen: dict[str, None] = {}
-    for token in _ID_TOKEN.findall(text):
-        token = token.strip(".-")
-        if token not in seen and _is_id(token):
-            seen[token] = None
-            if len(seen) >= MAX_KEPT_VALUES:
-                break
-    return list(seen)
+    numbers excluded), first occurrence first, deduplicated, at most
+    MAX_KEPT_VALUES."""
+    return list(text_ids(text)[:MAX_KEPT_VALUES])
+
+
+# Every epoch masks, or lists the ids of, the same old outputs again: their ids are
+# read once per text. Bounded like the other per-text memos.
+_IDS: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
+
+
+def text_ids(text: str) -> tuple[str, ...]:
+    """All id-like values of a text, first occurrence first, deduplicated (memoised)."""
+    ids = _IDS.get(text)
+    if ids is None:
+        seen: dict[str, None] = {}
+        for token in _ID_TOKEN.findall(text):
+            token = token.strip(".-")
+            if token not in seen and _is_id(token):
+                seen[token] = None
+        ids = _IDS.put(text, tuple(seen))
+    return ids
+
+
+def clear_ids_memo() -> None:
+    """Forget the per-text ids (benchmarks of a cold process)."""
+    _IDS.clear()
 
 
 OMITTED_PREFIX = "[sieve: some earlier messages omitted"
@@ -136,10 +153,7 @@ def ids_in(texts: Iterable[str]) -> set[str]:
     """Every id-like value of some texts (as :func:`kept_values` reads them)."""
     found: set[str] = set()
     for text in texts:
-        for token in _ID_TOKEN.findall(text):
-            token = token.strip(".-")
-            if token not in found and _is_id(token):
-                found.add(token)
+        found.update(text_ids(text))
     return found
 
 
