@@ -370,8 +370,7 @@ def _with_omitted_ids(conv: Conversation, actions: Mapping[int, str], markers: d
         later = [p for p in positions if p > pos]
         end = later[0] if later else len(conv.messages)
         span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == sel.DROP]
-        texts = ((message_token_text(m), m.get("role") in ("user", "assistant") and bool(m.get("content")))
-                 for u in reversed(span) for j in reversed(u.indices) if (m := conv.messages[j]))
+        texts = (_text_and_dialogue(conv.messages[j]) for u in reversed(span) for j in reversed(u.indices))
         ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
         plain = counter.count_message(markers[pos])
         while ids and counter.count_message(dropped_marker(ids)) - plain > room:
@@ -384,6 +383,12 @@ def _with_omitted_ids(conv: Conversation, actions: Mapping[int, str], markers: d
         elif any(p < pos for p in out):
             del out[pos]
     return out
+
+
+def _text_and_dialogue(message: Mapping[str, Any]) -> tuple[str, bool]:
+    """A message's text, and whether someone said it (user or assistant words, not a
+    tool output or a bare call)."""
+    return message_token_text(message), message.get("role") in ("user", "assistant") and bool(message.get("content"))
 
 
 def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: list[int],
