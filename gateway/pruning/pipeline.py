@@ -172,7 +172,10 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         return squeezed if i == last and squeezed is not None else units[i].tokens
 
     protected = hard_pins | set(window)
-    room = budget - sum(cost(i) for i in protected) - MARKER_RESERVE
+    # Earlier markers stay where the old prefix stays, and with ids they are no
+    # longer tiny: their tokens come out of the room like the pinned units'.
+    carried = [counter.count_message(m) for _, m in prior_inserts if is_marker(m)]
+    room = budget - sum(cost(i) for i in protected) - MARKER_RESERVE - sum(carried)
     ids_reserve = _omitted_ids_reserve(conv, policy, candidates, forced, masked_forms, counter, room)
     settled, settled_end = _settled_prefix(conv, boundary, forced, masked_cost, protected, room - ids_reserve)
     if settled:
@@ -198,6 +201,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     reminder = _reminder(conv, policy)
     reserve = MARKER_RESERVE + (counter.count_message(reminder) if reminder else 0) + \
         (policy.summary_max_tokens if policy.summaries else 0)  # room for the summary written later
+    reserve += sum(carried) if settled else max(carried, default=0)  # a re-decision keeps one at most
     reserve += min(ids_reserve, max(0, budget - pinned_tokens - reserve))
     rules = sel.SelectionRules(budget - pinned_tokens - reserve, policy.keep_threshold,
                                policy.compress_threshold, policy.fill_budget and strategy != "window",

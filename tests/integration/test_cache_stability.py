@@ -5,6 +5,7 @@ from __future__ import annotations
 import openai
 import orjson
 
+from gateway.pruning.compression import is_omission_marker
 from tests.conversations import agent_history
 
 
@@ -41,6 +42,12 @@ def test_agent_loop_keeps_a_byte_identical_prefix_between_epochs(gateway, upstre
     for a, b in zip(breaks, breaks[1:] + [len(bodies)]):
         for n in range(a + 1, b):
             assert bodies[n].startswith(_forwarded_prefix(bodies[n - 1]))
+    # What was dropped left its ids with the provider, and a marker once sent keeps its bytes.
+    markers = [[m["content"] for m in orjson.loads(body)["messages"] if is_omission_marker(m)] for body in bodies]
+    with_ids = [c for found in markers for c in found if "; ids: #W" in c]
+    assert with_ids, "dropped order lookups leave their order ids in a marker"
+    for earlier, later in zip(markers, markers[1:]):
+        assert later[: len(earlier)] == earlier or later[:1] == earlier[:1]
 
 
 def test_history_edit_gets_a_fresh_prune(gateway, upstream):
