@@ -164,6 +164,14 @@ def _is_id(token: str) -> bool:
 SUMMARY_PREFIX = "[sieve: summary of omitted messages]"
 
 
+def marker_ids(message: Mapping[str, Any]) -> list[str]:
+    """The ids an omission marker lists (none for a plain one)."""
+    content = message.get("content")
+    if not is_omission_marker(message) or "; ids: " not in content:
+        return []
+    return content.split("; ids: ", 1)[1].rstrip("]").split()
+
+
 def is_omission_marker(message: Mapping[str, Any]) -> bool:
     content = message.get("content")
     return message.get("role") == "user" and isinstance(content, str) and content.startswith(OMITTED_PREFIX)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.pruning.compression import is_omission_marker, summary_message
+from gateway.pruning.compression import is_omission_marker, marker_ids, summary_message
 from gateway.pruning.frozen import DROP
 from gateway.pruning.messages import content_text, message_token_text
 from gateway.pruning.pipeline import PruneResult
@@ -84,7 +84,11 @@ class Summarizer:
                 continue
             run.prompt_tokens += answer.prompt_tokens or 0
             run.completion_tokens += answer.completion_tokens or 0
-            summary = _fit(answer.text, counter, cap - result.forwarded_tokens + counter.count_message(marker))
+            # The marker's exact ids lead the summary (a model may drop or garble one);
+            # a summary cut to fit loses its last lines first.
+            missing = [v for v in marker_ids(marker) if v not in answer.text]
+            text = (f"Ids: {' '.join(missing)}\n" if missing else "") + answer.text
+            summary = _fit(text, counter, cap - result.forwarded_tokens + counter.count_message(marker))
             if summary is None:
                 continue
             _replace(result, k, marker, summary, counter)

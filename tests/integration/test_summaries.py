@@ -43,6 +43,9 @@ def test_omitted_span_is_summarised_and_frozen(gw, upstream, scorer_model):
     summaries = [m for m in sent if str(m.get("content")).startswith(SUMMARY_PREFIX)]
     assert len(summaries) == 1 and "#W1000001" in summaries[0]["content"]
     assert not any(is_omission_marker(m) for m in sent)
+    # The ids the marker held lead the summary, whatever the model wrote.
+    first_line = summaries[0]["content"].splitlines()[1]
+    assert first_line.startswith("Ids: #W") and len(first_line.split()) > 3
     assert int(r.headers["x-sieve-forwarded-tokens"]) <= 4000
     asked = scorer_model.requests[-1].json
     assert "REMOVED MESSAGES" in asked["messages"][1]["content"]
