@@ -32,7 +32,7 @@ from gateway.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 
-from gateway.pruning import compression, text_features  # noqa: E402
+from gateway.pruning import ids, text_features  # noqa: E402
 from gateway.pruning.frozen import FrozenPlan  # noqa: E402
 from gateway.pruning.pipeline import prune  # noqa: E402
 from gateway.pruning.policy import Policy  # noqa: E402
@@ -111,7 +111,7 @@ def main() -> int:
             counter = TokenCounters().for_model("gpt-4o-mini")
             scorer = LocalScorer()
             text_features.clear_word_cache()
-            compression.clear_ids_memo()
+            ids.clear_ids_memo()
             ms, first = timed(lambda: prune(body, policy, scorer=scorer, counter=counter, target=target))
             cold.append(ms)
             raw = first.state.to_bytes()

@@ -30,9 +30,10 @@ from typing import Any, Mapping, Sequence
 
 from gateway.pruning import selection as sel
 from gateway.pruning.compression import (MASKED_PREFIX, dropped_marker, goal_reminder, is_maskable, is_marker,
-                                         ids_in, masked_message, omitted_ids)
+                                         masked_message)
 from gateway.pruning.conversation import KIND_SYSTEM, KIND_USER, Conversation, build_conversation
 from gateway.pruning.frozen import DROP, MASK, FrozenPlan
+from gateway.pruning.ids import ids_in, omitted_ids
 from gateway.pruning.messages import fingerprint, message_token_text
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.policy import Policy

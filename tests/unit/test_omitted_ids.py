@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
-from gateway.pruning.compression import DROPPED_MARKER, OMITTED_PREFIX, ids_in, kept_values, omitted_ids
+from gateway.pruning.compression import DROPPED_MARKER, OMITTED_PREFIX, kept_values
 from gateway.pruning.frozen import FrozenPlan
+from gateway.pruning.ids import ids_in, omitted_ids
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy
 from gateway.pruning.scoring import LocalScorer
