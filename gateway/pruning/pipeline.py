@@ -29,24 +29,18 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from gateway.pruning import selection as sel
-from gateway.pruning.compression import (MASKED_PREFIX, dropped_marker, goal_reminder, is_maskable, is_marker,
-                                         masked_message)
+from gateway.pruning.compression import MASKED_PREFIX, goal_reminder, is_maskable, is_marker, masked_message
 from gateway.pruning.conversation import KIND_SYSTEM, KIND_USER, Conversation, build_conversation
 from gateway.pruning.frozen import DROP, MASK, FrozenPlan
-from gateway.pruning.ids import ids_in, omitted_ids
-from gateway.pruning.messages import fingerprint, message_token_text
+from gateway.pruning.markers import omitted_ids_reserve, place_markers, with_omitted_ids
+from gateway.pruning.messages import fingerprint
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.policy import Policy
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
-from gateway.pruning.text_features import query_words
 from gateway.pruning.tokens import TokenCounter
 
 MARKER_RESERVE = 12  # tokens held back for the drop marker
-# At most this share of the room the pins leave is held back for the ids of what
-# is omitted (policy ``omitted_ids_tokens`` caps it in tokens).
-OMITTED_IDS_SHARE = 3
-MASK_OVERHEAD = 24  # tokens of a masked tool message that are not its ids
 
 
 def prune(
@@ -177,7 +171,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     # longer tiny: their tokens come out of the room like the pinned units'.
     carried = [counter.count_message(m) for _, m in prior_inserts if is_marker(m)]
     room = budget - sum(cost(i) for i in protected) - MARKER_RESERVE - sum(carried)
-    ids_reserve = _omitted_ids_reserve(conv, policy, candidates, forced, masked_forms, counter, room)
+    ids_reserve = omitted_ids_reserve(conv, policy, candidates, forced, masked_forms, counter, room)
     settled, settled_end = _settled_prefix(conv, boundary, forced, masked_cost, protected, room - ids_reserve)
     if settled:
         # The settled prefix stays exactly as forwarded before (the provider's
@@ -226,18 +220,18 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     earlier_drops = {i for i, a in forced.items() if a == sel.DROP}
     marker_args = (prior_inserts, settled_end, bool(settled), policy.summaries or policy.omitted_ids_tokens > 0,
                    earlier_drops)
-    markers, fresh = _markers(conv, actions, *marker_args)
+    markers, fresh = place_markers(conv, actions, *marker_args)
     forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
     fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     if fwd_tokens > cap and attainable:  # markers cost more than reserved, or pins alone are over
         order = sorted(candidates, key=lambda i: (unit_scores[i].score, unit_scores[i].relevance, i))
         sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - cap)
-        markers, fresh = _markers(conv, actions, *marker_args)
+        markers, fresh = place_markers(conv, actions, *marker_args)
         forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     if fresh and policy.omitted_ids_tokens > 0:
         room = min(policy.omitted_ids_tokens, budget - fwd_tokens)
-        markers = _with_omitted_ids(conv, actions, markers, fresh, forwarded, room, counter)
+        markers = with_omitted_ids(conv, actions, markers, fresh, forwarded, room, counter)
         forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     check_no_new_problems(conv.messages, forwarded)
@@ -258,18 +252,6 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     return PruneResult(out, "epoch", strategy, conv.total_tokens, fwd_tokens, None,
                        per_message_actions, per_message_scores, plan, list(conv.problems),
                        scored_units=len(unit_scores), epoch=epoch)
-
-
-def _omitted_ids_reserve(conv: Conversation, policy: Policy, candidates: Sequence[int], forced: Mapping[int, str],
-                         masked_forms: Mapping[int, dict[str, Any]], counter: TokenCounter, room: int) -> int:
-    """Tokens held back for the ids of what this decision omits: a share of the room
-    the pins leave, and no more than the undecided candidates hold in ids (a chat
-    history without tool output holds few; an unused reserve is waste)."""
-    if policy.omitted_ids_tokens <= 0 or room <= 0:
-        return 0
-    supply = sum(max(0, counter.count_message(masked_forms[j]) - MASK_OVERHEAD)
-                 for i in candidates if i not in forced for j in conv.units[i].indices if j in masked_forms)
-    return min(policy.omitted_ids_tokens, supply, room // OMITTED_IDS_SHARE)
 
 
 def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, str],
@@ -321,79 +303,6 @@ def _window(conv: Conversation, policy: Policy) -> list[int]:
     if policy.protect_active_chain and conv.last_user_unit is not None:
         start = min(start, conv.last_user_unit)
     return [i for i in range(start, n) if conv.units[i].kind != KIND_SYSTEM]
-
-
-def _markers(conv: Conversation, actions: dict[int, str], prior: Sequence[tuple[int, dict[str, Any]]],
-             boundary: int, locked: bool, per_epoch: bool,
-             earlier_drops: set[int]) -> tuple[dict[int, dict[str, Any]], list[int]]:
-    """Where the omission markers go, by original message index.
-
-    One marker before the first dropped unit. When the decided prefix was kept as
-    it was (an append-only epoch), its markers (or the summaries that replaced
-    them) stay byte for byte; the newly decided region gets a marker of its own
-    when it drops something (its ids are not in the older markers). Also returns
-    the positions of the markers made now (the ones that may still take ids).
-    """
-    prior_markers = {pos: m for pos, m in prior if is_marker(m)}
-    dropped = [u.start for u in conv.units if actions.get(u.index) == sel.DROP]
-    if not dropped:
-        return {}, []
-    if not locked:
-        first = dropped[0]
-        reused = prior_markers.get(first)
-        if reused is None:
-            return {first: dropped_marker()}, [first]
-        # The old marker stays (its bytes may be cached); from the first unit dropped
-        # only now, the rest gets a marker of its own.
-        newly = [u.start for u in conv.units if actions.get(u.index) == sel.DROP and u.index not in earlier_drops]
-        if per_epoch and newly and newly[0] > first:
-            return {first: reused, newly[0]: dropped_marker()}, [newly[0]]
-        return {first: reused}, []
-    markers = {pos: m for pos, m in prior_markers.items() if pos < boundary}
-    new = [pos for pos in dropped if pos >= boundary]
-    fresh = []
-    if new and (per_epoch or not markers):
-        markers[new[0]] = dropped_marker()
-        fresh.append(new[0])
-    if not markers:  # an old drop without its marker (a state written by an older version)
-        markers[dropped[0]] = dropped_marker()
-        fresh.append(dropped[0])
-    return markers, fresh
-
-
-def _with_omitted_ids(conv: Conversation, actions: Mapping[int, str], markers: dict[int, dict[str, Any]],
-                      fresh: Sequence[int], forwarded: Sequence[Mapping[str, Any]], room: int,
-                      counter: TokenCounter) -> dict[int, dict[str, Any]]:
-    """The fresh markers with the ids of the span each stands for (up to the next
-    marker), newest span first, within ``room`` tokens in all. A fresh marker left
-    without ids goes when an older one is there to stand for its span."""
-    present = ids_in(message_token_text(m) for m in forwarded)
-    query = query_words(conv.current_request)
-    positions = sorted(markers)
-    out = dict(markers)
-    for pos in sorted(fresh, reverse=True):  # the newest span is the likeliest to be needed
-        later = [p for p in positions if p > pos]
-        end = later[0] if later else len(conv.messages)
-        span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == sel.DROP]
-        texts = (_text_and_dialogue(conv.messages[j]) for u in reversed(span) for j in reversed(u.indices))
-        ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
-        plain = counter.count_message(markers[pos])
-        while ids and counter.count_message(dropped_marker(ids)) - plain > room:
-            ids.pop()  # the per-id estimate is close, the cap is exact
-        if ids:
-            marker = dropped_marker(ids)
-            room -= counter.count_message(marker) - plain
-            out[pos] = marker
-            present.update(ids)
-        elif any(p < pos for p in out):
-            del out[pos]
-    return out
-
-
-def _text_and_dialogue(message: Mapping[str, Any]) -> tuple[str, bool]:
-    """A message's text, and whether someone said it (user or assistant words, not a
-    tool output or a bare call)."""
-    return message_token_text(message), message.get("role") in ("user", "assistant") and bool(message.get("content"))
 
 
 def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: list[int],

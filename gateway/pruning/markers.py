@@ -1,0 +1,111 @@
+"""Omission markers: where they go, and the ids they list.
+
+One marker stands before an omitted span. Once forwarded it is frozen with the
+other decisions (the provider has its bytes cached); a later epoch that omits
+more gives its own span a marker of its own. A marker lists the exact ids of
+what it stands for, as far as the room held back for them allows: a later call
+is far more likely to reuse an old id than an old sentence.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from gateway.pruning import selection as sel
+from gateway.pruning.compression import dropped_marker, is_marker
+from gateway.pruning.conversation import Conversation
+from gateway.pruning.ids import ids_in, omitted_ids
+from gateway.pruning.messages import message_token_text
+from gateway.pruning.policy import Policy
+from gateway.pruning.text_features import query_words
+from gateway.pruning.tokens import TokenCounter
+
+# At most this share of the room the pins leave is held back for the ids of what
+# is omitted (policy ``omitted_ids_tokens`` caps it in tokens).
+OMITTED_IDS_SHARE = 3
+MASK_OVERHEAD = 24  # tokens of a masked tool message that are not its ids
+
+
+def omitted_ids_reserve(conv: Conversation, policy: Policy, candidates: Sequence[int], forced: Mapping[int, str],
+                         masked_forms: Mapping[int, dict[str, Any]], counter: TokenCounter, room: int) -> int:
+    """Tokens held back for the ids of what this decision omits: a share of the room
+    the pins leave, and no more than the undecided candidates hold in ids (a chat
+    history without tool output holds few; an unused reserve is waste)."""
+    if policy.omitted_ids_tokens <= 0 or room <= 0:
+        return 0
+    supply = sum(max(0, counter.count_message(masked_forms[j]) - MASK_OVERHEAD)
+                 for i in candidates if i not in forced for j in conv.units[i].indices if j in masked_forms)
+    return min(policy.omitted_ids_tokens, supply, room // OMITTED_IDS_SHARE)
+
+
+def place_markers(conv: Conversation, actions: dict[int, str], prior: Sequence[tuple[int, dict[str, Any]]],
+                  boundary: int, locked: bool, per_epoch: bool,
+                  earlier_drops: set[int]) -> tuple[dict[int, dict[str, Any]], list[int]]:
+    """Where the omission markers go, by original message index.
+
+    One marker before the first dropped unit. When the decided prefix was kept as
+    it was (an append-only epoch), its markers (or the summaries that replaced
+    them) stay byte for byte; the newly decided region gets a marker of its own
+    when it drops something (its ids are not in the older markers). Also returns
+    the positions of the markers made now (the ones that may still take ids).
+    """
+    prior_markers = {pos: m for pos, m in prior if is_marker(m)}
+    dropped = [u.start for u in conv.units if actions.get(u.index) == sel.DROP]
+    if not dropped:
+        return {}, []
+    if not locked:
+        first = dropped[0]
+        reused = prior_markers.get(first)
+        if reused is None:
+            return {first: dropped_marker()}, [first]
+        # The old marker stays (its bytes may be cached); from the first unit dropped
+        # only now, the rest gets a marker of its own.
+        newly = [u.start for u in conv.units if actions.get(u.index) == sel.DROP and u.index not in earlier_drops]
+        if per_epoch and newly and newly[0] > first:
+            return {first: reused, newly[0]: dropped_marker()}, [newly[0]]
+        return {first: reused}, []
+    markers = {pos: m for pos, m in prior_markers.items() if pos < boundary}
+    new = [pos for pos in dropped if pos >= boundary]
+    fresh = []
+    if new and (per_epoch or not markers):
+        markers[new[0]] = dropped_marker()
+        fresh.append(new[0])
+    if not markers:  # an old drop without its marker (a state written by an older version)
+        markers[dropped[0]] = dropped_marker()
+        fresh.append(dropped[0])
+    return markers, fresh
+
+
+def with_omitted_ids(conv: Conversation, actions: Mapping[int, str], markers: dict[int, dict[str, Any]],
+                     fresh: Sequence[int], forwarded: Sequence[Mapping[str, Any]], room: int,
+                     counter: TokenCounter) -> dict[int, dict[str, Any]]:
+    """The fresh markers with the ids of the span each stands for (up to the next
+    marker), newest span first, within ``room`` tokens in all. A fresh marker left
+    without ids goes when an older one is there to stand for its span."""
+    present = ids_in(message_token_text(m) for m in forwarded)
+    query = query_words(conv.current_request)
+    positions = sorted(markers)
+    out = dict(markers)
+    for pos in sorted(fresh, reverse=True):  # the newest span is the likeliest to be needed
+        later = [p for p in positions if p > pos]
+        end = later[0] if later else len(conv.messages)
+        span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == sel.DROP]
+        texts = (_text_and_dialogue(conv.messages[j]) for u in reversed(span) for j in reversed(u.indices))
+        ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
+        plain = counter.count_message(markers[pos])
+        while ids and counter.count_message(dropped_marker(ids)) - plain > room:
+            ids.pop()  # the per-id estimate is close, the cap is exact
+        if ids:
+            marker = dropped_marker(ids)
+            room -= counter.count_message(marker) - plain
+            out[pos] = marker
+            present.update(ids)
+        elif any(p < pos for p in out):
+            del out[pos]
+    return out
+
+
+def _text_and_dialogue(message: Mapping[str, Any]) -> tuple[str, bool]:
+    """A message's text, and whether someone said it (user or assistant words, not a
+    tool output or a bare call)."""
+    return message_token_text(message), message.get("role") in ("user", "assistant") and bool(message.get("content"))
