@@ -146,25 +146,20 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
                    if u.tool_result_tokens and policy.mask_tool_outputs}
     pins_over = sum(units[i].tokens for i in hard_pins if i not in conv.goal_units) - cap
-    attainable = pins_over <= 0
     # A current step of many parallel results can be what breaks the cap: then its
-    # earlier results are masked (ids kept, every call still answered) and only the
-    # newest stays whole. The unit is pinned, not dropped. Masks without their ids
-    # come second: the cap is the client's hard limit.
-    squeezed = None
-    for forms in ((masked_forms, _bare_forms(conv, last)) if not attainable and masked_forms else ()):
-        squeezed = _squeezed_tokens(conv, last, forms, counter)
-        if squeezed is not None and pins_over - (units[last].tokens - squeezed) <= 0:
-            attainable, masked_forms = True, {**masked_forms, **forms}
-            break
-        squeezed = None
+    # earlier results are masked (every call still answered), the newest stays
+    # whole, and the unit stays pinned, not dropped.
+    squeezed = _squeeze(conv, last, masked_forms, counter, pins_over) if pins_over > 0 and masked_forms else None
+    if squeezed is not None:
+        masked_forms = {**masked_forms, **squeezed[1]}
+    attainable = pins_over <= 0 or squeezed is not None
     if not attainable:
         system = sum(u.tokens for u in units if u.kind == KIND_SYSTEM)
         share = cap / max(conv.total_tokens, 1)
         budget = max(budget, system + int((conv.total_tokens - system) * share))
 
     def cost(i: int) -> int:
-        return squeezed if i == last and squeezed is not None else units[i].tokens
+        return squeezed[0] if i == last and squeezed is not None else units[i].tokens
 
     protected = hard_pins | set(window)
     # Earlier markers stay where the old prefix stays, and with ids they are no
@@ -365,21 +360,26 @@ def _masked_tokens(conv: Conversation, unit_index: int, counter: TokenCounter,
                for j in conv.units[unit_index].indices)
 
 
-def _bare_forms(conv: Conversation, index: int) -> dict[int, dict[str, Any]]:
-    """Unit ``index``'s results masked without their ids."""
-    return {j: masked_message(m, conv.tokens[j], conv.fingerprints[j], keep_ids=False)
-            for j in conv.units[index].indices if is_maskable(m := conv.messages[j])}
-
-
-def _squeezed_tokens(conv: Conversation, index: int, masked_forms: Mapping[int, dict[str, Any]],
-                     counter: TokenCounter) -> int | None:
-    """Unit ``index`` with every result but its newest masked, or None when that
-    saves nothing (a single result, or nothing maskable)."""
+def _squeeze(conv: Conversation, index: int, masked_forms: Mapping[int, dict[str, Any]], counter: TokenCounter,
+             over: int) -> tuple[int, dict[int, dict[str, Any]]] | None:
+    """Unit ``index`` with every result but its newest masked, if that frees ``over``
+    tokens: masks with their ids first, else without (the cap is the client's hard
+    limit). Returns the unit's tokens and the masked forms used; None if neither
+    fits, or the unit has nothing to mask but its newest result."""
     unit = conv.units[index]
     head = [j for j in unit.indices[:-1] if j in masked_forms]
     if not head or conv.messages[unit.stop - 1].get("role") not in ("tool", "function"):
         return None
-    return unit.tokens - sum(conv.tokens[j] - counter.count_message(masked_forms[j]) for j in head)
+    def freed(forms: Mapping[int, dict[str, Any]]) -> int:
+        return sum(conv.tokens[j] - counter.count_message(forms[j]) for j in head)
+
+    forms = {j: masked_forms[j] for j in head}
+    if freed(forms) < over:
+        forms = {j: masked_message(conv.messages[j], conv.tokens[j], conv.fingerprints[j], keep_ids=False)
+                 for j in head}
+        if freed(forms) < over:
+            return None
+    return unit.tokens - freed(forms), forms
 
 
 def _forced_unit_actions(conv: Conversation, prior: Mapping[int, str]) -> dict[int, str]:

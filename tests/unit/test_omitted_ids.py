@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.pruning.compression import DROPPED_MARKER, OMITTED_PREFIX, kept_values
+from gateway.pruning.compression import DROPPED_MARKER, OMITTED_PREFIX, kept_values, marker_ids
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.ids import ids_in, omitted_ids
 from gateway.pruning.pipeline import prune
@@ -28,7 +28,7 @@ def markers(result) -> list[str]:
 
 
 def listed(marker: str) -> list[str]:
-    return marker.split("; ids: ", 1)[1].rstrip("]").split() if "; ids: " in marker else []
+    return marker_ids({"role": "user", "content": marker})
 
 
 def test_ids_are_ranked_by_the_request_words_around_them_and_fit_the_room():
