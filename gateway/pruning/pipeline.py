@@ -154,9 +154,9 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         masked_forms = {**masked_forms, **squeezed[1]}
     attainable = pins_over <= 0 or squeezed is not None
     if not attainable:
-        system = sum(u.tokens for u in units if u.kind == KIND_SYSTEM)
+        pinned_whole = sum(units[i].tokens for i in hard_pins)
         share = cap / max(conv.total_tokens, 1)
-        budget = max(budget, system + int((conv.total_tokens - system) * share))
+        budget = max(budget, pinned_whole + int((conv.total_tokens - pinned_whole) * share))
 
     def cost(i: int) -> int:
         return squeezed[0] if i == last and squeezed is not None else units[i].tokens

@@ -172,6 +172,27 @@ def test_pinned_exceeding_target_still_valid(strategy):
     assert structural_problems(result.request["messages"]) == []
 
 
+def test_an_unattainable_cap_still_shrinks_the_history_by_its_share():
+    # The current step alone is over the cap: the pins go whole, and the rest of the
+    # history keeps the share of itself the cap asked for (cap / original), beyond
+    # the pins. It used to be measured from the system prompt up, so a big current
+    # step left the history nothing at all.
+    history = agent_history(20)
+    call = {"id": "big", "type": "function", "function": {"name": "get_order_details", "arguments": "{}"}}
+    history += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "big", "content": "sku 7000123 in stock\n" * 400}]
+    target = 3000
+    result = run(history, target=target)
+    conv = build_conversation(history, COUNTER.count_message)
+    pins = conv.units[0].tokens + conv.units[1].tokens + conv.units[-1].tokens
+    assert pins > target  # unattainable
+    share = target / result.original_tokens
+    rest = result.forwarded_tokens - pins
+    assert 0 < rest <= int((result.original_tokens - pins) * share)
+    assert rest > 0.8 * (result.original_tokens - pins) * share
+    assert structural_problems(result.request["messages"]) == []
+
+
 def test_unit_counts_count_a_chain_once():
     history = agent_history(12, output_lines=60)
     result = run(history, target=3000)
