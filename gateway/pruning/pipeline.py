@@ -140,8 +140,10 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     # The cap is attainable when the system prompt and the current step fit in it;
     # then the rest of the protected window yields, oldest first, to meet it. When
     # it is not, shedding the window would harm the agent and still miss the cap:
-    # the pinned units go whole, and the history keeps the share of itself that
-    # the cap asked for (cap / original), chosen as usual.
+    # the pinned units go whole, everything else is omitted (the request comes as
+    # close to the cap as the pins allow), and the omission marker lists the ids
+    # of what it stands for: an exact id costs a few tokens, and the next call is
+    # likely to reuse one.
     masked_forms = _masked_forms(conv) if policy.mask_tool_outputs else {}
     masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
                    if u.tool_result_tokens and policy.mask_tool_outputs}
@@ -153,10 +155,6 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     if squeezed is not None:
         masked_forms = {**masked_forms, **squeezed[1]}
     attainable = pins_over <= 0 or squeezed is not None
-    if not attainable:
-        pinned_whole = sum(units[i].tokens for i in hard_pins)
-        share = cap / max(conv.total_tokens, 1)
-        budget = max(budget, pinned_whole + int((conv.total_tokens - pinned_whole) * share))
 
     def cost(i: int) -> int:
         return squeezed[0] if i == last and squeezed is not None else units[i].tokens
@@ -225,7 +223,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
     if fresh and policy.omitted_ids_tokens > 0:
-        room = min(policy.omitted_ids_tokens, budget - fwd_tokens)
+        room = min(policy.omitted_ids_tokens, budget - fwd_tokens) if attainable else policy.omitted_ids_tokens
         markers = with_omitted_ids(conv, actions, markers, fresh, forwarded, room, counter)
         forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)

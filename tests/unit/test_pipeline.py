@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from gateway.pruning.compression import is_omission_marker, marker_ids
 from gateway.pruning.conversation import KIND_BROKEN, KIND_TOOL_CHAIN, build_conversation
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.normalize import structural_problems
@@ -172,25 +173,33 @@ def test_pinned_exceeding_target_still_valid(strategy):
     assert structural_problems(result.request["messages"]) == []
 
 
-def test_an_unattainable_cap_still_shrinks_the_history_by_its_share():
-    # The current step alone is over the cap: the pins go whole, and the rest of the
-    # history keeps the share of itself the cap asked for (cap / original), beyond
-    # the pins. It used to be measured from the system prompt up, so a big current
-    # step left the history nothing at all.
+def test_an_unattainable_cap_keeps_the_pins_and_lists_the_ids_of_the_rest():
+    # The current step alone is over the cap: the pinned units (system, goal, the
+    # protected window) go whole, everything else is omitted, and the marker lists
+    # the omitted ids within omitted_ids_tokens. It used to keep a share of the
+    # history, measured from the system prompt up: a request 50 % over a cap it
+    # missed by a few tokens.
     history = agent_history(20)
     call = {"id": "big", "type": "function", "function": {"name": "get_order_details", "arguments": "{}"}}
     history += [{"role": "assistant", "content": None, "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "big", "content": "sku 7000123 in stock\n" * 400}]
-    target = 3000
-    result = run(history, target=target)
+    policy = Policy()
+    result = run(history, target=3000, policy=policy)
     conv = build_conversation(history, COUNTER.count_message)
-    pins = conv.units[0].tokens + conv.units[1].tokens + conv.units[-1].tokens
-    assert pins > target  # unattainable
-    share = target / result.original_tokens
-    rest = result.forwarded_tokens - pins
-    assert 0 < rest <= int((result.original_tokens - pins) * share)
-    assert rest > 0.8 * (result.original_tokens - pins) * share
-    assert structural_problems(result.request["messages"]) == []
+    window = {len(conv.units) - 1 - k for k in range(policy.protect_last_units)}
+    pinned = {0, 1} | window
+    assert conv.units[0].tokens + conv.units[1].tokens + conv.units[-1].tokens > 3000  # unattainable
+    for u in conv.units:
+        actions = {result.message_actions[j] for j in u.indices}
+        assert actions == ({"kept"} if u.index in pinned else {"dropped"}), (u.index, actions)
+    sent = result.request["messages"]
+    markers = [m for m in sent if is_omission_marker(m)]
+    assert len(markers) == 1
+    listed = marker_ids(markers[0])
+    assert sum(i.startswith("#W10000") for i in listed) >= 5  # the dropped steps' order ids
+    pinned_tokens = sum(conv.units[i].tokens for i in pinned)
+    assert pinned_tokens < result.forwarded_tokens <= pinned_tokens + policy.omitted_ids_tokens + 16
+    assert structural_problems(sent) == []
 
 
 def test_unit_counts_count_a_chain_once():
