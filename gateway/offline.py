@@ -92,7 +92,7 @@ def replay_file(path: Path, settings: Settings, policy_name: str | None, target:
         forwarded_fps = [fingerprint(m) for m in result.request["messages"]]
         before = previous.get(key, ([], []))
         counter = counters.for_model(body["model"])
-        fwd_tokens = [counter.count_message(m) for m in result.request["messages"]]
+        fwd_tokens = [counter.model_tokens(m) for m in result.request["messages"]]
         original_cached = _cached(result.state.fingerprints, before[0], result.message_tokens)
         forwarded_cached = _cached(forwarded_fps, before[1], fwd_tokens)
         previous[key] = (list(result.state.fingerprints), forwarded_fps)

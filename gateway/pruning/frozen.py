@@ -30,10 +30,11 @@ class FrozenPlan:
     masked: dict[int, str] = field(default_factory=dict)  # index -> the masked content, as forwarded
     epoch: int = 0
     cap: int = 0                     # the high-water mark the decisions were taken under
-    # Token counts of the messages behind ``fingerprints``, and their encoding: a
-    # replica that never saw this conversation reuses them instead of tokenizing
-    # the whole history again.
+    # Token counts of the messages behind ``fingerprints`` (under the cap rule, and
+    # in the model's own encoding), and that encoding: a replica that never saw
+    # this conversation reuses them instead of tokenizing the whole history again.
     tokens: list[int] = field(default_factory=list)
+    model_tokens: list[int] = field(default_factory=list)
     encoding: str = ""
 
     def to_bytes(self) -> bytes:
@@ -42,7 +43,8 @@ class FrozenPlan:
             "actions": [[i, a] for i, a in sorted(self.actions.items())],
             "inserts": [[i, m] for i, m in self.inserts],
             "masked": [[i, t] for i, t in sorted(self.masked.items())],
-            "epoch": self.epoch, "cap": self.cap, "tokens": self.tokens, "encoding": self.encoding,
+            "epoch": self.epoch, "cap": self.cap, "tokens": self.tokens, "model_tokens": self.model_tokens,
+            "encoding": self.encoding,
         })
 
     @classmethod
@@ -58,21 +60,23 @@ class FrozenPlan:
                 inserts=[(int(i), dict(m)) for i, m in d["inserts"]],
                 masked={int(i): str(t) for i, t in d["masked"]},
                 epoch=int(d["epoch"]), cap=int(d.get("cap", 0)),
-                tokens=[int(t) for t in d.get("tokens", ())], encoding=str(d.get("encoding", "")),
+                tokens=[int(t) for t in d.get("tokens", ())],
+                model_tokens=[int(t) for t in d.get("model_tokens", ())], encoding=str(d.get("encoding", "")),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             return None
 
-    def known_tokens(self, fingerprints: Sequence[str], encoding: str) -> list[int]:
-        """Stored token counts for the leading messages that are unchanged."""
-        if encoding != self.encoding or len(self.tokens) != len(self.fingerprints):
-            return []
+    def known_tokens(self, fingerprints: Sequence[str], encoding: str) -> tuple[list[int], list[int]]:
+        """Stored token counts (cap rule, model encoding) of the leading messages that are unchanged."""
+        n_fps = len(self.fingerprints)
+        if encoding != self.encoding or len(self.tokens) != n_fps or len(self.model_tokens) != n_fps:
+            return [], []
         n = 0
         for mine, theirs in zip(fingerprints, self.fingerprints):
             if mine != theirs:
                 break
             n += 1
-        return self.tokens[:n]
+        return self.tokens[:n], self.model_tokens[:n]
 
     def prefix_matches(self, fingerprints: Sequence[str]) -> bool:
         n = self.decided

@@ -26,7 +26,7 @@ Modes (``result.mode``):
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from gateway.pruning import selection as sel
 from gateway.pruning.compression import MASKED_PREFIX, goal_reminder, is_maskable, is_marker, masked_message
@@ -59,11 +59,20 @@ def prune(
     minimum-size triggers; ``scores`` are precomputed unit scores (an async scorer's)."""
     messages: list[dict[str, Any]] = body["messages"]
     fps = [fingerprint(m) for m in messages]
-    tokens = state.known_tokens(fps, counter.encoding_name) if state is not None else []
-    tokens += [counter.count_message(m) for m in messages[len(tokens):]]
+    tokens, model_tokens = state.known_tokens(fps, counter.encoding_name) if state is not None else ([], [])
+    for m in messages[len(tokens):]:
+        tokens.append(counter.count_message(m))
+        model_tokens.append(counter.model_tokens(m))
     result = _prune(body, messages, fps, tokens, policy, scorer, counter, state, target, strategy, goal, scores)
-    result.message_tokens = tokens
-    result.state.tokens, result.state.encoding = tokens, counter.encoding_name
+    # The cap was kept under the cap rule; what is reported is the model's own count.
+    result.cap_tokens = result.forwarded_tokens
+    result.original_tokens = sum(model_tokens)
+    sent = result.request["messages"]
+    result.forwarded_tokens = result.original_tokens if sent is messages else \
+        _count_forwarded(sent, result.sources, model_tokens, counter.model_tokens)
+    result.message_tokens = model_tokens
+    plan = result.state
+    plan.tokens, plan.model_tokens, plan.encoding = tokens, model_tokens, counter.encoding_name
     return result
 
 
@@ -91,7 +100,7 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
 
     if usable:
         forwarded, sources = state.replay(messages)
-        fwd_tokens = _count_forwarded(forwarded, sources, tokens, counter)
+        fwd_tokens = _count_forwarded(forwarded, sources, tokens, counter.count_message)
         if fwd_tokens <= high_water:
             state.fingerprints = fps
             return _frozen_result(body, forwarded, sources, state, strategy, original, fwd_tokens,
@@ -215,18 +224,18 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
                    earlier_drops)
     markers, fresh = place_markers(conv, actions, *marker_args)
     forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
-    fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
+    fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter.count_message)
     if fwd_tokens > cap and attainable:  # markers cost more than reserved, or pins alone are over
         order = sorted(candidates, key=lambda i: (unit_scores[i].score, unit_scores[i].relevance, i))
         sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - cap)
         markers, fresh = place_markers(conv, actions, *marker_args)
         forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
-        fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
+        fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter.count_message)
     if fresh and policy.omitted_ids_tokens > 0:
         room = min(policy.omitted_ids_tokens, budget - fwd_tokens) if attainable else policy.omitted_ids_tokens
         markers = with_omitted_ids(conv, actions, markers, fresh, forwarded, room, counter)
         forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
-        fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter)
+        fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter.count_message)
     check_no_new_problems(conv.messages, forwarded)
 
     per_message_actions = ["kept"] * len(conv.messages)
@@ -244,7 +253,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     out["messages"] = forwarded
     return PruneResult(out, "epoch", strategy, conv.total_tokens, fwd_tokens, None,
                        per_message_actions, per_message_scores, plan, list(conv.problems),
-                       scored_units=len(unit_scores), epoch=epoch)
+                       scored_units=len(unit_scores), epoch=epoch, sources=sources)
 
 
 def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, str],
@@ -330,13 +339,15 @@ def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: lis
 
 
 def _count_forwarded(forwarded: Sequence[Mapping[str, Any]], sources: Sequence[int],
-                     tokens: Sequence[int], counter: TokenCounter) -> int:
+                     tokens: Sequence[int], count: Callable[[Mapping[str, Any]], int]) -> int:
+    """Tokens of the forwarded messages: the known count of each original message
+    forwarded as it is, ``count`` for masked ones and inserted markers."""
     total = 0
     for m, src in zip(forwarded, sources):
         if src >= 0 and not _is_masked(m):
             total += tokens[src]
         else:
-            total += counter.count_message(m)
+            total += count(m)
     return total
 
 
@@ -421,7 +432,7 @@ def _frozen_result(body, forwarded, sources, plan: FrozenPlan, strategy, origina
     out = dict(body)
     out["messages"] = forwarded
     return PruneResult(out, "frozen", strategy, original, fwd_tokens, target, actions,
-                       [None] * n_messages, plan, goal_source=goal_source, epoch=plan.epoch)
+                       [None] * n_messages, plan, goal_source=goal_source, epoch=plan.epoch, sources=sources)
 
 
 __all__ = ["PruneResult", "prune"]

@@ -17,8 +17,8 @@ class PruneResult:
     request: dict[str, Any]
     mode: str
     strategy: str
-    original_tokens: int
-    forwarded_tokens: int
+    original_tokens: int   # in the model's own encoding (reported, billed) once prune() returns
+    forwarded_tokens: int  # likewise
     target_tokens: int | None
     message_actions: list[str]          # per original message: kept | masked | dropped
     message_scores: list[UnitScore | None]
@@ -27,7 +27,11 @@ class PruneResult:
     goal_source: str = "derived"
     scored_units: int = 0
     epoch: int = 0
-    message_tokens: list[int] = field(default_factory=list)  # per original message
+    message_tokens: list[int] = field(default_factory=list)  # per original message, model encoding
+    cap_tokens: int = 0  # the forwarded messages under the cap rule: what x-sieve-target-tokens bounds
+    # Per forwarded message, the original message it is (or masks), -1 for an inserted
+    # marker: the forwarded count reuses the originals' known counts.
+    sources: list[int] = field(default_factory=list, repr=False)
 
     @property
     def changed(self) -> bool:
@@ -75,7 +79,7 @@ class PruneResult:
         return {
             "mode": self.mode, "strategy": self.strategy, "epoch": self.epoch,
             "original_tokens": self.original_tokens, "forwarded_tokens": self.forwarded_tokens,
-            "saved_tokens": self.saved_tokens, "target_tokens": self.target_tokens,
+            "saved_tokens": self.saved_tokens, "target_tokens": self.target_tokens, "cap_tokens": self.cap_tokens,
             "messages_in": len(self.message_actions), "messages_out": len(self.request.get("messages", [])),
             "actions": self.action_counts(), "scored_units": self.scored_units,
             "goal_source": self.goal_source, "problems": self.problems, "messages": messages,

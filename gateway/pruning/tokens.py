@@ -9,10 +9,15 @@ Tool schemas are not counted.
     counter = TokenCounters().for_model("gpt-4o-mini")   # o200k_base (+ cl100k_base, see below)
     counter.count_message({"role": "user", "content": "hi"})   # -> 5
 
-The cap is a promise, so counting is conservative: for the o200k families a
-text counts as the larger of its o200k_base and cl100k_base token counts
-(they differ by ~3 % on English chat). A client or a dashboard that counts
-with the older, more common cl100k_base never sees the cap exceeded.
+The cap is a promise, so counting for it is conservative: for the o200k
+families a text counts as the larger of its o200k_base and cl100k_base token
+counts (they differ by ~3 % on English chat). A client or a dashboard that
+counts with the older, more common cl100k_base never sees the cap exceeded.
+
+What is reported (headers, metrics, savings, budgets) is the model's own
+encoding (:meth:`TokenCounter.model_tokens`): what the provider bills. Counting
+savings with the larger count would overstate them by those ~3 %. Both counts
+come from one memo entry, so the second costs nothing.
 """
 
 from __future__ import annotations
@@ -56,10 +61,14 @@ class TokenCounter:
         names = (encoding_name, "cl100k_base") if encoding_name != "cl100k_base" else (encoding_name,)
         encoders = [self._encoder(n) for n in names]
         if len(encoders) == 1:
-            self._encode_len = lambda text, _e=encoders[0]: len(_e(text))
+            self._counts = lambda text, _e=encoders[0]: (n := len(_e(text)), n)
         else:
-            self._encode_len = lambda text, _es=encoders: max(len(e(text)) for e in _es)
-        self._cache: TextMemo[int] = TextMemo(cache_size, cache_chars)
+            def both(text: str, _model=encoders[0], _other=encoders[1]) -> tuple[int, int]:
+                model = len(_model(text))
+                return max(model, len(_other(text))), model
+            self._counts = both
+        # text -> (tokens under the cap rule, tokens in the model's own encoding)
+        self._cache: TextMemo[tuple[int, int]] = TextMemo(cache_size, cache_chars)
 
     @classmethod
     def _encoder(cls, name: str) -> Callable[[str], list[int]]:
@@ -73,17 +82,26 @@ class TokenCounter:
             cls._encoders[name] = enc
         return enc
 
+    def _pair(self, text: str) -> tuple[int, int]:
+        pair = self._cache.get(text)
+        if pair is None:
+            pair = self._cache.put(text, self._counts(text) if text else (0, 0))
+        return pair
+
     def count_text(self, text: str) -> int:
-        n = self._cache.get(text)
-        if n is None:
-            n = self._cache.put(text, self._encode_len(text) if text else 0)
-        return n
+        """Tokens of a text under the cap rule (the larger count, see above)."""
+        return self._pair(text)[0]
 
     def count_message(self, message: Mapping[str, Any]) -> int:
-        return self.count_text(message_token_text(message)) + PER_MESSAGE_OVERHEAD
+        """Tokens of a message under the cap rule: what ``x-sieve-target-tokens`` bounds."""
+        return self._pair(message_token_text(message))[0] + PER_MESSAGE_OVERHEAD
 
     def count_messages(self, messages: list[Mapping[str, Any]]) -> int:
         return sum(self.count_message(m) for m in messages)
+
+    def model_tokens(self, message: Mapping[str, Any]) -> int:
+        """Tokens of a message in the model's own encoding: what is reported and billed."""
+        return self._pair(message_token_text(message))[1] + PER_MESSAGE_OVERHEAD
 
 
 class TokenCounters:

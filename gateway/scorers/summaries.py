@@ -88,7 +88,7 @@ class Summarizer:
             # a summary cut to fit loses its last lines first.
             missing = [v for v in marker_ids(marker) if v not in answer.text]
             text = (f"Ids: {' '.join(missing)}\n" if missing else "") + answer.text
-            summary = _fit(text, counter, cap - result.forwarded_tokens + counter.count_message(marker))
+            summary = _fit(text, counter, cap - result.cap_tokens + counter.count_message(marker))
             if summary is None:
                 continue
             _replace(result, k, marker, summary, counter)
@@ -136,4 +136,5 @@ def _replace(result: PruneResult, k: int, marker: dict[str, Any], summary: dict[
         if m is marker:
             forwarded[i] = summary
             break
-    result.forwarded_tokens += counter.count_message(summary) - counter.count_message(marker)
+    result.cap_tokens += counter.count_message(summary) - counter.count_message(marker)
+    result.forwarded_tokens += counter.model_tokens(summary) - counter.model_tokens(marker)

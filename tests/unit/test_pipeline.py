@@ -7,6 +7,7 @@ import pathlib
 import time
 
 import pytest
+import tiktoken
 
 from gateway.pruning.compression import is_omission_marker, marker_ids
 from gateway.pruning.conversation import KIND_BROKEN, KIND_TOOL_CHAIN, build_conversation
@@ -45,6 +46,12 @@ def test_token_count_contract():
            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"a":1}'}}]}
     assert counter.count_message(msg) == counter.count_text('lookup{"a":1}') + 4
     assert counter.count_message({"role": "user", "content": [{"type": "text", "text": "hi"}]}) == 1 + 4
+    # o200k models: the cap counts the larger of the two encodings, reports the model's own.
+    text = "Quisiera cambiar la lámpara rota del pedido #W1000001 por una azul, por favor."
+    o200k, cl100k = (len(tiktoken.get_encoding(n).encode_ordinary(text)) for n in ("o200k_base", "cl100k_base"))
+    assert o200k < cl100k
+    msg = {"role": "user", "content": text}
+    assert COUNTER.model_tokens(msg) == o200k + 4 and COUNTER.count_message(msg) == cl100k + 4
 
 
 def test_units_group_parallel_and_legacy_chains():
@@ -82,7 +89,7 @@ def test_a_prune_that_saves_nothing_forwards_the_request_as_sent():
             {"role": "user", "content": "order"}, {"role": "user", "content": ""}]
     result = run(msgs, target=16)
     assert result.mode == "no_gain" and result.request["messages"] == msgs
-    assert result.forwarded_tokens == result.original_tokens == COUNTER.count_messages(msgs)
+    assert result.forwarded_tokens == result.original_tokens == sum(map(COUNTER.model_tokens, msgs))
     assert result.report()["messages"][2]["reason"] == "pruning would not make this request smaller"
     assert result.state.decided == 0  # nothing frozen: the next turn decides afresh
 
@@ -90,8 +97,10 @@ def test_a_prune_that_saves_nothing_forwards_the_request_as_sent():
 def test_explicit_target_overrides_minimums_and_fits():
     history = agent_history(12)
     result = run(history, target=2500)
-    assert result.forwarded_tokens <= 2500 < result.original_tokens
-    assert COUNTER.count_messages(result.request["messages"]) == result.forwarded_tokens
+    assert result.cap_tokens <= 2500 < result.original_tokens
+    # The cap holds under the cap rule; what is reported is the model's own encoding.
+    assert COUNTER.count_messages(result.request["messages"]) == result.cap_tokens
+    assert sum(map(COUNTER.model_tokens, result.request["messages"])) == result.forwarded_tokens
     assert structural_problems(result.request["messages"]) == []
     sent = result.request["messages"]
     assert sent[0] == history[0] and sent[1] == {"role": "user", "content": GOAL} and sent[-1] == history[-1]
@@ -138,7 +147,7 @@ def test_another_cap_gets_a_fresh_decision():
     history = agent_history(20)
     first = run(history, target=4000)
     again = run(history, target=3000, state=first.state)
-    assert again.mode == "stateless" and again.forwarded_tokens <= 3000
+    assert again.mode == "stateless" and again.cap_tokens <= 3000
 
 
 def test_epoch_goes_to_low_water_and_keeps_earlier_drops():
@@ -149,7 +158,7 @@ def test_epoch_goes_to_low_water_and_keeps_earlier_drops():
     dropped_before = {i for i, a in enumerate(first.message_actions) if a == "dropped"}
     second = run(history, target=4000, state=state, policy=policy)
     assert second.mode == "epoch" and second.epoch == first.epoch + 1
-    assert second.forwarded_tokens <= 4000 * 0.5 + 200
+    assert second.cap_tokens <= 4000 * 0.5 + 200
     assert dropped_before <= {i for i, a in enumerate(second.message_actions) if a == "dropped"}
 
 
@@ -162,7 +171,7 @@ def test_window_strategy_keeps_newest():
     history = agent_history(20)
     result = run(history, target=3000, strategy="window")
     kept = [i for i, a in enumerate(result.message_actions) if a != "dropped"]
-    assert kept[-1] == len(history) - 1 and result.forwarded_tokens <= 3000
+    assert kept[-1] == len(history) - 1 and result.cap_tokens <= 3000
 
 
 @pytest.mark.parametrize("strategy", ["relevance", "window"])
@@ -198,7 +207,7 @@ def test_an_unattainable_cap_keeps_the_pins_and_lists_the_ids_of_the_rest():
     listed = marker_ids(markers[0])
     assert sum(i.startswith("#W10000") for i in listed) >= 5  # the dropped steps' order ids
     pinned_tokens = sum(conv.units[i].tokens for i in pinned)
-    assert pinned_tokens < result.forwarded_tokens <= pinned_tokens + policy.omitted_ids_tokens + 16
+    assert pinned_tokens < result.cap_tokens <= pinned_tokens + policy.omitted_ids_tokens + 16
     assert structural_problems(sent) == []
 
 
@@ -232,7 +241,8 @@ def test_another_replica_reuses_the_stored_token_counts():
     third = prune({"model": "gpt-4o-mini", "messages": history + turn + turn}, Policy(), scorer=SCORER,
                   counter=cold, state=FrozenPlan.from_bytes(second.state.to_bytes()), target=4000)
     assert third.mode == "frozen"
-    assert third.message_tokens == [COUNTER.count_message(m) for m in history + turn + turn]
+    assert third.message_tokens == [COUNTER.model_tokens(m) for m in history + turn + turn]
+    assert third.forwarded_tokens == sum(map(COUNTER.model_tokens, third.request["messages"]))
     tokenized = [text for text in cold._cache if not text.startswith("[sieve:")]
     assert sorted(tokenized) == ["next?", "ok"]          # only the new messages
 

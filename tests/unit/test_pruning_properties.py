@@ -76,8 +76,9 @@ def test_structure_pins_and_target(messages, target, strategy):
         assert all(a == b or str(a["content"]).startswith("[sieve: masked") for a, b in zip(sent_tail, tail))
     pinned = COUNTER.count_messages([messages[0], messages[1]] + tail)
     if pinned + 40 <= target:
-        assert result.forwarded_tokens <= target                 # fits when feasible
-    assert result.forwarded_tokens == COUNTER.count_messages(sent)
+        assert result.cap_tokens <= target                       # fits when feasible
+    assert result.cap_tokens == COUNTER.count_messages(sent)
+    assert result.forwarded_tokens == sum(map(COUNTER.model_tokens, sent)) <= result.cap_tokens
 
 
 @PROPERTY
@@ -86,6 +87,6 @@ def test_deterministic_and_idempotent(messages, target):
     first = _prune(messages, target)
     again = _prune([dict(m) for m in messages], target)
     assert orjson.dumps(first.request) == orjson.dumps(again.request)
-    if first.forwarded_tokens <= target:
+    if first.cap_tokens <= target:
         twice = _prune(first.request["messages"], target)
         assert twice.request["messages"] == first.request["messages"]
