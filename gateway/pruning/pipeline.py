@@ -63,31 +63,35 @@ def prune(
     for m in messages[len(tokens):]:
         tokens.append(counter.count_message(m))
         model_tokens.append(counter.model_tokens(m))
-    result = _prune(body, messages, fps, tokens, policy, scorer, counter, state, target, strategy, goal, scores)
-    # The cap was kept under the cap rule; what is reported is the model's own count.
-    result.cap_tokens = result.forwarded_tokens
-    result.original_tokens = sum(model_tokens)
-    sent = result.request["messages"]
-    result.forwarded_tokens = result.original_tokens if sent is messages else \
-        _count_forwarded(sent, result.sources, model_tokens, counter.model_tokens)
+    result = _prune(body, messages, fps, tokens, model_tokens, policy, scorer, counter, state, target, strategy,
+                    goal, scores)
     result.message_tokens = model_tokens
     plan = result.state
     plan.tokens, plan.model_tokens, plan.encoding = tokens, model_tokens, counter.encoding_name
     return result
 
 
-def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter: TokenCounter,
+def _prune(body, messages, fps, tokens, model_tokens, policy: Policy, scorer: Scorer, counter: TokenCounter,
            state: FrozenPlan | None, target: int | None, strategy: str | None, goal: str | None,
            scores: Mapping[int, UnitScore] | None) -> PruneResult:
+    # Decisions run on the cap rule's counts (``tokens``); the result reports the
+    # model's own (``model_tokens``): what the provider bills.
     original = sum(tokens)
+    reported_original = sum(model_tokens)
     strategy = strategy or policy.strategy
     goal_source = "explicit" if goal else "derived"
 
     def unchanged(mode: str, plan: FrozenPlan) -> PruneResult:
         plan.fingerprints = fps
-        return PruneResult(dict(body), mode, strategy, original, original, target,
+        return PruneResult(dict(body), mode, strategy, reported_original, reported_original, target,
                            ["kept"] * len(messages), [None] * len(messages), plan,
-                           goal_source=goal_source, epoch=plan.epoch)
+                           goal_source=goal_source, epoch=plan.epoch, cap_tokens=original)
+
+    def reported(result: PruneResult) -> PruneResult:
+        result.original_tokens = reported_original
+        result.forwarded_tokens = _count_forwarded(result.request["messages"], result.sources, model_tokens,
+                                                   counter.model_tokens)
+        return result
 
     if strategy == "none":
         return unchanged("none", FrozenPlan(fps))
@@ -103,8 +107,8 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
         fwd_tokens = _count_forwarded(forwarded, sources, tokens, counter.count_message)
         if fwd_tokens <= high_water:
             state.fingerprints = fps
-            return _frozen_result(body, forwarded, sources, state, strategy, original, fwd_tokens,
-                                  target, goal_source, len(messages))
+            return reported(_frozen_result(body, forwarded, sources, state, strategy, original, fwd_tokens,
+                                           target, goal_source, len(messages)))
     elif original <= high_water or (
         target is None and (original < policy.min_prompt_tokens or len(messages) < policy.min_messages)
     ):
@@ -119,12 +123,13 @@ def _prune(body, messages, fps, tokens, policy: Policy, scorer: Scorer, counter:
     budget = _low_water(conv, high_water, policy.low_water_ratio) if continuing else high_water
     plan_epoch = (state.epoch + 1) if (state is not None and continuing) else 1
     boundary = state.decided if usable else 0
-    result = _decide(body, conv, policy, scorer, counter, strategy, budget, high_water,
-                     _forced_unit_actions(conv, prior), scores, plan_epoch, boundary,
-                     state.inserts if usable else ())
-    if result.forwarded_tokens >= original:
+    result = reported(_decide(body, conv, policy, scorer, counter, strategy, budget, high_water,
+                              _forced_unit_actions(conv, prior), scores, plan_epoch, boundary,
+                              state.inserts if usable else ()))
+    if result.cap_tokens >= original or result.forwarded_tokens >= reported_original:
         # Markers and reminders cost tokens too: dropping a few tiny units under a marker
-        # larger than them would forward more than the client sent. Never worse than as sent.
+        # larger than them would forward more than the client sent. Never worse than as
+        # sent, by either count.
         plan = FrozenPlan(fps)
         plan.cap = high_water
         return unchanged("no_gain", plan)
@@ -253,7 +258,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     out["messages"] = forwarded
     return PruneResult(out, "epoch", strategy, conv.total_tokens, fwd_tokens, None,
                        per_message_actions, per_message_scores, plan, list(conv.problems),
-                       scored_units=len(unit_scores), epoch=epoch, sources=sources)
+                       scored_units=len(unit_scores), epoch=epoch, sources=sources, cap_tokens=fwd_tokens)
 
 
 def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, str],
@@ -432,7 +437,8 @@ def _frozen_result(body, forwarded, sources, plan: FrozenPlan, strategy, origina
     out = dict(body)
     out["messages"] = forwarded
     return PruneResult(out, "frozen", strategy, original, fwd_tokens, target, actions,
-                       [None] * n_messages, plan, goal_source=goal_source, epoch=plan.epoch, sources=sources)
+                       [None] * n_messages, plan, goal_source=goal_source, epoch=plan.epoch, sources=sources,
+                       cap_tokens=fwd_tokens)
 
 
 __all__ = ["PruneResult", "prune"]

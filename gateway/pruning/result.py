@@ -17,8 +17,8 @@ class PruneResult:
     request: dict[str, Any]
     mode: str
     strategy: str
-    original_tokens: int   # in the model's own encoding (reported, billed) once prune() returns
-    forwarded_tokens: int  # likewise
+    original_tokens: int   # in the model's own encoding: what is reported and billed
+    forwarded_tokens: int  # likewise (the decision itself runs on cap_tokens' count)
     target_tokens: int | None
     message_actions: list[str]          # per original message: kept | masked | dropped
     message_scores: list[UnitScore | None]

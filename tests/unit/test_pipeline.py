@@ -94,6 +94,18 @@ def test_a_prune_that_saves_nothing_forwards_the_request_as_sent():
     assert result.state.decided == 0  # nothing frozen: the next turn decides afresh
 
 
+def test_a_prune_that_saves_nothing_in_the_models_own_count_forwards_the_request_as_sent():
+    # Found by fuzzing: Russian text counts 15 tokens under the cap rule (cl100k) but 10
+    # in the model's o200k. Dropping it under the 12-token marker met the cap and sent
+    # the provider more tokens than the client did.
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "goal"},
+                {"role": "user", "content": "Я хочу поменять лампу"},
+                {"role": "user", "content": "Я хочу поменять лампу?"}, {"role": "user", "content": "next"}]
+    result = run(messages, target=COUNTER.count_messages(messages) - 2)
+    assert result.mode == "no_gain" and result.request["messages"] == messages
+    assert result.forwarded_tokens == result.original_tokens == sum(map(COUNTER.model_tokens, messages))
+
+
 def test_explicit_target_overrides_minimums_and_fits():
     history = agent_history(12)
     result = run(history, target=2500)
