@@ -151,17 +151,17 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     in_window = set(window)  # the window can hold every unit: list membership made this quadratic
     soft_pins = [i for i in window if i not in hard_pins]
     candidates = [u.index for u in units if u.index not in hard_pins and u.index not in in_window]
-    # The cap is attainable when the system prompt and the current step fit in it;
-    # then the rest of the protected window yields, oldest first, to meet it. When
-    # it is not, shedding the window would harm the agent and still miss the cap:
-    # the pinned units go whole, everything else is omitted (the request comes as
-    # close to the cap as the pins allow), and the omission marker lists the ids
-    # of what it stands for: an exact id costs a few tokens, and the next call is
-    # likely to reuse one.
+    # The cap is attainable when the units never given up (system prompt, goal,
+    # current step) fit in it; then the rest of the protected window yields, oldest
+    # first, to meet it. When they do not, shedding the window would harm the agent
+    # and still miss the cap: every pinned unit goes whole, everything else is
+    # omitted (the request comes as close to the cap as the pins allow), and the
+    # omission marker lists the ids of what it stands for: an exact id costs a few
+    # tokens, and the next call is likely to reuse one.
     masked_forms = _masked_forms(conv) if policy.mask_tool_outputs else {}
     masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
                    if u.tool_result_tokens and policy.mask_tool_outputs}
-    pins_over = sum(units[i].tokens for i in hard_pins if i not in conv.goal_units) - cap
+    pins_over = sum(units[i].tokens for i in hard_pins) - cap
     # A current step of many parallel results can be what breaks the cap: then its
     # earlier results are masked (every call still answered), the newest stays
     # whole, and the unit stays pinned, not dropped.

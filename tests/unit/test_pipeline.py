@@ -223,6 +223,26 @@ def test_an_unattainable_cap_keeps_the_pins_and_lists_the_ids_of_the_rest():
     assert structural_problems(sent) == []
 
 
+def test_a_cap_that_only_dropping_the_goal_could_meet_is_unattainable():
+    # System prompt + current step fit the cap, the goal does not: the goal is never
+    # given up, so the cap cannot be met, and the protected window stays like every
+    # other pin (it used to be shed for a cap that was then missed all the same).
+    history = agent_history(20)
+    history[1] = {"role": "user", "content": GOAL + " Details: " + "the lamp is broken " * 150}
+    policy = Policy()
+    conv = build_conversation(history, COUNTER.count_message)
+    system, goal, step = (conv.units[i].tokens for i in (0, 1, -1))
+    target = system + step + 40
+    assert goal > 40
+    result = run(history, target=target, policy=policy)
+    window = {len(conv.units) - 1 - k for k in range(policy.protect_last_units)}
+    for u in conv.units:
+        actions = {result.message_actions[j] for j in u.indices}
+        assert actions == ({"kept"} if u.index in {0, 1} | window else {"dropped"}), (u.index, actions)
+    assert any(is_omission_marker(m) and marker_ids(m) for m in result.request["messages"])
+    assert structural_problems(result.request["messages"]) == []
+
+
 def test_unit_counts_count_a_chain_once():
     history = agent_history(12, output_lines=60)
     result = run(history, target=3000)
