@@ -13,6 +13,14 @@ sessions (tool chains, real tool outputs) and times ``prune()``:
   the new messages pass (the common case of an agent loop).
 
 Prints medians (ms), and the per-1k-token cost so growth can be read off.
+
+    python bench/prune_speed.py --breakdown [--breakdown-size 100000]
+
+Where a cold prune's time goes, by subtraction: the same cold prune, the
+variants interleaved, with one part left out at a time (counting only the
+model's own encoding instead of the cap rule's two; no masked forms; no ids in
+omission markers; the scorer's text features replaced by empty ones). The
+parts interact, so the savings are approximate and do not add up exactly.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from gateway.pruning.frozen import FrozenPlan  # noqa: E402
 from gateway.pruning.pipeline import prune  # noqa: E402
 from gateway.pruning.policy import Policy  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
-from gateway.pruning.tokens import TokenCounters  # noqa: E402
+from gateway.pruning.tokens import TokenCounter, TokenCounters  # noqa: E402
 
 SESSIONS = ROOT.parent / "shared" / "data" / "dev-sessions-retail.jsonl.gz"
 
@@ -80,11 +88,59 @@ def timed(fn) -> tuple[float, object]:
     return (time.perf_counter() - t0) * 1000, out
 
 
+def cold_counter(model_encoding_only: bool = False) -> TokenCounter:
+    """An empty counter for gpt-4o-mini; optionally counting o200k alone (no cap rule)."""
+    counter = TokenCounters().for_model("gpt-4o-mini")
+    if model_encoding_only:
+        encode = TokenCounter._encoder("o200k_base")
+        counter._counts = lambda text: (n := len(encode(text)), n)
+    return counter
+
+
+def breakdown(size: int, repeats: int) -> None:
+    counter = TokenCounters().for_model("gpt-4o-mini")
+    messages = history_of(size, counter)
+    body = {"model": "gpt-4o-mini", "messages": messages}
+    total = counter.count_messages(messages)
+    target = max(500, int(total * 0.3))
+    empty = text_features.TextInfo({}, 0, frozenset(), False, False)
+    analyse = text_features.analyse
+    variants = {
+        "full cold prune": (Policy(), False, False),
+        "  counting o200k only (no cap rule)": (Policy(), True, False),
+        "  no masked forms": (Policy(mask_tool_outputs=False), False, False),
+        "  no ids in omission markers": (Policy(omitted_ids_tokens=0), False, False),
+        "  empty text features": (Policy(), False, True),
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, (policy, o200k_only, no_features) in variants.items():
+            text_features.clear_word_cache()
+            ids.clear_ids_memo()
+            counter = cold_counter(o200k_only)
+            text_features.analyse = (lambda text: empty) if no_features else analyse
+            try:
+                ms, _ = timed(lambda: prune(body, policy, scorer=LocalScorer(), counter=counter, target=target))
+            finally:
+                text_features.analyse = analyse
+            times[name].append(ms)
+    full = statistics.median(times["full cold prune"])
+    print(f"cold prune of {total} tokens to {target}, medians of {repeats} interleaved runs:")
+    for name, values in times.items():
+        ms = statistics.median(values)
+        print(f"{name:<38} {ms:>8.1f} ms" + ("" if ms == full else f"   (saves {full - ms:5.1f} ms)"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,10000,50000,100000,200000")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--breakdown", action="store_true", help="where a cold prune's time goes (see above)")
+    ap.add_argument("--breakdown-size", type=int, default=100_000)
     args = ap.parse_args()
+    if args.breakdown:
+        breakdown(args.breakdown_size, args.repeats)
+        return 0
     policy = Policy()
     print(f"{'tokens':>8} {'msgs':>6} {'cold ms':>9} {'warm ms':>9} {'epoch ms':>9} {'cold ms/1k':>11} {'warm ms/1k':>11}")
     for size in [int(s) for s in args.sizes.split(",")]:
@@ -108,7 +164,7 @@ def main() -> int:
         cold, warm, epoch = [], [], []
         for _ in range(args.repeats):
             # A cold process: empty token-count, feature, per-word and per-text id caches.
-            counter = TokenCounters().for_model("gpt-4o-mini")
+            counter = cold_counter()
             scorer = LocalScorer()
             text_features.clear_word_cache()
             ids.clear_ids_memo()
