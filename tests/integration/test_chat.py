@@ -8,7 +8,9 @@ import json
 import httpx
 import openai
 import pytest
+import tiktoken
 
+from gateway.pruning.messages import message_token_text
 from gateway.pruning.normalize import structural_problems
 from tests.conversations import GOAL, agent_history
 from tests.fake_upstream import Reply
@@ -110,6 +112,30 @@ def test_prune_route_forwards_nothing(gateway, upstream):
     actions = {m["action"] for m in report["messages"]}
     assert actions <= {"kept", "masked", "dropped"} and "kept" in actions and actions != {"kept"}
     assert all(isinstance(m["reason"], str) and m["reason"] for m in report["messages"])
+
+
+def test_headers_count_in_the_models_encoding_and_the_cap_under_the_stricter_one(gateway, upstream):
+    # Russian text: cl100k counts it well above o200k. The headers (and so the
+    # savings) are in gpt-4o-mini's own o200k; the cap holds under the larger count.
+    o200k, cl100k = (tiktoken.get_encoding(n) for n in ("o200k_base", "cl100k_base"))
+    history = agent_history(12)
+    history[2:2] = [{"role": "user", "content": f"Заказ #W{1000 + i}: лампа сломана, нужна замена на синюю."}
+                    for i in range(40)]
+    r = gateway.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": history},
+                     headers={"x-sieve-target-tokens": "3000"})
+    report = r.json()["report"]
+    sent = r.json()["request"]["messages"]
+
+    def count(encoding, messages):
+        return sum(len(encoding.encode_ordinary(message_token_text(m))) + 4 for m in messages)
+
+    assert report["original_tokens"] == count(o200k, history) < count(cl100k, history)
+    assert report["forwarded_tokens"] == count(o200k, sent)
+    assert report["cap_tokens"] == sum(max(count(o200k, [m]), count(cl100k, [m])) for m in sent) <= 3000
+    resp = client(gateway).chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=history, extra_headers={"x-sieve-target-tokens": "3000"})
+    assert int(resp.headers["x-sieve-original-tokens"]) == report["original_tokens"]
+    assert int(resp.headers["x-sieve-forwarded-tokens"]) == count(o200k, upstream.requests[-1].json["messages"])
 
 
 def test_strategy_none_forwards_unchanged(gateway, upstream):
