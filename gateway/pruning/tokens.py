@@ -7,7 +7,8 @@ Tool schemas are not counted.
 ::
 
     counter = TokenCounters().for_model("gpt-4o-mini")   # o200k_base (+ cl100k_base, see below)
-    counter.count_message({"role": "user", "content": "hi"})   # -> 5
+    counter.count_message({"role": "user", "content": "hi"})   # -> 5 (the cap's count)
+    counter.model_tokens({"role": "user", "content": "hi"})    # -> 5 (the model's own, reported)
 
 The cap is a promise, so counting for it is conservative: for the o200k
 families a text counts as the larger of its o200k_base and cl100k_base token
