@@ -37,11 +37,11 @@ import quality  # noqa: E402  (the shared evaluator: its token count and units)
 
 from gateway.pruning.compression import masked_message  # noqa: E402
 from gateway.pruning.messages import fingerprint  # noqa: E402
+from gateway.pruning.pipeline import MARKER_RESERVE  # noqa: E402
 from gateway.pruning.tokens import TokenCounter, TokenCounters  # noqa: E402
 
 CAP_RULE = TokenCounters()  # Sieve's own counts: what it holds the cap to
 
-MARKER_TOKENS = 12  # "[sieve: some earlier messages omitted; ids: ...]" without its ids, + 4
 
 
 def pinned_messages(messages: list[dict], with_goal: bool, counter: TokenCounter) -> tuple[list[dict], int]:
@@ -65,7 +65,7 @@ def oracle(literals: list, kept: list[dict], used: int, cap: float) -> int:
     text = "\n".join(quality.message_token_text(m) for m in kept)
     found = [g for g in literals if any(f in text for f in quality.literal_forms(g))]
     rest = sorted(quality.count_text(" " + str(g)) for g in literals if g not in found)
-    room, got = cap - used - MARKER_TOKENS, len(found)
+    room, got = cap - used - MARKER_RESERVE, len(found)
     for cost in rest:
         if cost > room:
             break

@@ -61,8 +61,9 @@ def prune(
     fps = [fingerprint(m) for m in messages]
     tokens, model_tokens = state.known_tokens(fps, counter.encoding_name) if state is not None else ([], [])
     for m in messages[len(tokens):]:
-        tokens.append(counter.count_message(m))
-        model_tokens.append(counter.model_tokens(m))
+        cap, model = counter.message_counts(m)
+        tokens.append(cap)
+        model_tokens.append(model)
     result = _prune(body, messages, fps, tokens, model_tokens, policy, scorer, counter, state, target, strategy,
                     goal, scores)
     result.message_tokens = model_tokens
@@ -230,7 +231,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     markers, fresh = place_markers(conv, actions, *marker_args)
     forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
     fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter.count_message)
-    if fwd_tokens > cap and attainable:  # markers cost more than reserved, or pins alone are over
+    if fwd_tokens > cap and attainable:  # the markers cost more than was reserved for them
         order = sorted(candidates, key=lambda i: (unit_scores[i].score, unit_scores[i].relevance, i))
         sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - cap)
         markers, fresh = place_markers(conv, actions, *marker_args)
@@ -388,12 +389,14 @@ def _squeeze(conv: Conversation, index: int, masked_forms: Mapping[int, dict[str
         return sum(conv.tokens[j] - counter.count_message(forms[j]) for j in head)
 
     forms = {j: masked_forms[j] for j in head}
-    if freed(forms) < over:
+    gain = freed(forms)
+    if gain < over:
         forms = {j: masked_message(conv.messages[j], conv.tokens[j], conv.fingerprints[j], keep_ids=False)
                  for j in head}
-        if freed(forms) < over:
+        gain = freed(forms)
+        if gain < over:
             return None
-    return unit.tokens - freed(forms), forms
+    return unit.tokens - gain, forms
 
 
 def _forced_unit_actions(conv: Conversation, prior: Mapping[int, str]) -> dict[int, str]:

@@ -28,7 +28,6 @@ cached per text and per token (``text_features.analyse``).
 
 from __future__ import annotations
 
-
 import math
 import re
 from collections import Counter

@@ -104,6 +104,11 @@ class TokenCounter:
         """Tokens of a message in the model's own encoding: what is reported and billed."""
         return self._pair(message_token_text(message))[1] + PER_MESSAGE_OVERHEAD
 
+    def message_counts(self, message: Mapping[str, Any]) -> tuple[int, int]:
+        """Both counts of a message (cap rule, model encoding), its text read once."""
+        cap, model = self._pair(message_token_text(message))
+        return cap + PER_MESSAGE_OVERHEAD, model + PER_MESSAGE_OVERHEAD
+
 
 class TokenCounters:
     """One shared counter per encoding (so caches are shared across requests)."""

@@ -52,6 +52,7 @@ def test_token_count_contract():
     assert o200k < cl100k
     msg = {"role": "user", "content": text}
     assert COUNTER.model_tokens(msg) == o200k + 4 and COUNTER.count_message(msg) == cl100k + 4
+    assert COUNTER.message_counts(msg) == (cl100k + 4, o200k + 4)
 
 
 def test_units_group_parallel_and_legacy_chains():
