@@ -14,8 +14,23 @@ from .conftest import RESERVATION_TTL_S
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-# One second into a UTC minute, a little in the future: windows are deterministic.
-NOW = (int(time.time()) // 60 + 2) * 60 + 1.0
+DAY_S = 86_400
+LATEST_OFFSET_S = 120  # the furthest any test here moves past NOW
+
+
+def deterministic_now(wall: float) -> float:
+    """One second into a UTC minute, a little in the future, so minute windows are deterministic.
+
+    Near midnight the tests' offsets would cross into the next UTC day and change the
+    day and month windows under them, so NOW then moves to the first minute of that day.
+    """
+    now = (int(wall) // 60 + 2) * 60 + 1.0
+    if now % DAY_S > DAY_S - LATEST_OFFSET_S - 60:
+        now = (now // DAY_S + 1) * DAY_S + 1.0
+    return now
+
+
+NOW = deterministic_now(time.time())
 
 
 def org_limit(limit: int, window: Window = Window.DAY, org: str = "acme") -> BudgetLimit:
@@ -33,6 +48,15 @@ async def reserve(stores, limits, tokens, now=NOW, rid=None):
 async def used(stores, limit, now=NOW) -> tuple[int, int]:
     [status] = await stores.budgets.remaining([limit], now)
     return status.reserved, status.settled
+
+
+async def test_now_leaves_room_for_every_offset_in_one_utc_day_and_minute():
+    just_before_midnight = 20 * DAY_S - 150  # CI once ran here: NOW + 60 fell in the next day
+    for wall in (just_before_midnight, 20 * DAY_S - 1, 20 * DAY_S + 43_200.5):
+        now = deterministic_now(wall)
+        assert now > wall and now % 60 == 1.0
+        assert now // DAY_S == (now + LATEST_OFFSET_S) // DAY_S
+    assert deterministic_now(just_before_midnight) == 20 * DAY_S + 1.0
 
 
 async def test_reserve_settle_release_arithmetic(stores):

@@ -65,6 +65,17 @@ def redis_usage(url: str, org: str) -> list[BudgetStatus]:
     return asyncio.run(read())
 
 
+def wait_clear_of_window_edge(period_s: float, margin_s: float) -> None:
+    """Sleep past the next UTC edge of a ``period_s`` window if fewer than ``margin_s`` seconds remain.
+
+    Budget windows are calendar windows on the wall clock: a test that charges a counter and then
+    reads it back must not straddle an edge, or it reads the next, empty window.
+    """
+    left = period_s - time.time() % period_s
+    if left < margin_s:
+        time.sleep(left + 0.05)
+
+
 def wait_until(predicate, timeout_s: float = 5.0, interval_s: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

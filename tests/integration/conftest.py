@@ -1,4 +1,4 @@
-"""Fixtures the integration tests share: one real redis-server per test module."""
+"""Fixtures the integration tests share: one real redis-server per test module, a clock clear of midnight."""
 
 from __future__ import annotations
 
@@ -6,7 +6,17 @@ from typing import Iterator
 
 import pytest
 
+from tests.integration.budget_helpers import wait_clear_of_window_edge
 from tests.redis_server import RedisServer, redis_server_binary
+
+DAY_S = 86_400
+LONGEST_TEST_S = 120
+
+
+@pytest.fixture(autouse=True)
+def clear_of_utc_midnight() -> None:
+    """Day and month budgets roll over at UTC midnight; no test starts in the two minutes before it."""
+    wait_clear_of_window_edge(DAY_S, LONGEST_TEST_S)
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,20 @@ import pytest
 from gateway.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import ADMIN_KEY, MODEL, NO_PRUNING, admin_headers, org_counter
+from tests.integration.budget_helpers import (ADMIN_KEY, MODEL, NO_PRUNING, admin_headers, org_counter,
+                                              wait_clear_of_window_edge)
 
 USAGE = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
 BUDGETS = {"orgs": {"acme": {"minute": 5_000, "day": 90_000}},
            "teams": {"acme/search": {"hour": 8_000}, "ops": {"day": 1_000}, "beta/ops": {"day": 7}},
            "keys": {"ci": {"month": 3_000}}}
 PRICES = {MODEL: {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}
+
+
+@pytest.fixture(autouse=True)
+def clear_of_a_minute_edge() -> None:
+    """These tests charge calendar-window budgets, then read them back: never across a minute edge."""
+    wait_clear_of_window_edge(60, 5)
 
 
 @pytest.fixture(scope="module")

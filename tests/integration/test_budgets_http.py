@@ -17,7 +17,8 @@ import pytest
 from gateway.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import ADMIN_KEY, MODEL, NO_PRUNING, admin_headers, chat_body, org_counter
+from tests.integration.budget_helpers import (ADMIN_KEY, MODEL, NO_PRUNING, admin_headers, chat_body, org_counter,
+                                              wait_clear_of_window_edge)
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 KEYS = {
@@ -33,6 +34,12 @@ BUDGETS = {
     "teams": {"acme/search": {"hour": 50_000}},
     "keys": {"bot": {"month": 20_000}},
 }
+
+
+@pytest.fixture(autouse=True)
+def clear_of_a_minute_edge() -> None:
+    """These tests charge calendar-window budgets, then read them back: never across a minute edge."""
+    wait_clear_of_window_edge(60, 5)
 
 
 @pytest.fixture(scope="module")
