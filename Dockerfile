@@ -37,12 +37,14 @@ RUN /opt/sieve/bin/pip install --no-cache-dir . \
 
 # Prove at build time that every encoding Sieve counts with is on disk: the
 # dead proxy makes any attempt to download one fail the build instead of
-# silently caching it. (DL3064 matches the "TOKEN" in TIKTOKEN_CACHE_DIR: it is
+# silently caching it; rs-bpe, with its encodings built in, must agree with it.
+# (DL3064 matches the "TOKEN" in TIKTOKEN_CACHE_DIR: it is
 # a folder path, not a secret.)
 # hadolint ignore=DL3064
 ENV TIKTOKEN_CACHE_DIR=/opt/sieve/lib/python3.11/site-packages/litellm/litellm_core_utils/tokenizers
 RUN HTTPS_PROXY=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 \
-    /opt/sieve/bin/python -c "import tiktoken; [tiktoken.get_encoding(n) for n in ('cl100k_base', 'o200k_base', 'p50k_base')]"
+    /opt/sieve/bin/python -c "import tiktoken; [tiktoken.get_encoding(n) for n in ('cl100k_base', 'o200k_base', 'p50k_base')]; \
+from rs_bpe.bpe import openai; assert openai.o200k_base().count('sieve') == len(tiktoken.get_encoding('o200k_base').encode('sieve'))"
 
 # ------------------------------------------------------------------ final ----
 FROM ${PYTHON_IMAGE}

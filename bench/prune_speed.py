@@ -45,7 +45,7 @@ from gateway.pruning.frozen import FrozenPlan  # noqa: E402
 from gateway.pruning.pipeline import prune  # noqa: E402
 from gateway.pruning.policy import Policy  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
-from gateway.pruning.tokens import TokenCounter, TokenCounters  # noqa: E402
+from gateway.pruning.tokens import TokenCounter, TokenCounters, text_counter  # noqa: E402
 
 SESSIONS = ROOT.parent / "shared" / "data" / "dev-sessions-retail.jsonl.gz"
 
@@ -88,12 +88,12 @@ def timed(fn) -> tuple[float, object]:
     return (time.perf_counter() - t0) * 1000, out
 
 
-def cold_counter(model_encoding_only: bool = False) -> TokenCounter:
+def cold_counter(model_encoding_only: bool = False, engine: str | None = None) -> TokenCounter:
     """An empty counter for gpt-4o-mini; optionally counting o200k alone (no cap rule)."""
-    counter = TokenCounters().for_model("gpt-4o-mini")
+    counter = TokenCounters(engine=engine).for_model("gpt-4o-mini")
     if model_encoding_only:
-        encode = TokenCounter._encoder("o200k_base")
-        counter._counts = lambda text: (n := len(encode(text)), n)
+        count = text_counter("o200k_base", counter.engine)
+        counter._counts = lambda text: (n := count(text), n)
     return counter
 
 
@@ -142,7 +142,10 @@ def main() -> int:
         breakdown(args.breakdown_size, args.repeats)
         return 0
     policy = Policy()
-    print(f"{'tokens':>8} {'msgs':>6} {'cold ms':>9} {'warm ms':>9} {'epoch ms':>9} {'cold ms/1k':>11} {'warm ms/1k':>11}")
+    engine = TokenCounters().engine
+    print(f"counting engine: {engine}; 'cold tiktoken' is the same cold prune counting with tiktoken, interleaved")
+    print(f"{'tokens':>8} {'msgs':>6} {'cold ms':>9} {'warm ms':>9} {'epoch ms':>9} {'cold ms/1k':>11} {'warm ms/1k':>11}"
+          f" {'cold tiktoken':>14} {'ratio':>6}")
     for size in [int(s) for s in args.sizes.split(",")]:
         base_counter = TokenCounters().for_model("gpt-4o-mini")
         messages = history_of(size, base_counter)
@@ -161,8 +164,13 @@ def main() -> int:
                 {"role": "user", "content": "Yes, one more thing about that order."}]
         extended = {"model": "gpt-4o-mini", "messages": messages + bulky}
         extended_more = {"model": "gpt-4o-mini", "messages": messages + bulky + turn}
-        cold, warm, epoch = [], [], []
+        cold, warm, epoch, cold_tiktoken = [], [], [], []
         for _ in range(args.repeats):
+            text_features.clear_word_cache()
+            ids.clear_ids_memo()
+            counter = cold_counter(engine="tiktoken")
+            ms, _ = timed(lambda: prune(body, policy, scorer=LocalScorer(), counter=counter, target=target))
+            cold_tiktoken.append(ms)
             # A cold process: empty token-count, feature, per-word and per-text id caches.
             counter = cold_counter()
             scorer = LocalScorer()
@@ -183,8 +191,9 @@ def main() -> int:
             assert third.mode == "frozen" or len(messages) == 1, third.mode
             warm.append(ms)
         c, w, e = statistics.median(cold), statistics.median(warm), statistics.median(epoch)
+        t = statistics.median(cold_tiktoken)
         print(f"{actual:>8} {len(messages):>6} {c:>9.2f} {w:>9.2f} {e:>9.2f} {c / actual * 1000:>11.3f} "
-              f"{w / actual * 1000:>11.3f}")
+              f"{w / actual * 1000:>11.3f} {t:>14.2f} {c / t:>6.2f}")
     return 0
 
 

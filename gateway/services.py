@@ -105,7 +105,7 @@ class Services:
         deferred = Deferred()
         prices = PriceBook.from_litellm(settings.prices)
         accountant = Accountant(metrics, bounds, prices, budgets, audit)
-        counters = TokenCounters()
+        counters = TokenCounters(engine=settings.token_engine)
         counters.warm()  # load the encodings now, not on the first request
         llm = LLMScorer(session=session, cache=scores, metrics=metrics, prices=prices, counters=counters,
                         api_key=settings.scorer_api_key)

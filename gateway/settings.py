@@ -37,6 +37,8 @@ SIEVE_AUDIT_LOG                 path of the JSON-lines audit log, "-" = stdout
 SIEVE_LOG_LEVEL                 default "info"
 SIEVE_SHUTDOWN_GRACE_S          on SIGTERM, how long in-flight requests and streams
                                 may run on before they are cut (default 30)
+SIEVE_TOKEN_ENGINE              "rs-bpe" or "tiktoken" (default: rs-bpe where installed;
+                                both count the same, rs-bpe 2-3x faster)
 ==============================  ==============================================
 
 Offline operation is also arranged here: tiktoken is pointed at the encoding
@@ -55,6 +57,7 @@ import yaml
 
 from gateway.errors import ConfigError
 
+TOKEN_ENGINES = ("rs-bpe", "tiktoken")  # how gateway.pruning.tokens counts (SIEVE_TOKEN_ENGINE)
 PACKAGE_ROOT = Path(__file__).resolve().parent
 DEFAULT_POLICIES_DIR = PACKAGE_ROOT.parent / "policies"
 # Routes for probes, scrapers and tooling: open by default, each closable.
@@ -109,6 +112,7 @@ class Settings:
     log_level: str = "info"
     scorer_api_key: str | None = None
     shutdown_grace_s: float = 30.0
+    token_engine: str | None = None
     models: Mapping[str, ModelRoute] = field(default_factory=dict)
     virtual_keys: tuple[Mapping[str, Any], ...] = ()
     passthrough: Mapping[str, str] = field(default_factory=dict)   # sha256(provider key) -> org
@@ -151,6 +155,7 @@ class Settings:
             scorer_api_key=env.get("SIEVE_SCORER_API_KEY") or None,
             log_level=env.get("SIEVE_LOG_LEVEL", cls.log_level),
             shutdown_grace_s=_float(env, "SIEVE_SHUTDOWN_GRACE_S", cls.shutdown_grace_s),
+            token_engine=env.get("SIEVE_TOKEN_ENGINE", "").strip().lower() or None,
         )
         settings = replace(settings, **overrides)
         if settings.shutdown_grace_s < 0:
@@ -170,6 +175,9 @@ class Settings:
                      "max_message_chars", "max_json_depth"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
+        if self.token_engine is not None and self.token_engine not in TOKEN_ENGINES:
+            raise ConfigError(f"SIEVE_TOKEN_ENGINE must be one of {', '.join(TOKEN_ENGINES)}, "
+                              f"not {self.token_engine!r}")
         if self.max_json_depth > 200:
             # orjson serializes at most 254 levels; deeper bodies could not be forwarded.
             raise ConfigError("SIEVE_MAX_JSON_DEPTH must be at most 200")

@@ -19,10 +19,16 @@ What is reported (headers, metrics, savings, budgets) is the model's own
 encoding (:meth:`TokenCounter.model_tokens`): what the provider bills. Counting
 savings with the larger count would overstate them by those ~3 %. Both counts
 come from one memo entry, so the second costs nothing.
+
+Counting engine: rs-bpe (Rust bindings of GitHub's ``bpe`` algorithm, both
+vocabularies built in, nothing downloaded) counts without building a token
+list: 2-3x faster than tiktoken on agent histories, with the same counts
+(``tests/unit/test_token_engines.py`` holds them equal on the dev data and on
+fuzzed text). Where rs-bpe is not installed (it has wheels for Linux x86-64
+and arm64 only), tiktoken counts; ``SIEVE_TOKEN_ENGINE`` chooses one outright.
 """
 
 from __future__ import annotations
-
 
 from typing import Any, Callable, Mapping
 
@@ -30,6 +36,7 @@ import tiktoken
 
 from gateway.pruning.memo import TextMemo
 from gateway.pruning.messages import message_token_text
+from gateway.settings import TOKEN_ENGINES as ENGINES
 from gateway.settings import prepare_offline_environment
 
 PER_MESSAGE_OVERHEAD = 4
@@ -47,41 +54,73 @@ def encoding_name_for(model: str) -> str:
 DEFAULT_CACHE_CHARS = 16 * 1024 * 1024
 
 
+def default_engine() -> str:
+    """rs-bpe where it is installed (see above), else tiktoken."""
+    try:
+        import rs_bpe.bpe  # noqa: F401
+    except ImportError:
+        return "tiktoken"
+    return "rs-bpe"
+
+
+_COUNTERS: dict[tuple[str, str], Callable[[str], int]] = {}
+
+
+def text_counter(encoding_name: str, engine: str) -> Callable[[str], int]:
+    """``text -> tokens`` for one encoding (loaded once per process). Special-token
+    text inside user content counts as plain text, as tiktoken's ``encode_ordinary``."""
+    key = (encoding_name, engine)
+    count = _COUNTERS.get(key)
+    if count is None:
+        count = _COUNTERS[key] = _rs_bpe_counter(encoding_name) if engine == "rs-bpe" else \
+            _tiktoken_counter(encoding_name)
+    return count
+
+
+def _tiktoken_counter(encoding_name: str) -> Callable[[str], int]:
+    # Never download: point tiktoken at the files litellm ships first.
+    prepare_offline_environment()
+    encode = tiktoken.get_encoding(encoding_name).encode_ordinary
+    return lambda text: len(encode(text))
+
+
+def _rs_bpe_counter(encoding_name: str) -> Callable[[str], int]:
+    from rs_bpe.bpe import openai as rs_bpe_openai
+
+    count = getattr(rs_bpe_openai, encoding_name)().count
+
+    def count_text(text: str) -> int:
+        try:
+            return count(text)
+        except UnicodeEncodeError:
+            # A lone surrogate (JSON allows "\ud800") is not UTF-8: repair it the way
+            # tiktoken does before it encodes, so both engines count the same.
+            return count(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+
+    return count_text
+
+
 class TokenCounter:
-    """Counts message tokens with one tiktoken encoding; memoises text counts.
+    """Counts message tokens with one encoding (two under the cap rule); memoises text counts.
 
     The memo is keyed by the token text itself (a dict lookup hashes it once) and
     bounded in entries and characters (:class:`gateway.pruning.memo.TextMemo`).
     """
 
-    _encoders: dict[str, Callable[[str], list[int]]] = {}
-
     def __init__(self, encoding_name: str = "cl100k_base", cache_size: int = 200_000,
-                 cache_chars: int = DEFAULT_CACHE_CHARS) -> None:
+                 cache_chars: int = DEFAULT_CACHE_CHARS, engine: str | None = None) -> None:
         self.encoding_name = encoding_name
-        names = (encoding_name, "cl100k_base") if encoding_name != "cl100k_base" else (encoding_name,)
-        encoders = [self._encoder(n) for n in names]
-        if len(encoders) == 1:
-            self._counts = lambda text, _e=encoders[0]: (n := len(_e(text)), n)
+        self.engine = engine or default_engine()
+        if self.engine not in ENGINES:
+            raise ValueError(f"token engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        model = text_counter(encoding_name, self.engine)
+        if encoding_name == "cl100k_base":
+            self._counts = lambda text: (n := model(text), n)
         else:
-            def both(text: str, _model=encoders[0], _other=encoders[1]) -> tuple[int, int]:
-                model = len(_model(text))
-                return max(model, len(_other(text))), model
-            self._counts = both
+            other = text_counter("cl100k_base", self.engine)
+            self._counts = lambda text: (max(n := model(text), other(text)), n)
         # text -> (tokens under the cap rule, tokens in the model's own encoding)
         self._cache: TextMemo[tuple[int, int]] = TextMemo(cache_size, cache_chars)
-
-    @classmethod
-    def _encoder(cls, name: str) -> Callable[[str], list[int]]:
-        enc = cls._encoders.get(name)
-        if enc is None:
-            # Never download: point tiktoken at the files litellm ships first.
-            prepare_offline_environment()
-            encoding = tiktoken.get_encoding(name)
-            # Special-token text inside user content must count as plain text.
-            enc = encoding.encode_ordinary
-            cls._encoders[name] = enc
-        return enc
 
     def _pair(self, text: str) -> tuple[int, int]:
         pair = self._cache.get(text)
@@ -113,9 +152,10 @@ class TokenCounter:
 class TokenCounters:
     """One shared counter per encoding (so caches are shared across requests)."""
 
-    def __init__(self, cache_size: int = 200_000) -> None:
+    def __init__(self, cache_size: int = 200_000, engine: str | None = None) -> None:
         self._by_encoding: dict[str, TokenCounter] = {}
         self._cache_size = cache_size
+        self.engine = engine or default_engine()
 
     def warm(self) -> None:
         """Load both encodings up front (a few hundred ms, once per process)."""
@@ -126,5 +166,5 @@ class TokenCounters:
         name = encoding_name_for(model)
         counter = self._by_encoding.get(name)
         if counter is None:
-            counter = self._by_encoding[name] = TokenCounter(name, self._cache_size)
+            counter = self._by_encoding[name] = TokenCounter(name, self._cache_size, engine=self.engine)
         return counter
