@@ -126,17 +126,15 @@ class LocalScorer:
             lexical = self._bm25(query, feats, candidates, idf, avg_len, request)
         shared: dict[int, float] = {}
         matched: dict[int, list[str]] = {}
+        asked = entity_query.keys()
         for i in candidates:
-            e_score = 0.0
-            hits = []
-            for ent in feats[i].entities:
-                w = entity_query.get(ent)
-                if w:
-                    # A named entity of the current step counts even when common
-                    # in this conversation (a person everyone talks about).
-                    e_score += w * max(eidf[ent], self.ENTITY_IDF_FLOOR)
-                    hits.append(ent)
-            shared[i] = e_score
+            # Sorted, not in set order: a set of strings iterates in a per-process
+            # (hash-seeded) order, and a float sum in another order can differ in its
+            # last bit, enough to flip a tie between replicas.
+            hits = sorted(feats[i].entities & asked)
+            # A named entity of the current step counts even when common in this
+            # conversation (a person everyone talks about).
+            shared[i] = sum(entity_query[ent] * max(eidf[ent], self.ENTITY_IDF_FLOOR) for ent in hits)
             matched[i] = hits
 
         lexical = _with_neighbours(lexical, self.NEXT_SHARE, self.PREV_SHARE, self.PREV_ADD,

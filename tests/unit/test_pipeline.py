@@ -290,3 +290,37 @@ def test_a_window_spanning_the_whole_history_costs_linear_time():
     result = run(msgs, target=500)
     assert time.perf_counter() - started < 3.0
     assert result.request["messages"][0] == msgs[0]
+
+
+_PRUNE_IN_A_FRESH_PROCESS = """
+import json, sys
+from gateway.pruning.pipeline import prune
+from gateway.pruning.policy import Policy
+from gateway.pruning.scoring import LocalScorer
+from gateway.pruning.tokens import TokenCounters
+from tests.conversations import agent_history
+messages = agent_history(40)
+# A step that names many old ids: units share several entities with it, in set order.
+messages[-1] = {"role": "user", "content": "Compare orders #W1000003, #W1000007 and #W1000011: "
+                "sku 700305, 700702 and 701104, item 3-0-5 and 7-0-2."}
+body = {"model": "gpt-4o-mini", "messages": messages}
+result = prune(body, Policy(), scorer=LocalScorer(), counter=TokenCounters().for_model("gpt-4o-mini"), target=3000)
+sys.stdout.write(json.dumps({"request": result.request, "report": result.report()}, sort_keys=True))
+"""
+
+
+def test_replicas_with_other_hash_seeds_decide_the_same_bytes():
+    """Each replica hashes strings with its own seed, so sets iterate in another order
+    there: no decision, no float sum and no report line may depend on that order."""
+    import os
+    import subprocess
+    import sys
+
+    outputs = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", _PRUNE_IN_A_FRESH_PROCESS], env=env, cwd=pathlib.Path.cwd(),
+                              capture_output=True, text=True, timeout=120, check=True)
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
+    assert '"dropped"' in next(iter(outputs)) or '"masked"' in next(iter(outputs))
