@@ -14,10 +14,12 @@ from typing import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
 
 from gateway.api.responses import handle_client_disconnect, handle_http_error, handle_sieve_error, handle_unexpected
 from gateway.api.routes import ROUTES
+from gateway.api.shutdown import AnswerCutRequests
 from gateway.errors import SieveError
 from gateway.services import Services
 from gateway.settings import Settings
@@ -41,6 +43,7 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> Starlette:
     return Starlette(
         routes=ROUTES,
         lifespan=lifespan,
+        middleware=[Middleware(AnswerCutRequests)],
         exception_handlers={SieveError: handle_sieve_error, HTTPException: handle_http_error,
                             ClientDisconnect: handle_client_disconnect, Exception: handle_unexpected},
     )

@@ -14,6 +14,7 @@
     ├── HeadersTooLarge       431   invalid_request_error
     ├── BudgetExceeded        429   budget_exceeded
     ├── StoreUnavailable      503   service_unavailable
+    ├── ShuttingDown          503   service_unavailable / shutting_down
     ├── UpstreamUnavailable   502   upstream_error
     └── UpstreamTimeout       504   upstream_timeout
 
@@ -111,6 +112,13 @@ class StoreUnavailable(SieveError):
     status = 503
     type = "service_unavailable"
     code = "store_unavailable"
+
+
+class ShuttingDown(SieveError):
+    """The shutdown grace ended before the request was answered (gateway.api.shutdown)."""
+    status = 503
+    type = "service_unavailable"
+    code = "shutting_down"
 
 
 class UpstreamUnavailable(SieveError):

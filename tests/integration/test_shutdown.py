@@ -10,7 +10,9 @@ a ``redis-server`` holding the budget, so reservations can be read back.
   period, and only after the audit line is written and the budget settled;
 * grace shorter than the stream: the stream is cut, the process exits
   promptly, and the reservation does not outlive it;
-* grace ending while a non-streamed request waits for the provider: the same.
+* grace ending while a non-streamed request waits for the provider: the same,
+  and the client gets an OpenAI-shaped 503 ``shutting_down``, not uvicorn's
+  plain-text 500.
 """
 
 from __future__ import annotations
@@ -129,10 +131,14 @@ def test_grace_ending_while_the_provider_thinks_releases_the_hold(tmp_path: Path
             assert wait_until(lambda: reserved(redis, "thinking") > MAX_TOKENS, timeout_s=10)
             signalled = time.monotonic()
             gateway.proc.send_signal(signal.SIGTERM)
-            # uvicorn's own answer for a request cut before its response began (the
-            # openai clients retry a 5xx, on a replica that is still serving).
+            # Cut before its response began: an OpenAI-shaped 503 (uvicorn alone would
+            # answer a plain-text 500); the openai clients retry it on a replica that
+            # is still serving.
             answer = pending.result()
-            assert (answer.status_code, answer.headers["connection"]) == (500, "close")
+            assert (answer.status_code, answer.headers["connection"]) == (503, "close")
+            error = answer.json()["error"]
+            assert (error["type"], error["code"]) == ("service_unavailable", "shutting_down")
+            assert "shutting down" in error["message"] and "retry" in error["message"]
         gateway.proc.wait(timeout=grace_s + 10)
         took = time.monotonic() - signalled
         assert gateway.proc.returncode == 0, gateway.log()
