@@ -26,12 +26,15 @@ Pricing rules (the same as litellm's own cost calculation):
 - cache reads at ``cache_read_input_token_cost``; a model without one is
   billed cached tokens as ordinary input, so they fall back to the input price;
 - cache writes at ``cache_creation_input_token_cost``, else the input price;
+  the part cached for an hour at ``cache_creation_input_token_cost_above_1hr``
+  (Anthropic: twice the input price, against 1.25 times for 5 minutes), else
+  at the ordinary write price;
 - the rest of the prompt at ``input_cost_per_token``, completions at
   ``output_cost_per_token``;
 - long-context tiers (``*_above_200k_tokens`` …): when the whole prompt has
   MORE tokens than a tier's threshold, every rate that tier names replaces the
-  base rate (rates it does not name stay). Batch/priority/flex variants and
-  TTL-specific write prices are ignored: Sieve forwards standard calls.
+  base rate (rates it does not name stay). Batch/priority/flex variants are
+  ignored: Sieve forwards standard calls.
 """
 
 from __future__ import annotations
@@ -54,11 +57,12 @@ _FIELDS = {
     "output_cost_per_token": "output",
     "cache_read_input_token_cost": "cache_read",
     "cache_creation_input_token_cost": "cache_write",
+    "cache_creation_input_token_cost_above_1hr": "cache_write_1h",
 }
 _MEMO_SIZE = 1024
 _TIER_KEY = re.compile(
     r"^(input_cost_per_token|output_cost_per_token|cache_read_input_token_cost"
-    r"|cache_creation_input_token_cost)_above_(\d+)(k?)_tokens$")
+    r"|cache_creation_input_token_cost|cache_creation_input_token_cost_above_1hr)_above_(\d+)(k?)_tokens$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,7 @@ class Rates:
     output: float
     cache_read: float | None = None
     cache_write: float | None = None
+    cache_write_1h: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +164,13 @@ def price_usage(price: Price, usage: Usage) -> Cost:
     read_rate = rates.input if rates.cache_read is None else rates.cache_read
     write_rate = rates.input if rates.cache_write is None else rates.cache_write
     read = min(usage.cached_read_tokens, usage.prompt_tokens)
+    hour_rate = write_rate if rates.cache_write_1h is None else rates.cache_write_1h
     write = min(usage.cache_write_tokens, usage.prompt_tokens - read)
+    hour = min(usage.cache_write_1h_tokens, write)
     return Cost(
         input_usd=(usage.prompt_tokens - read - write) * rates.input,
         cached_read_usd=read * read_rate,
-        cache_write_usd=write * write_rate,
+        cache_write_usd=(write - hour) * write_rate + hour * hour_rate,
         output_usd=usage.completion_tokens * rates.output,
     )
 

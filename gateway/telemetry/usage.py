@@ -30,8 +30,11 @@ litellm's ``Usage``):
 - DeepSeek: ``prompt_cache_hit_tokens`` is the cached part of
   ``prompt_tokens``.
 
-Anthropic's split of cache writes by TTL (5 min / 1 h) is not kept: every
-write is priced at the 5-minute write price (see ``pricing``).
+Cache writes that live an hour (Anthropic's ``cache_control`` with ``ttl:
+"1h"``) cost more than 5-minute ones: ``cache_write_1h_tokens`` is their part of
+``cache_write_tokens``, read from Anthropic's ``cache_creation.
+ephemeral_1h_input_tokens`` or litellm's ``prompt_tokens_details.
+cache_creation_token_details.ephemeral_1h_input_tokens`` (see ``pricing``).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Usage:
     completion_tokens: int = 0
     cached_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # the part of the writes cached for an hour
 
     @property
     def uncached_prompt_tokens(self) -> int:
@@ -87,7 +91,16 @@ def usage_from_provider(raw: Any) -> Usage | None:
     else:
         return None
     return Usage(prompt_tokens=prompt, completion_tokens=completion,
-                 cached_read_tokens=read, cache_write_tokens=write)
+                 cached_read_tokens=read, cache_write_tokens=write,
+                 cache_write_1h_tokens=min(_hour_writes(d), write))
+
+
+def _hour_writes(d: Mapping[str, Any]) -> int:
+    """Cache writes with a 1-hour lifetime, in Anthropic's or litellm's spelling."""
+    native = _as_mapping(d.get("cache_creation")) or {}
+    details = _as_mapping(d.get("prompt_tokens_details")) or {}
+    litellm = _as_mapping(details.get("cache_creation_token_details")) or {}
+    return max(_int(native, "ephemeral_1h_input_tokens"), _int(litellm, "ephemeral_1h_input_tokens"))
 
 
 def _as_mapping(raw: Any) -> Mapping[str, Any] | None:

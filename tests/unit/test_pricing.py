@@ -147,3 +147,32 @@ def test_same_dollars_as_litellms_own_calculator(book, model, provider, raw):
     cost = book.cost(model, usage_from_provider(raw))
     assert cost.prompt_usd == pytest.approx(prompt_usd, **EXACT)
     assert cost.output_usd == pytest.approx(completion_usd, **EXACT)
+
+
+def test_hour_long_cache_writes_cost_their_own_price(book, model_cost):
+    e = model_cost["claude-haiku-4-5"]
+    assert e["cache_creation_input_token_cost_above_1hr"] > e["cache_creation_input_token_cost"]
+    usage = usage_from_provider({"input_tokens": 200, "output_tokens": 80, "cache_creation_input_tokens": 500,
+                                 "cache_creation": {"ephemeral_5m_input_tokens": 100,
+                                                    "ephemeral_1h_input_tokens": 400}})
+    cost = book.cost("claude-haiku-4-5", usage)
+    assert cost.cache_write_usd == pytest.approx(100 * e["cache_creation_input_token_cost"]
+                                                 + 400 * e["cache_creation_input_token_cost_above_1hr"], **EXACT)
+    # A model whose map names no hour price bills those writes at its write price.
+    plain = PriceBook({}, {"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6,
+                                 "cache_creation_input_token_cost": 1.25e-6}})
+    assert plain.cost("m", usage).cache_write_usd == pytest.approx(500 * 1.25e-6, **EXACT)
+    hourly = PriceBook({}, {"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6,
+                                  "cache_creation_input_token_cost": 1.25e-6,
+                                  "cache_creation_input_token_cost_above_1hr": 2e-6}})
+    assert hourly.cost("m", usage).cache_write_usd == pytest.approx(100 * 1.25e-6 + 400 * 2e-6, **EXACT)
+
+
+def test_hour_long_write_prices_have_long_context_tiers_too():
+    book = PriceBook({"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6,
+                            "cache_creation_input_token_cost": 1.25e-6,
+                            "cache_creation_input_token_cost_above_1hr": 2e-6,
+                            "cache_creation_input_token_cost_above_1hr_above_200k_tokens": 4e-6}})
+    price = book.lookup("m")
+    assert price.base.cache_write_1h == 2e-6
+    assert price.rates_for(250_000).cache_write_1h == 4e-6 and price.rates_for(250_000).cache_write == 1.25e-6

@@ -60,6 +60,31 @@ def test_broken_prefix_on_the_real_map_anthropic_shape(book, model_cost):
     assert r.net_usd < 0
 
 
+def test_hour_long_writes_are_priced_as_such_on_both_sides(book, model_cost):
+    e = model_cost["claude-haiku-4-5"]
+    rd, wr, hr, o = (e["cache_read_input_token_cost"], e["cache_creation_input_token_cost"],
+                     e["cache_creation_input_token_cost_above_1hr"], e["output_cost_per_token"])
+    # As above, but the client asked for an hour's cache: 6,000 of the 7,000 writes live 1 h.
+    usage = usage_from_provider({"input_tokens": 200, "output_tokens": 100, "cache_creation_input_tokens": 7000,
+                                 "cache_creation": {"ephemeral_5m_input_tokens": 1000,
+                                                    "ephemeral_1h_input_tokens": 6000}})
+    r = savings_for_request(book, model="anthropic/claude-haiku-4-5", original_message_tokens=TOKENS,
+                            original_fingerprints=FPS, previous_fingerprints=PREVIOUS, forwarded_tokens=7000,
+                            usage=usage, scorer_usd=0.0)
+    # The unpruned request would have written its uncached 1,000; counted as the cheaper
+    # 5-minute writes while the actual request had as many (the saving stays a lower bound).
+    assert r.counterfactual_cache_write_tokens == 1000
+    assert r.counterfactual_usd == pytest.approx(9200 * rd + 1000 * wr + 100 * o, **EXACT)
+    assert r.actual_usd == pytest.approx(200 * e["input_cost_per_token"] + 1000 * wr + 6000 * hr + 100 * o, **EXACT)
+    # Only hour-long writes: the counterfactual's are hour-long too.
+    hourly = usage_from_provider({"input_tokens": 200, "output_tokens": 100, "cache_creation_input_tokens": 7000,
+                                  "cache_creation": {"ephemeral_1h_input_tokens": 7000}})
+    r = savings_for_request(book, model="anthropic/claude-haiku-4-5", original_message_tokens=TOKENS,
+                            original_fingerprints=FPS, previous_fingerprints=PREVIOUS, forwarded_tokens=7000,
+                            usage=hourly, scorer_usd=0.0)
+    assert r.counterfactual_usd == pytest.approx(9200 * rd + 1000 * hr + 100 * o, **EXACT)
+
+
 def test_pruning_that_keeps_the_cached_prefix_saves(book, model_cost):
     e = model_cost["gpt-4o-mini"]
     i, rd, o = e["input_cost_per_token"], e["cache_read_input_token_cost"], e["output_cost_per_token"]

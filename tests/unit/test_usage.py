@@ -87,3 +87,28 @@ def test_litellm_usage_objects():
                                                                            cache_creation_tokens=300),
                           cache_read_input_tokens=800, cache_creation_input_tokens=300)
     assert usage_from_provider(cached) == Usage(1200, 50, 800, 300)
+
+
+def test_hour_long_cache_writes_are_told_apart():
+    native = usage_from_provider({"input_tokens": 200, "output_tokens": 80, "cache_read_input_tokens": 3000,
+                                  "cache_creation_input_tokens": 500,
+                                  "cache_creation": {"ephemeral_5m_input_tokens": 100,
+                                                     "ephemeral_1h_input_tokens": 400}})
+    assert native == Usage(3700, 80, 3000, 500, cache_write_1h_tokens=400)
+    # An hour's writes can never be more than the writes (a malformed split is clamped).
+    clamped = usage_from_provider({"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 50,
+                                   "cache_creation": {"ephemeral_1h_input_tokens": 900}})
+    assert clamped.cache_write_1h_tokens == 50
+
+
+def test_litellm_reports_hour_long_writes_in_its_details():
+    prepare_offline_environment()
+    from litellm.types.utils import CacheCreationTokenDetails, PromptTokensDetailsWrapper
+    from litellm.types.utils import Usage as LitellmUsage
+
+    usage = LitellmUsage(prompt_tokens=1200, completion_tokens=50, cache_read_input_tokens=800,
+                         cache_creation_input_tokens=300,
+                         prompt_tokens_details=PromptTokensDetailsWrapper(
+                             cached_tokens=800, cache_creation_tokens=300,
+                             cache_creation_token_details=CacheCreationTokenDetails(ephemeral_1h_input_tokens=300)))
+    assert usage_from_provider(usage) == Usage(1200, 50, 800, 300, cache_write_1h_tokens=300)
