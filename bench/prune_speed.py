@@ -12,7 +12,9 @@ sessions (tool chains, real tool outputs) and times ``prune()``:
 * warm: the turn after that, which fits: the frozen decisions are replayed and
   the new messages pass (the common case of an agent loop).
 
-Prints medians (ms), and the per-1k-token cost so growth can be read off.
+Prints medians (ms), and the per-1k-token cost so growth can be read off; beside
+them the same cold prune counting with tiktoken instead of the default engine
+(rs-bpe where installed), interleaved, and the ratio of the two.
 
     python bench/prune_speed.py --breakdown [--breakdown-size 100000]
 
