@@ -178,6 +178,9 @@ class Settings:
         if self.token_engine is not None and self.token_engine not in TOKEN_ENGINES:
             raise ConfigError(f"SIEVE_TOKEN_ENGINE must be one of {', '.join(TOKEN_ENGINES)}, "
                               f"not {self.token_engine!r}")
+        if self.token_engine == "rs-bpe" and importlib.util.find_spec("rs_bpe") is None:
+            raise ConfigError("SIEVE_TOKEN_ENGINE is rs-bpe, but rs-bpe is not installed (its wheels are for "
+                              "Linux x86-64 and arm64): install it, or leave SIEVE_TOKEN_ENGINE unset")
         if self.max_json_depth > 200:
             # orjson serializes at most 254 levels; deeper bodies could not be forwarded.
             raise ConfigError("SIEVE_MAX_JSON_DEPTH must be at most 200")

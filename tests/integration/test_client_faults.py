@@ -88,6 +88,8 @@ def test_shutdown_cancelling_a_request_that_waits_for_the_provider(up, redis) ->
                               json=chat_body(max_tokens=5000))
         assert wait_until(lambda: budget(redis)[0] > 0)  # reserved, now waiting for the provider
         gw.stop()
-        assert waiting.result().status_code == 500  # uvicorn's own answer to a cancelled request
+        answer = waiting.result()
+        # An OpenAI-shaped 503 (uvicorn alone would answer a plain-text 500).
+        assert (answer.status_code, answer.json()["error"]["code"]) == (503, "shutting_down")
     assert budget(redis) == (0, settled)  # released by the drained accounting, not left to its TTL
     assert outcomes(gw) == {"upstream_error": 1}

@@ -73,8 +73,17 @@ def test_a_counter_keeps_the_engine_it_was_given() -> None:
         TokenCounter("cl100k_base", engine="sentencepiece")
 
 
-def test_the_engine_setting_is_checked() -> None:
+def test_the_engine_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings.from_env({"SIEVE_TOKEN_ENGINE": "TikToken"}).token_engine == "tiktoken"
+    assert Settings.from_env({"SIEVE_TOKEN_ENGINE": "rs-bpe"}).token_engine == "rs-bpe"
     assert Settings.from_env({}).token_engine is None
     with pytest.raises(ConfigError, match="SIEVE_TOKEN_ENGINE must be one of rs-bpe, tiktoken"):
         Settings.from_env({"SIEVE_TOKEN_ENGINE": "fast"})
+    # Asked for by name on a machine without it: a start-up error that says so, not a traceback later.
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "rs_bpe" else real_find_spec(name, *a))
+    with pytest.raises(ConfigError, match="rs-bpe is not installed"):
+        Settings.from_env({"SIEVE_TOKEN_ENGINE": "rs-bpe"})
