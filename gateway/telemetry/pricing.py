@@ -27,8 +27,10 @@ Pricing rules (the same as litellm's own cost calculation):
   billed cached tokens as ordinary input, so they fall back to the input price;
 - cache writes at ``cache_creation_input_token_cost``, else the input price;
   the part cached for an hour at ``cache_creation_input_token_cost_above_1hr``
-  (Anthropic: twice the input price, against 1.25 times for 5 minutes), else
-  at the ordinary write price;
+  (Anthropic: twice the input price, against 1.25 times for 5 minutes), the
+  part cached for twelve hours at ``cache_creation_input_token_cost_above_12hr``
+  (OpenAI), each else at the ordinary write price (other lifetimes, such as
+  OpenAI's 30 minutes, have no price of their own);
 - the rest of the prompt at ``input_cost_per_token``, completions at
   ``output_cost_per_token``;
 - long-context tiers (``*_above_200k_tokens`` …): when the whole prompt has
@@ -58,11 +60,13 @@ _FIELDS = {
     "cache_read_input_token_cost": "cache_read",
     "cache_creation_input_token_cost": "cache_write",
     "cache_creation_input_token_cost_above_1hr": "cache_write_1h",
+    "cache_creation_input_token_cost_above_12hr": "cache_write_12h",
 }
 _MEMO_SIZE = 1024
 _TIER_KEY = re.compile(
     r"^(input_cost_per_token|output_cost_per_token|cache_read_input_token_cost"
-    r"|cache_creation_input_token_cost|cache_creation_input_token_cost_above_1hr)_above_(\d+)(k?)_tokens$")
+    r"|cache_creation_input_token_cost|cache_creation_input_token_cost_above_1hr"
+    r"|cache_creation_input_token_cost_above_12hr)_above_(\d+)(k?)_tokens$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,7 @@ class Rates:
     cache_read: float | None = None
     cache_write: float | None = None
     cache_write_1h: float | None = None
+    cache_write_12h: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,12 +170,14 @@ def price_usage(price: Price, usage: Usage) -> Cost:
     write_rate = rates.input if rates.cache_write is None else rates.cache_write
     read = min(usage.cached_read_tokens, usage.prompt_tokens)
     hour_rate = write_rate if rates.cache_write_1h is None else rates.cache_write_1h
+    half_day_rate = write_rate if rates.cache_write_12h is None else rates.cache_write_12h
     write = min(usage.cache_write_tokens, usage.prompt_tokens - read)
     hour = min(usage.cache_write_1h_tokens, write)
+    half_day = min(usage.cache_write_12h_tokens, write - hour)
     return Cost(
         input_usd=(usage.prompt_tokens - read - write) * rates.input,
         cached_read_usd=read * read_rate,
-        cache_write_usd=(write - hour) * write_rate + hour * hour_rate,
+        cache_write_usd=(write - hour - half_day) * write_rate + hour * hour_rate + half_day * half_day_rate,
         output_usd=usage.completion_tokens * rates.output,
     )
 

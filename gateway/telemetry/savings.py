@@ -32,7 +32,7 @@ bills:
 - cache writes = what the actual request wrote, at most the counterfactual's
   own uncached part (Anthropic bills writes above input; the unpruned request
   would have written its new suffix, not more than Sieve's request did); of
-  those, hour-long writes (dearer) only where the actual 5-minute ones run out;
+  those, long-lived writes (dearer) only where the actual short ones run out;
 - completion = the actual completion (same answer assumed).
 
 Every approximation leans toward the unpruned request: its whole matching
@@ -141,11 +141,13 @@ def savings_for_request(
             prefix = sum(original_message_tokens[:k]) + (overhead if k else 0)
             cf_cached = min(max(prefix, usage.cached_read_tokens), cf_prompt)
         cf_write = min(usage.cache_write_tokens, cf_prompt - cf_cached)
-        # Of those, as few hour-long (dearer) writes as the actual request allows.
-        short_writes = usage.cache_write_tokens - usage.cache_write_1h_tokens
+        # Of those, as few long-lived (dearer) writes as the actual request allows.
+        long_lived = usage.cache_write_1h_tokens + usage.cache_write_12h_tokens
+        cf_long = max(cf_write - (usage.cache_write_tokens - long_lived), 0)
+        cf_hour = min(usage.cache_write_1h_tokens, cf_long)
         counterfactual = Usage(prompt_tokens=cf_prompt, completion_tokens=usage.completion_tokens,
                                cached_read_tokens=cf_cached, cache_write_tokens=cf_write,
-                               cache_write_1h_tokens=max(cf_write - short_writes, 0))
+                               cache_write_1h_tokens=cf_hour, cache_write_12h_tokens=cf_long - cf_hour)
     else:
         counterfactual = usage
     actual_usd = price_usage(price, usage).total_usd

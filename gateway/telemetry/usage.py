@@ -30,11 +30,19 @@ litellm's ``Usage``):
 - DeepSeek: ``prompt_cache_hit_tokens`` is the cached part of
   ``prompt_tokens``.
 
-Cache writes that live an hour (Anthropic's ``cache_control`` with ``ttl:
-"1h"``) cost more than 5-minute ones: ``cache_write_1h_tokens`` is their part of
-``cache_write_tokens``, read from Anthropic's ``cache_creation.
-ephemeral_1h_input_tokens`` or litellm's ``prompt_tokens_details.
-cache_creation_token_details.ephemeral_1h_input_tokens`` (see ``pricing``).
+Long-lived cache writes cost more than short ones (see ``pricing``), so their
+parts of ``cache_write_tokens`` are kept:
+
+- ``cache_write_1h_tokens``: Anthropic's ``cache_control`` with ``ttl: "1h"``
+  (``cache_creation.ephemeral_1h_input_tokens``);
+- ``cache_write_12h_tokens``: OpenAI's 12-hour retention
+  (``prompt_tokens_details`` / ``input_tokens_details`` →
+  ``cache_write_tokens_details.ttl_12h_tokens``);
+
+each also read from litellm's ``prompt_tokens_details.cache_creation_token_details``
+(``ephemeral_1h_input_tokens``, ``ephemeral_12h_input_tokens``). OpenAI's
+Responses usage names its writes ``input_tokens_details.cache_write_tokens``,
+a part of ``input_tokens`` like the cached reads.
 """
 
 from __future__ import annotations
@@ -53,7 +61,8 @@ class Usage:
     completion_tokens: int = 0
     cached_read_tokens: int = 0
     cache_write_tokens: int = 0
-    cache_write_1h_tokens: int = 0  # the part of the writes cached for an hour
+    cache_write_1h_tokens: int = 0   # the part of the writes cached for an hour
+    cache_write_12h_tokens: int = 0  # ... and for twelve hours
 
     @property
     def uncached_prompt_tokens(self) -> int:
@@ -78,10 +87,10 @@ def usage_from_provider(raw: Any) -> Usage | None:
     elif "input_tokens" in d and d["input_tokens"] is not None:
         prompt = _int(d, "input_tokens")
         details = _as_mapping(d.get("input_tokens_details"))
-        if details is not None:  # OpenAI Responses: input_tokens includes the cached part
-            read, write = _int(details, "cached_tokens"), 0
-            if read > prompt:
-                prompt += read
+        if details is not None:  # OpenAI Responses: input_tokens includes the cached parts
+            read, write = _int(details, "cached_tokens"), _int(details, "cache_write_tokens")
+            if read + write > prompt:
+                prompt += read + write
         else:  # Anthropic: input_tokens excludes cache reads and writes
             read = _int(d, "cache_read_input_tokens")
             write = _int(d, "cache_creation_input_tokens")
@@ -90,17 +99,21 @@ def usage_from_provider(raw: Any) -> Usage | None:
         prompt, read, write = 0, 0, 0
     else:
         return None
+    hour, half_day = _long_lived_writes(d)
+    hour = min(hour, write)
     return Usage(prompt_tokens=prompt, completion_tokens=completion,
                  cached_read_tokens=read, cache_write_tokens=write,
-                 cache_write_1h_tokens=min(_hour_writes(d), write))
+                 cache_write_1h_tokens=hour, cache_write_12h_tokens=min(half_day, write - hour))
 
 
-def _hour_writes(d: Mapping[str, Any]) -> int:
-    """Cache writes with a 1-hour lifetime, in Anthropic's or litellm's spelling."""
-    native = _as_mapping(d.get("cache_creation")) or {}
-    details = _as_mapping(d.get("prompt_tokens_details")) or {}
+def _long_lived_writes(d: Mapping[str, Any]) -> tuple[int, int]:
+    """Cache writes with a 1-hour and a 12-hour lifetime, in every spelling above."""
+    anthropic = _as_mapping(d.get("cache_creation")) or {}
+    details = _as_mapping(d.get("prompt_tokens_details")) or _as_mapping(d.get("input_tokens_details")) or {}
+    openai = _as_mapping(details.get("cache_write_tokens_details")) or {}
     litellm = _as_mapping(details.get("cache_creation_token_details")) or {}
-    return max(_int(native, "ephemeral_1h_input_tokens"), _int(litellm, "ephemeral_1h_input_tokens"))
+    return (max(_int(anthropic, "ephemeral_1h_input_tokens"), _int(litellm, "ephemeral_1h_input_tokens")),
+            max(_int(openai, "ttl_12h_tokens"), _int(litellm, "ephemeral_12h_input_tokens")))
 
 
 def _as_mapping(raw: Any) -> Mapping[str, Any] | None:

@@ -176,3 +176,16 @@ def test_hour_long_write_prices_have_long_context_tiers_too():
     price = book.lookup("m")
     assert price.base.cache_write_1h == 2e-6
     assert price.rates_for(250_000).cache_write_1h == 4e-6 and price.rates_for(250_000).cache_write == 1.25e-6
+
+
+def test_twelve_hour_cache_writes_cost_their_own_price(book, model_cost):
+    name = next(m for m, e in model_cost.items() if isinstance(e, dict) and e.get("litellm_provider") == "openai"
+                and e.get("cache_creation_input_token_cost_above_12hr") and e.get("cache_creation_input_token_cost"))
+    e = model_cost[name]
+    usage = usage_from_provider({"prompt_tokens": 2000, "completion_tokens": 30,
+                                 "prompt_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 500,
+                                                           "cache_write_tokens_details": {"ttl_30m_tokens": 100,
+                                                                                          "ttl_12h_tokens": 400}}})
+    # The 30-minute writes have no price of their own: the ordinary write price.
+    assert book.cost(name, usage).cache_write_usd == pytest.approx(
+        100 * e["cache_creation_input_token_cost"] + 400 * e["cache_creation_input_token_cost_above_12hr"], **EXACT)

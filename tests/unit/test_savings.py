@@ -85,6 +85,22 @@ def test_hour_long_writes_are_priced_as_such_on_both_sides(book, model_cost):
     assert r.counterfactual_usd == pytest.approx(9200 * rd + 1000 * hr + 100 * o, **EXACT)
 
 
+def test_twelve_hour_writes_follow_the_same_rule():
+    book = PriceBook({}, {"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6,
+                                "cache_read_input_token_cost": 1e-7, "cache_creation_input_token_cost": 1.25e-6,
+                                "cache_creation_input_token_cost_above_12hr": 2.5e-6}})
+    usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100,
+                                 "prompt_tokens_details": {"cache_write_tokens": 7000,
+                                                           "cache_write_tokens_details": {"ttl_30m_tokens": 600,
+                                                                                          "ttl_12h_tokens": 6400}}})
+    r = savings_for_request(book, model="m", original_message_tokens=TOKENS, original_fingerprints=FPS,
+                            previous_fingerprints=PREVIOUS, forwarded_tokens=7000, usage=usage, scorer_usd=0.0)
+    # 1,000 counterfactual writes: 600 as the actual short ones, the other 400 as 12-hour ones.
+    assert r.counterfactual_cache_write_tokens == 1000
+    assert r.counterfactual_usd == pytest.approx(9200 * 1e-7 + 600 * 1.25e-6 + 400 * 2.5e-6 + 100 * 2e-6, **EXACT)
+    assert r.actual_usd == pytest.approx(200 * 1e-6 + 600 * 1.25e-6 + 6400 * 2.5e-6 + 100 * 2e-6, **EXACT)
+
+
 def test_pruning_that_keeps_the_cached_prefix_saves(book, model_cost):
     e = model_cost["gpt-4o-mini"]
     i, rd, o = e["input_cost_per_token"], e["cache_read_input_token_cost"], e["output_cost_per_token"]

@@ -112,3 +112,31 @@ def test_litellm_reports_hour_long_writes_in_its_details():
                              cached_tokens=800, cache_creation_tokens=300,
                              cache_creation_token_details=CacheCreationTokenDetails(ephemeral_1h_input_tokens=300)))
     assert usage_from_provider(usage) == Usage(1200, 50, 800, 300, cache_write_1h_tokens=300)
+
+
+def test_twelve_hour_cache_writes_in_openai_shapes():
+    chat = usage_from_provider({"prompt_tokens": 2000, "completion_tokens": 30,
+                                "prompt_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 500,
+                                                          "cache_write_tokens_details": {"ttl_30m_tokens": 100,
+                                                                                         "ttl_12h_tokens": 400}}})
+    assert chat == Usage(2000, 30, 1000, 500, cache_write_1h_tokens=0, cache_write_12h_tokens=400)
+    # The Responses shape: input_tokens includes its cached reads and its writes.
+    responses = usage_from_provider({"input_tokens": 2000, "output_tokens": 30,
+                                     "input_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 500,
+                                                              "cache_write_tokens_details": {"ttl_30m_tokens": 500,
+                                                                                             "ttl_12h_tokens": 0}}})
+    assert responses == Usage(2000, 30, 1000, 500)
+    assert responses.uncached_prompt_tokens == 500
+
+
+def test_litellm_reports_twelve_hour_writes_in_its_details():
+    prepare_offline_environment()
+    from litellm.types.utils import CacheCreationTokenDetails, PromptTokensDetailsWrapper
+    from litellm.types.utils import Usage as LitellmUsage
+
+    usage = LitellmUsage(prompt_tokens=1200, completion_tokens=50,
+                         prompt_tokens_details=PromptTokensDetailsWrapper(
+                             cached_tokens=800, cache_write_tokens=300,
+                             cache_creation_token_details=CacheCreationTokenDetails(ephemeral_30m_input_tokens=100,
+                                                                                    ephemeral_12h_input_tokens=200)))
+    assert usage_from_provider(usage) == Usage(1200, 50, 800, 300, cache_write_12h_tokens=200)
