@@ -91,7 +91,10 @@ def timed(fn) -> tuple[float, object]:
 
 
 def cold_counter(model_encoding_only: bool = False, engine: str | None = None) -> TokenCounter:
-    """An empty counter for gpt-4o-mini; optionally counting o200k alone (no cap rule)."""
+    """A cold process: the per-word and per-text id caches emptied, and an empty counter
+    for gpt-4o-mini; optionally counting o200k alone (no cap rule)."""
+    text_features.clear_word_cache()
+    ids.clear_ids_memo()
     counter = TokenCounters(engine=engine).for_model("gpt-4o-mini")
     if model_encoding_only:
         count = text_counter("o200k_base", counter.engine)
@@ -117,8 +120,6 @@ def breakdown(size: int, repeats: int) -> None:
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeats):
         for name, (policy, o200k_only, no_features) in variants.items():
-            text_features.clear_word_cache()
-            ids.clear_ids_memo()
             counter = cold_counter(o200k_only)
             text_features.analyse = (lambda text: empty) if no_features else analyse
             try:
@@ -168,16 +169,12 @@ def main() -> int:
         extended_more = {"model": "gpt-4o-mini", "messages": messages + bulky + turn}
         cold, warm, epoch, cold_tiktoken = [], [], [], []
         for _ in range(args.repeats):
-            text_features.clear_word_cache()
-            ids.clear_ids_memo()
             counter = cold_counter(engine="tiktoken")
             ms, _ = timed(lambda: prune(body, policy, scorer=LocalScorer(), counter=counter, target=target))
             cold_tiktoken.append(ms)
             # A cold process: empty token-count, feature, per-word and per-text id caches.
             counter = cold_counter()
             scorer = LocalScorer()
-            text_features.clear_word_cache()
-            ids.clear_ids_memo()
             ms, first = timed(lambda: prune(body, policy, scorer=scorer, counter=counter, target=target))
             cold.append(ms)
             raw = first.state.to_bytes()
