@@ -9,9 +9,11 @@ of the pipeline.
 from __future__ import annotations
 
 import re
+from itertools import filterfalse, repeat
 from typing import Callable, Iterable
 
 from gateway.pruning.memo import TextMemo
+from gateway.pruning.runs import RunSplitter
 
 # Values an agent's next call reuses verbatim: ids, codes, amounts, e-mails.
 _AMOUNT = re.compile(r"-?\d{1,4}(?:\.\d+)?|-?\d+\.\d{1,2}")
@@ -20,6 +22,7 @@ _THREE_DIGITS = re.compile(r"\d\D*\d\D*\d")
 # the start of its run and lazy up to the first digit, so a long run of letters is
 # passed in linear time, and word-only tokens never reach Python.
 _ID_TOKEN = re.compile(r"(?<![#\w.+@\-])[#\w.+@\-]*?\d[#\w.+@\-]*")
+_ID_RUNS = RunSplitter("#.+@-")
 
 
 # Every epoch masks, or lists the ids of, the same old outputs again: their ids are
@@ -31,12 +34,12 @@ def text_ids(text: str) -> tuple[str, ...]:
     """All id-like values of a text, first occurrence first, deduplicated (memoised)."""
     ids = _IDS.get(text)
     if ids is None:
-        seen: dict[str, None] = {}
-        for token in _ID_TOKEN.findall(text):
-            token = token.strip(".-")
-            if token not in seen and _is_id(token):
-                seen[token] = None
-        ids = _IDS.put(text, tuple(seen))
+        # ASCII text: the runs split in C (runs.py); every step after it is C
+        # iteration too (filter, map, dict.fromkeys for first occurrence first).
+        runs = _ID_RUNS.split(text)
+        found = dict.fromkeys(runs) if runs is not None else _ID_TOKEN.findall(text)
+        stripped = map(str.strip, filter(_THREE_DIGITS.search, found), repeat(".-"))  # no digit is stripped
+        ids = _IDS.put(text, tuple(filterfalse(_AMOUNT.fullmatch, dict.fromkeys(stripped))))
     return ids
 
 

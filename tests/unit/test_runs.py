@@ -1,0 +1,74 @@
+"""The split-based token and id readers read exactly what their regexes read.
+
+``runs.RunSplitter`` replaces a regex scan with ``bytes.translate`` + ``split``
+on the hot path of every cold prune. It is only a faster way to the same
+tokens: the scorer's features and the ids in masks and markers must not move
+(they are part of frozen, cached bytes). These tests hold the fast readers equal
+to the regexes on the shapes where a split and a regex part ways: '#' and '-'
+at the edge of a token, non-ASCII separators and word characters, ids inside
+e-mails and amounts.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.pruning import ids, text_features
+from gateway.pruning.runs import RunSplitter
+
+PIECES = st.sampled_from([
+    "a", "Z", "9", "123", "4567", "_", "#", "##", "#-", "-", "--", ".", "+", "@", "?", " ", "\n", "\t",
+    "\x1c", "\"", ":", ",", "{", "}", "é", "中", "’", "“", "—", "\u00a0", "\u2003", "①", "٣", "²", "ǅ", "İ",
+    "😀", "#W1234567", "e-mail", "x@y.com", "-5", "1.5", "12.99", "order_id", "a-b", "x#y", "- item", "# H",
+])
+TEXTS = st.lists(PIECES, max_size=50).map("".join) | st.text(max_size=120)
+
+EDGE_CASES = [
+    "", "#", "-", "#-", "-#", "##a", "#-a", "a#", "a#b", "a-", "-a-b", "# Heading", "- item\n- other",
+    "x -5 and -12.5", "order #W4219264 (watches)", "it’s the “metal” strap — #W1", "café #W1234 ①②③",
+    "noah.ito4296@example.com", "{\"price\": -12.5, \"item_id\": \"9112290483\"}", "İstanbul 12345",
+]
+
+
+def regex_ids(text: str) -> tuple[str, ...]:
+    """The reading the split replaces: every run with a digit, stripped, three digits, no amount."""
+    seen: dict[str, None] = {}
+    for token in ids._ID_TOKEN.findall(text):
+        token = token.strip(".-")
+        if token not in seen and ids._is_id(token):
+            seen[token] = None
+    return tuple(seen)
+
+
+def test_runs_split_at_separators_and_keep_the_extra_characters():
+    splitter = RunSplitter("#.+@-")
+    assert splitter.split("mail noah.ito@example.com, order #W42") == ["mail", "noah.ito@example.com", "order", "#W42"]
+    assert splitter.split("it’s “x” — y") == ["it", "s", "x", "y"]  # non-ASCII punctuation separates
+    assert splitter.split("it’s café") is None  # a non-ASCII word character: the caller's regex decides
+
+
+def test_question_mark_cannot_be_a_run_character():
+    with pytest.raises(ValueError):
+        RunSplitter("?")
+
+
+@pytest.mark.parametrize("text", EDGE_CASES)
+def test_edge_cases_read_as_the_regexes_do(text):
+    ids.clear_ids_memo()
+    assert text_features.tokens(text) == text_features._TOKEN.findall(text)
+    assert ids.text_ids(text) == regex_ids(text)
+
+
+@settings(max_examples=600, deadline=None)
+@given(TEXTS)
+def test_tokens_are_the_regex_tokens(text):
+    assert text_features.tokens(text) == text_features._TOKEN.findall(text)
+
+
+@settings(max_examples=600, deadline=None)
+@given(TEXTS)
+def test_ids_are_the_regex_ids(text):
+    ids.clear_ids_memo()
+    assert ids.text_ids(text) == regex_ids(text)
