@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from itertools import chain
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
@@ -108,11 +109,9 @@ class LocalScorer:
         units = conversation.units
         feats = [self.features(u.text) for u in units]
         n_docs = len(units)
-        df: Counter = Counter()
-        edf: Counter = Counter()
-        for f in feats:
-            df.update(f.counts.keys())
-            edf.update(f.entities)
+        # One C-level count over every (unit, term) pair, not an update per unit.
+        df = Counter(chain.from_iterable(f.counts for f in feats))
+        edf = Counter(chain.from_iterable(f.entities for f in feats))
         idf = {t: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for t, d in df.items()}
         eidf = {e: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for e, d in edf.items()}
 
@@ -139,7 +138,7 @@ class LocalScorer:
 
         lexical = _with_neighbours(lexical, self.NEXT_SHARE, self.PREV_SHARE, self.PREV_ADD,
                                    int(self.SPAN), self.SPAN_DECAY, self.SPAN_W)
-        references = self._references(conversation, candidates, feats, eidf)
+        references = self._references(conversation, candidates, feats, edf)
         duplicates = self._duplicates(conversation, candidates)
         top_lex = max(lexical.values(), default=0.0) or 1.0
         rel: dict[int, float] = {}
@@ -180,6 +179,8 @@ class LocalScorer:
         k1, b = self.K1, self.B
         out: dict[int, float] = {}
         weighted = [(term, w * idf.get(term, 0.0) * (k1 + 1)) for term, w in query.items() if w]
+        # w * idf, as the unit-side walk multiplies first (the same bits as inline).
+        query_idf = {term: w * idf[term] for term, w in query.items() if w and term in idf}
         for i in candidates:
             f = feats[i]
             norm = k1 * (1 - b + b * f.length / (avg_len or 1.0))
@@ -192,9 +193,9 @@ class LocalScorer:
                         s += wi * count / (count + norm)
             else:
                 for term, count in counts.items():
-                    w = query.get(term)
-                    if w:
-                        s += w * idf[term] * count * (k1 + 1) / (count + norm)
+                    wi = query_idf.get(term)
+                    if wi:
+                        s += wi * count * (k1 + 1) / (count + norm)
             if f.speaker and f.speaker in request.entities:
                 s *= self.SPEAKER_BOOST
             out[i] = s
@@ -250,19 +251,18 @@ class LocalScorer:
         return weights
 
     @staticmethod
-    def _references(conv: Conversation, candidates: Sequence[int], feats, eidf) -> dict[int, int]:
-        """How many later units mention a rare entity of this unit."""
-        rare_threshold = math.log(1 + (len(conv.units) - 2 + 0.5) / 2.5)  # df <= 2
+    def _references(conv: Conversation, candidates: Sequence[int], feats, edf: Mapping[str, int]) -> dict[int, int]:
+        """How many later units mention a rare entity (in two units at most) of this unit."""
+        rare = {ent for ent, d in edf.items() if d <= 2}
         last_seen: dict[str, list[int]] = {}
         for j, f in enumerate(feats):
-            for ent in f.entities:
-                if eidf.get(ent, 0.0) >= rare_threshold:
-                    last_seen.setdefault(ent, []).append(j)
+            for ent in f.entities & rare:
+                last_seen.setdefault(ent, []).append(j)
         refs: dict[int, int] = {}
         for i in candidates:
             later = set()
-            for ent in feats[i].entities:
-                for j in last_seen.get(ent, ()):
+            for ent in feats[i].entities & rare:
+                for j in last_seen[ent]:
                     if j > i:
                         later.add(j)
             if later:

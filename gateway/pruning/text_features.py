@@ -122,6 +122,7 @@ _EXTENSIONS = r"(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|t
 _FILE = re.compile(r"(?<![\w\-])[\w\-]+\." + _EXTENSIONS)
 _FILE_GATE = re.compile(r"\." + _EXTENSIONS)
 _SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+_ASCII_DIGIT = re.compile(r"[0-9]").search  # str.isdigit also takes '²' and '①'
 
 _CONSTRAINT_WORDS = frozenset("never always must mustn shouldn dont avoid without forbidden required".split())
 _CONSTRAINT_PHRASE_WORDS = frozenset("not don sure only most least instead more".split())
@@ -186,7 +187,7 @@ def _token_info(tok: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
         if w in _ERROR_WORDS:
             flags |= _F_ERROR
     ents: list[str | None] = []
-    if any(c.isdigit() for c in tok):
+    if _ASCII_DIGIT(tok) is not None if tok.isascii() else any(c.isdigit() for c in tok):
         ents.append(_entity_form(tok))                       # ids, numbers, codes
     else:
         for part in tok.lstrip("#").split("-"):

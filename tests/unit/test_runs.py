@@ -72,3 +72,9 @@ def test_tokens_are_the_regex_tokens(text):
 def test_ids_are_the_regex_ids(text):
     ids.clear_ids_memo()
     assert ids.text_ids(text) == regex_ids(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(TEXTS, max_size=6))
+def test_ids_in_is_the_union_of_each_texts_ids(texts):
+    assert ids.ids_in(texts) == set().union(*(regex_ids(t) for t in texts))
