@@ -121,8 +121,9 @@ class LocalScorer:
         avg_len = (sum(f.length for f in feats) / n_docs) if n_docs else 1.0
         lexical = self._bm25(query, feats, candidates, idf, avg_len, request)
         if self.PRF_W > 0:
-            query = self._expand(query, lexical, feats, idf)
-            lexical = self._bm25(query, feats, candidates, idf, avg_len, request)
+            expanded = self._expand(query, lexical, feats, idf)
+            lexical = self._bm25(expanded, feats, candidates, idf, avg_len, request, (query, lexical))
+            query = expanded
         shared: dict[int, float] = {}
         matched: dict[int, list[str]] = {}
         asked = entity_query.keys()
@@ -175,14 +176,27 @@ class LocalScorer:
         return out
 
     def _bm25(self, query: dict[str, float], feats, candidates: Sequence[int], idf, avg_len: float,
-              request: _Features) -> dict[int, float]:
+              request: _Features, earlier: tuple[dict[str, float], dict[int, float]] | None = None,
+              ) -> dict[int, float]:
+        """BM25 of each candidate against the weighted ``query``. ``earlier``: a query
+        this one extends (pseudo-relevance feedback appends terms, the weights of the
+        others unchanged) and its scores. A unit with none of the added terms, walked
+        on the same side, would repeat the same float operations: its score is reused."""
         k1, b = self.K1, self.B
         out: dict[int, float] = {}
         weighted = [(term, w * idf.get(term, 0.0) * (k1 + 1)) for term, w in query.items() if w]
         # w * idf, as the unit-side walk multiplies first (the same bits as inline).
         query_idf = {term: w * idf[term] for term, w in query.items() if w and term in idf}
+        if earlier is not None:
+            earlier_query, earlier_scores = earlier
+            added = query.keys() - earlier_query.keys()
+            earlier_weighted = sum(1 for w in earlier_query.values() if w)
         for i in candidates:
             f = feats[i]
+            if earlier is not None and added.isdisjoint(f.counts) and \
+                    (len(weighted) < len(f.counts)) == (earlier_weighted < len(f.counts)):
+                out[i] = earlier_scores[i]
+                continue
             norm = k1 * (1 - b + b * f.length / (avg_len or 1.0))
             s = 0.0
             counts = f.counts

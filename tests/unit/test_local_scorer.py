@@ -186,3 +186,33 @@ def test_instruction_check_takes_linear_time_on_blank_lines():
     assert time.perf_counter() - started < 1.0
     assert _imperative("Done.\n\n  Never call external APIs.") and _imperative("ok.\r\nplease always cite")
     assert not _imperative("I always go hiking.\n\n\nIt is fun.")
+
+
+class _RecordingScorer(LocalScorer):
+    """Records each BM25 pass; ``reuse=False`` recomputes the feedback pass in full."""
+
+    def __init__(self, reuse: bool) -> None:
+        super().__init__()
+        self.reuse = reuse
+        self.passes: list[dict[int, float]] = []
+
+    def _bm25(self, query, feats, candidates, idf, avg_len, request, earlier=None):
+        out = super()._bm25(query, feats, candidates, idf, avg_len, request, earlier if self.reuse else None)
+        self.passes.append(out)
+        return out
+
+
+def test_the_feedback_pass_reuses_only_scores_it_would_repeat():
+    # Scores are compared to the last bit: a reused score that a full pass would
+    # compute otherwise could flip a tie, and replicas must decide the same bytes.
+    from tests.conversations import agent_history
+
+    messages = agent_history(40)
+    messages.append({"role": "user", "content": "Which laptop order was it, and what did the refund come to?"})
+    conv = build_conversation(messages, _count)
+    window = [len(conv.units) - 1]
+    candidates = [u.index for u in conv.units if u.kind != "system" and u.index not in window]
+    reusing, full = _RecordingScorer(reuse=True), _RecordingScorer(reuse=False)
+    assert reusing.score(conv, candidates, window) == full.score(conv, candidates, window)
+    assert len(reusing.passes) == 2 and reusing.passes[1] == full.passes[1]
+    assert reusing.passes[1] != reusing.passes[0]  # the feedback pass changed some scores
