@@ -14,8 +14,10 @@ what dropping the task's first user message would buy.
 
 With ``--cases`` (a ``quality.py --cases-out`` file of a gateway run at the same
 ratio) it also prints the gateway's grounding on the feasible cases, and for
-each over-target one whether Sieve's own pins already exceed the cap, and
-why, as the evaluator counts (cl100k, with its 3 % slack): no valid request
+each over-target one whether Sieve's own pins already exceed the cap, the
+over-target count where they do not (the issue's hard cap holds "when that is
+possible without touching pinned units"), and for the others why, as the
+evaluator counts (cl100k, with its 3 % slack): no valid request
 fits at all (system prompt + the current step at its smallest), only the
 pinned goal breaks it, or the pins fit the slack but not Sieve's exact cap.
 """
@@ -116,6 +118,10 @@ def main() -> int:
         print(f"  gateway on the same cases: {100 * found / max(total, 1):.1f} % grounding, "
               f"{len(over)} over the target, {len(pins_over)} of them with Sieve's pins already over it "
               f"(counted as Sieve holds the cap: the larger of o200k and cl100k)")
+        fits = [r for r in rows if feasible[r["id"]][1] <= r["target"]]
+        print(f"  where Sieve's pins fit the cap (the issue's hard-cap rule: never over it when that is "
+              f"possible without touching pinned units): {sum(r['over_budget'] for r in fits)} over "
+              f"of {len(fits)} cases")
         no_valid = [r for r in over if feasible[r["id"]][2] > r["target"] * SLACK]
         goal = [r for r in over if r not in no_valid and feasible[r["id"]][3] > r["target"] * SLACK]
         print(f"  as the evaluator counts them: {len(no_valid)} where no valid request fits (system prompt + "
