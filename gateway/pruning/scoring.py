@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 from typing import Mapping, Protocol, Sequence
 
 from gateway.pruning import text_features as tf

@@ -122,7 +122,8 @@ _EXTENSIONS = r"(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|t
 _FILE = re.compile(r"(?<![\w\-])[\w\-]+\." + _EXTENSIONS)
 _FILE_GATE = re.compile(r"\." + _EXTENSIONS)
 _SNAKE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
-_ASCII_DIGIT = re.compile(r"[0-9]").search  # str.isdigit also takes '²' and '①'
+# str.isdigit on an ASCII token, in C (isdigit also takes '²' and '①': other tokens keep it)
+_ASCII_DIGIT = re.compile(r"[0-9]").search
 
 _CONSTRAINT_WORDS = frozenset("never always must mustn shouldn dont avoid without forbidden required".split())
 _CONSTRAINT_PHRASE_WORDS = frozenset("not don sure only most least instead more".split())
@@ -149,9 +150,9 @@ class TextInfo:
 
 
 class _WordMemo(dict):
-    """A memo of per-word work, read from C: ``map(memo.__getitem__, words)`` costs a
-    Python call only for a word seen for the first time (``__missing__``). Chat and
-    tool vocabularies are small, so it stays warm across conversations; bounded."""
+    """A memo of per-word work: ``memo[word]`` (or ``map(memo.__getitem__, words)``, in
+    C) costs a Python call only for a word seen for the first time (``__missing__``).
+    Chat and tool vocabularies are small, so it stays warm across conversations; bounded."""
 
     def __init__(self, compute, max_entries: int = 500_000) -> None:
         super().__init__()
