@@ -14,7 +14,11 @@ sessions (tool chains, real tool outputs) and times ``prune()``:
 
 Prints medians (ms), and the per-1k-token cost so growth can be read off; beside
 them the same cold prune counting with tiktoken instead of the default engine
-(rs-bpe where installed), interleaved, and the ratio of the two.
+(rs-bpe where installed), interleaved, and the ratio of the two; and "new conv":
+the cold prune in a running gateway, whose per-word memos (terms, token
+classes, entity forms) hold the words other conversations of the same app
+brought (the last ten dev sessions, which the histories do not reach), every
+per-text memo (token counts, features, ids) empty.
 
     python bench/prune_speed.py --breakdown [--breakdown-size 100000]
 
@@ -44,6 +48,7 @@ prepare_offline_environment()
 
 from gateway.pruning import ids, text_features  # noqa: E402
 from gateway.pruning.frozen import FrozenPlan  # noqa: E402
+from gateway.pruning.messages import message_token_text  # noqa: E402
 from gateway.pruning.pipeline import prune  # noqa: E402
 from gateway.pruning.policy import Policy  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
@@ -82,6 +87,13 @@ def _open_call(messages: list[dict]) -> bool:
         if m["role"] != "tool":
             return False
     return False
+
+
+def other_conversations(count: int = 10) -> list[str]:
+    """The message texts of the last ``count`` dev sessions: conversations of the same app
+    that the histories above (built from the first sessions) do not reach up to 200k."""
+    sessions = [json.loads(line) for line in gzip.open(SESSIONS)]
+    return [message_token_text(m) for session in sessions[-count:] for m in session["messages"]]
 
 
 def timed(fn) -> tuple[float, object]:
@@ -148,7 +160,8 @@ def main() -> int:
     engine = TokenCounters().engine
     print(f"counting engine: {engine}; 'cold tiktoken' is the same cold prune counting with tiktoken, interleaved")
     print(f"{'tokens':>8} {'msgs':>6} {'cold ms':>9} {'warm ms':>9} {'epoch ms':>9} {'cold ms/1k':>11} {'warm ms/1k':>11}"
-          f" {'cold tiktoken':>14} {'ratio':>6}")
+          f" {'cold tiktoken':>14} {'ratio':>6} {'new conv ms':>12}")
+    others = other_conversations()
     for size in [int(s) for s in args.sizes.split(",")]:
         base_counter = TokenCounters().for_model("gpt-4o-mini")
         messages = history_of(size, base_counter)
@@ -167,7 +180,7 @@ def main() -> int:
                 {"role": "user", "content": "Yes, one more thing about that order."}]
         extended = {"model": "gpt-4o-mini", "messages": messages + bulky}
         extended_more = {"model": "gpt-4o-mini", "messages": messages + bulky + turn}
-        cold, warm, epoch, cold_tiktoken = [], [], [], []
+        cold, warm, epoch, cold_tiktoken, new_conversation = [], [], [], [], []
         for _ in range(args.repeats):
             counter = cold_counter(engine="tiktoken")
             ms, _ = timed(lambda: prune(body, policy, scorer=LocalScorer(), counter=counter, target=target))
@@ -189,10 +202,17 @@ def main() -> int:
                                             state=FrozenPlan.from_bytes(raw), target=target))
             assert third.mode == "frozen" or len(messages) == 1, third.mode
             warm.append(ms)
+            # A new conversation in a running gateway: the per-word memos hold what
+            # other conversations of the app brought; every per-text memo is empty.
+            counter = cold_counter()
+            for text in others:
+                text_features.analyse(text)
+            ms, _ = timed(lambda: prune(body, policy, scorer=LocalScorer(), counter=counter, target=target))
+            new_conversation.append(ms)
         c, w, e = statistics.median(cold), statistics.median(warm), statistics.median(epoch)
-        t = statistics.median(cold_tiktoken)
+        t, n = statistics.median(cold_tiktoken), statistics.median(new_conversation)
         print(f"{actual:>8} {len(messages):>6} {c:>9.2f} {w:>9.2f} {e:>9.2f} {c / actual * 1000:>11.3f} "
-              f"{w / actual * 1000:>11.3f} {t:>14.2f} {c / t:>6.2f}")
+              f"{w / actual * 1000:>11.3f} {t:>14.2f} {c / t:>6.2f} {n:>12.2f}")
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from itertools import chain
 
 from gateway.pruning.runs import RunSplitter
 
@@ -37,10 +37,9 @@ _CONSTRAINT = re.compile(
 _ERROR = re.compile(r"\b(?:error|exception|failed|failure|not found|invalid|denied|traceback)\b", re.IGNORECASE)
 
 
-@lru_cache(maxsize=200_000)
 def stem(word: str) -> str:
     """A light suffix stripper: enough to match 'painted' with 'paint'."""
-    if len(word) <= 4 or word.isdigit():
+    if len(word) <= 4 or word[-1] not in "sdgy" or word.isdigit():  # every suffix ends in one of these
         return word
     for suffix, keep in (("ingly", 5), ("ings", 4), ("ing", 3), ("edly", 4), ("ied", 3), ("ies", 3),
                          ("ed", 2), ("es", 2), ("ly", 2), ("s", 1)):
@@ -54,32 +53,43 @@ def stem(word: str) -> str:
     return word
 
 
-_WORD_TERMS: dict[str, tuple[str, ...]] = {}
+class _WordMemo(dict):
+    """A memo of per-word work: ``memo[word]`` (or ``map(memo.__getitem__, words)``, in
+    C) costs a Python call only for a word seen for the first time (``__missing__``).
+    Chat and tool vocabularies are small, so it stays warm across conversations; bounded."""
+
+    def __init__(self, compute, max_entries: int = 500_000) -> None:
+        super().__init__()
+        self._compute = compute
+        self._max_entries = max_entries
+
+    def __missing__(self, word):
+        value = self._compute(word)
+        if len(self) < self._max_entries:
+            self[word] = value
+        return value
 
 
-def _word_terms(word: str) -> tuple[str, ...]:
-    """The terms of one lower-cased word (memoised: chat vocabularies are small)."""
-    got = _WORD_TERMS.get(word)
-    if got is None:
-        if _CJK.search(word):
-            chars = [c for c in word if _CJK.match(c)]
-            got = tuple(a + b for a, b in zip(chars, chars[1:])) or tuple(chars)
-        elif word in STOPWORDS or len(word) < 2:
-            got = ()
-        else:
-            stemmed = stem(word)
-            # A coarse prefix term lets 'campfire' meet 'camping' at a lower weight.
-            got = (stemmed, "~" + stemmed[:4]) if len(stemmed) >= 4 else (stemmed,)
-        if len(_WORD_TERMS) < 500_000:
-            _WORD_TERMS[word] = got
-    return got
+def _terms_of_word(word: str) -> tuple[str, ...]:
+    """The terms of one lower-cased word."""
+    if not word.isascii() and _CJK.search(word):
+        chars = [c for c in word if _CJK.match(c)]
+        return tuple(a + b for a, b in zip(chars, chars[1:])) or tuple(chars)
+    if word in STOPWORDS or len(word) < 2:
+        return ()
+    stemmed = stem(word)
+    # A coarse prefix term lets 'campfire' meet 'camping' at a lower weight.
+    return (stemmed, "~" + stemmed[:4]) if len(stemmed) >= 4 else (stemmed,)
+
+
+_WORD_TERMS = _WordMemo(_terms_of_word)  # chat vocabularies are small
 
 
 def terms(text: str) -> list[str]:
     """Lower-cased, stemmed content words; CJK runs become character bigrams."""
     out: list[str] = []
     for word in _WORD.findall(text.lower()):
-        out.extend(_word_terms(word))
+        out.extend(_WORD_TERMS[word])
     return out
 
 
@@ -129,6 +139,10 @@ _CONSTRAINT_WORDS = frozenset("never always must mustn shouldn dont avoid withou
 _CONSTRAINT_PHRASE_WORDS = frozenset("not don sure only most least instead more".split())
 _ERROR_WORDS = frozenset("error exception failed failure found invalid denied traceback".split())
 _F_CONSTRAINT, _F_PHRASE, _F_ERROR = 1, 2, 4
+# A word's flags: a constraint word, else a word of a constraint phrase; and an error word.
+_WORD_FLAGS = {w: (_F_CONSTRAINT if w in _CONSTRAINT_WORDS else _F_PHRASE if w in _CONSTRAINT_PHRASE_WORDS else 0)
+               | (_F_ERROR if w in _ERROR_WORDS else 0)
+               for w in _CONSTRAINT_WORDS | _CONSTRAINT_PHRASE_WORDS | _ERROR_WORDS}
 # Every match of _CONSTRAINT that no single flagged word explains contains one of
 # these (lower-cased). Substring tests run in C at memory speed; the regex scans
 # a long JSON output at every position, which cost 20 ms per 100k tokens.
@@ -149,23 +163,6 @@ class TextInfo:
         return [term for term, n in self.counts.items() for _ in range(n)]
 
 
-class _WordMemo(dict):
-    """A memo of per-word work: ``memo[word]`` (or ``map(memo.__getitem__, words)``, in
-    C) costs a Python call only for a word seen for the first time (``__missing__``).
-    Chat and tool vocabularies are small, so it stays warm across conversations; bounded."""
-
-    def __init__(self, compute, max_entries: int = 500_000) -> None:
-        super().__init__()
-        self._compute = compute
-        self._max_entries = max_entries
-
-    def __missing__(self, word):
-        value = self._compute(word)
-        if len(self) < self._max_entries:
-            self[word] = value
-        return value
-
-
 def _entity_form(token: str) -> str | None:
     token = token.lower()
     if len(token) < 3 or token in STOPWORDS:
@@ -176,27 +173,21 @@ def _entity_form(token: str) -> str | None:
 def _token_info(tok: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
     """A token's terms, entities and constraint/error flags."""
     lowered = tok.lower()
-    words = _WORD.findall(lowered) if "-" in tok or "#" in tok or not tok.isascii() else (lowered,)
-    term_list: list[str] = []
-    flags = 0
-    for w in words:
-        term_list.extend(_word_terms(w))
-        if w in _CONSTRAINT_WORDS:
-            flags |= _F_CONSTRAINT
-        elif w in _CONSTRAINT_PHRASE_WORDS:
-            flags |= _F_PHRASE
-        if w in _ERROR_WORDS:
-            flags |= _F_ERROR
-    ents: list[str | None] = []
+    if "-" in tok or "#" in tok or not tok.isascii():
+        words = _WORD.findall(lowered)
+        terms_: tuple[str, ...] = tuple(chain.from_iterable(map(_WORD_TERMS.__getitem__, words)))
+        flags = 0
+        for w in words:
+            flags |= _WORD_FLAGS.get(w, 0)
+    else:  # one plain word: most tokens
+        terms_, flags = _WORD_TERMS[lowered], _WORD_FLAGS.get(lowered, 0)
     if _ASCII_DIGIT(tok) is not None if tok.isascii() else any(c.isdigit() for c in tok):
-        ents.append(_entity_form(tok))                       # ids, numbers, codes
+        parts = [tok]                                        # ids, numbers, codes
     else:
-        for part in tok.lstrip("#").split("-"):
-            if len(part) >= 3 and part[0].isupper() and part.isascii() and part.isalpha():
-                ents.append(_entity_form(part))              # capitalised names (weak)
-            elif "_" in part and _SNAKE.fullmatch(part):
-                ents.append(_entity_form(part))              # snake_case identifiers
-    return tuple(term_list), tuple(e for e in ents if e), flags
+        parts = [part for part in tok.lstrip("#").split("-")
+                 if (len(part) >= 3 and part[0].isupper() and part.isascii() and part.isalpha())  # names (weak)
+                 or ("_" in part and _SNAKE.fullmatch(part))]                                       # snake_case ids
+    return terms_, tuple(filter(None, map(_entity_form, parts))), flags
 
 
 _TOKEN_INFO = _WordMemo(_token_info)
@@ -209,7 +200,7 @@ def clear_word_cache() -> None:
     """Forget the per-word memos (benchmarks of a cold process)."""
     _TOKEN_INFO.clear()
     _ENTITY_FORMS.clear()
-    stem.cache_clear()
+    _WORD_TERMS.clear()
 
 
 def analyse(text: str) -> TextInfo:
