@@ -46,7 +46,8 @@ def _runs(text: str) -> list[str]:
 
 
 def _ids_of_runs(runs: Iterable[str]) -> tuple[str, ...]:
-    # C iteration throughout (filter, map, dict.fromkeys for first occurrence first).
+    # _is_id's rule (three digits, not an amount) in C iteration throughout: filter,
+    # map, and dict.fromkeys for first occurrence first.
     stripped = map(str.strip, filter(_THREE_DIGITS.search, dict.fromkeys(runs)), repeat(".-"))  # no digit is stripped
     return tuple(filterfalse(_AMOUNT.fullmatch, dict.fromkeys(stripped)))
 

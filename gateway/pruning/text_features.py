@@ -123,6 +123,7 @@ def tokens(text: str) -> list[str]:
         split = split.lstrip("-")
     return split.split()
 
+
 # E-mails and file names start where a run of their characters starts (the lookbehinds):
 # unanchored, every position of a long run would rescan the rest of it (quadratic; a
 # 40k-character word took seconds).

@@ -24,8 +24,9 @@ Counting engine: rs-bpe (Rust bindings of GitHub's ``bpe`` algorithm, both
 vocabularies built in, nothing downloaded) counts without building a token
 list: 2-3x faster than tiktoken on agent histories, with the same counts
 (``tests/unit/test_token_engines.py`` holds them equal on edge cases and fuzzed
-text; BENCHMARKS.md on every text of the dev data too). Where rs-bpe is not installed (it has wheels for Linux x86-64
-and arm64 only), tiktoken counts; ``SIEVE_TOKEN_ENGINE`` chooses one outright.
+text; BENCHMARKS.md on every text of the dev data too). Where rs-bpe is not
+installed (it has wheels for Linux x86-64 and arm64 only), tiktoken counts;
+``SIEVE_TOKEN_ENGINE`` chooses one outright.
 """
 
 from __future__ import annotations
