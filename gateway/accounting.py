@@ -10,35 +10,34 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.pruner import PruneOutcome
 from gateway.telemetry.audit import AuditEntry, AuditLog, MessageDecision, Timings
-from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.metrics import Outcome
 from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.recording import LabelBounds, record_request
-from gateway.telemetry.savings import SavingsRecord, savings_for_request
+from gateway.telemetry.recording import RequestFigures, RequestRecorder
+from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, savings_for_request
 from gateway.telemetry.usage import Usage, usage_from_provider
-from gateway.upstream.router import ResolvedRoute
-
-if TYPE_CHECKING:
-    from gateway.proxy import ChatCall
+from gateway.upstream.base import ResolvedRoute
+from gateway.wire.call import ChatCall
 
 log = logging.getLogger("sieve.accounting")
 
 
 @dataclass(slots=True)
 class RequestRecord:
-    call: "ChatCall"
+    call: ChatCall
     outcome: PruneOutcome
     route: ResolvedRoute
     hold: Hold | None
     status: int = 0
     error_status: int | None = None
-    outcome_label: str | None = None
+    outcome_label: Outcome | None = None
+    upstream_started: float = 0.0
     upstream_s: float = 0.0
     response_usage: dict[str, Any] | None = None
     stream_usage: dict[str, Any] | None = None
@@ -64,10 +63,8 @@ class RequestRecord:
 
 
 class Accountant:
-    def __init__(self, metrics: Metrics, bounds: LabelBounds, prices: PriceBook, budgets: BudgetGuard,
-                 audit: AuditLog) -> None:
-        self._metrics = metrics
-        self._bounds = bounds
+    def __init__(self, recorder: RequestRecorder, prices: PriceBook, budgets: BudgetGuard, audit: AuditLog) -> None:
+        self._recorder = recorder
         self._prices = prices
         self._budgets = budgets
         self._audit = audit
@@ -84,28 +81,30 @@ class Accountant:
             await self._budgets.settle(record.hold, _settle_tokens(record, usage))
         else:
             await self._budgets.release(record.hold)
-        result = record.outcome.result
-        savings = None
-        if ok and usage is not None:
-            savings = savings_for_request(
-                self._prices, model=record.call.body["model"],
-                original_message_tokens=result.message_tokens, original_fingerprints=result.state.fingerprints,
-                previous_fingerprints=record.outcome.previous_fingerprints,
-                forwarded_tokens=result.forwarded_tokens, usage=usage, scorer_usd=record.outcome.scorer_usd,
-                pruned=result.changed)
-            if not savings.priced:
-                log.info("model %s has no price: savings not counted in dollars", record.call.body["model"])
+        savings = self._savings(record, usage) if ok and usage is not None else None
         label = record.outcome_label or _outcome(record, ok)
-        counts = result.unit_action_counts(record.call.body["messages"])
+        result = record.outcome.result
         overhead_s = record.finished_at - record.call.started - record.upstream_s
-        record_request(
-            self._metrics, bounds=self._bounds, org=record.call.identity.org, model=record.call.body["model"],
-            outcome=label, original_tokens=result.original_tokens, forwarded_tokens=result.forwarded_tokens,
+        self._recorder.record(RequestFigures(
+            org=record.call.identity.org, model=record.call.body["model"], outcome=label,
+            original_tokens=result.original_tokens, forwarded_tokens=result.forwarded_tokens,
             completion_tokens=usage.completion_tokens if usage else 0, savings=savings,
-            unit_actions=counts, upstream_s=record.upstream_s, overhead_s=max(overhead_s, 0.0))
+            unit_actions=result.unit_action_counts(record.call.body["messages"]),
+            upstream_s=record.upstream_s, overhead_s=max(overhead_s, 0.0)))
         self._write_audit(record, label, savings, overhead_s)
 
-    def _write_audit(self, record: RequestRecord, label: str, savings: SavingsRecord | None,
+    def _savings(self, record: RequestRecord, usage: Usage) -> SavingsRecord:
+        result = record.outcome.result
+        original = OriginalPrompt(result.message_tokens, result.state.fingerprints,
+                                  record.outcome.previous_fingerprints)
+        savings = savings_for_request(self._prices, model=record.call.body["model"], original=original,
+                                      forwarded_tokens=result.forwarded_tokens, usage=usage,
+                                      scorer_usd=record.outcome.scorer_usd, pruned=result.changed)
+        if not savings.priced:
+            log.info("model %s has no price: savings not counted in dollars", record.call.body["model"])
+        return savings
+
+    def _write_audit(self, record: RequestRecord, label: Outcome, savings: SavingsRecord | None,
                      overhead_s: float) -> None:
         if not self._audit.enabled:
             return
@@ -151,11 +150,11 @@ def _answer_chars(payload: dict[str, Any]) -> int:
     return chars
 
 
-def _outcome(record: RequestRecord, ok: bool) -> str:
+def _outcome(record: RequestRecord, ok: bool) -> Outcome:
     if not ok:
-        return "upstream_error"
+        return Outcome.UPSTREAM_ERROR
     if record.outcome.failed or (record.hold is not None and record.hold.reservation is None):
-        return "fail_open"  # pruned without its state, state not saved, or served unmetered
-    return "pruned" if record.outcome.result.saved_tokens > 0 else "passthrough"
+        return Outcome.FAIL_OPEN  # pruned without its state, state not saved, or served unmetered
+    return Outcome.PRUNED if record.outcome.result.saved_tokens > 0 else Outcome.PASSTHROUGH
 
 

@@ -12,12 +12,17 @@ import contextlib
 import gc
 from typing import AsyncIterator
 
-from starlette.applications import Starlette
+import orjson
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
 
-from gateway.api.responses import handle_client_disconnect, handle_http_error, handle_sieve_error, handle_unexpected
+from gateway.api.admin import ADMIN_ROUTES
+from gateway.api.openapi import describe
+from gateway.api.responses import (handle_client_disconnect, handle_http_error, handle_sieve_error, handle_unexpected,
+                                   handle_validation_error)
 from gateway.api.routes import ROUTES
 from gateway.api.shutdown import AnswerCutRequests
 from gateway.errors import SieveError
@@ -26,9 +31,9 @@ from gateway.settings import Settings
 from gateway.telemetry.metrics import Metrics
 
 
-def create_app(settings: Settings, metrics: Metrics | None = None) -> Starlette:
+def create_app(settings: Settings, metrics: Metrics | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await Services.start(settings, metrics)
         app.state.services = services
         # Everything built so far lives as long as the process: move it out of the
@@ -40,10 +45,11 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> Starlette:
         finally:
             await services.stop()
 
-    return Starlette(
-        routes=ROUTES,
-        lifespan=lifespan,
-        middleware=[Middleware(AnswerCutRequests)],
-        exception_handlers={SieveError: handle_sieve_error, HTTPException: handle_http_error,
-                            ClientDisconnect: handle_client_disconnect, Exception: handle_unexpected},
-    )
+    # The ops routes serve the description and its page themselves, behind the access guard.
+    app = FastAPI(lifespan=lifespan, routes=[*ROUTES, *ADMIN_ROUTES], openapi_url=None, docs_url=None, redoc_url=None,
+                  middleware=[Middleware(AnswerCutRequests)],
+                  exception_handlers={SieveError: handle_sieve_error, HTTPException: handle_http_error,
+                                      RequestValidationError: handle_validation_error,
+                                      ClientDisconnect: handle_client_disconnect, Exception: handle_unexpected})
+    app.state.openapi_json = orjson.dumps(describe(app))
+    return app

@@ -17,15 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from gateway.budgets import BudgetConfig, BudgetLimit, Reservation, new_reservation_id, reservation_tokens
 from gateway.errors import BudgetExceeded, StoreUnavailable
 from gateway.state.protocols import BudgetStore
 from gateway.telemetry.metrics import Metrics
-
-if TYPE_CHECKING:
-    from gateway.proxy import ChatCall
+from gateway.wire.call import ChatCall
 
 log = logging.getLogger("sieve.budgets")
 MAX_PENDING = 100_000
@@ -74,7 +72,7 @@ class BudgetGuard:
         """Tokens served during a store outage on this replica, not yet charged to ``org``."""
         return sum(o.tokens for o in self._owed if o.tokens is not None and o.limits and o.limits[0].org == org)
 
-    async def budget_left(self, call: "ChatCall") -> float | None:
+    async def budget_left(self, call: ChatCall) -> float | None:
         """Fraction (0..1) left of the caller's tightest budget, when the policy tightens
         pruning as budgets run low; None otherwise (or when the store cannot tell)."""
         if call.policy.tighten_below <= 0:
@@ -88,7 +86,7 @@ class BudgetGuard:
             return None
         return min((s.remaining / s.limit.limit for s in statuses if s.limit.limit > 0), default=None)
 
-    async def reserve(self, call: "ChatCall", prompt_tokens: int, body: Mapping[str, Any]) -> Hold | None:
+    async def reserve(self, call: ChatCall, prompt_tokens: int, body: Mapping[str, Any]) -> Hold | None:
         limits = self._config.limits_for(call.identity)
         if not limits:
             return None

@@ -245,6 +245,22 @@ class BudgetConfig:
                     found.append(BudgetLimit(org, scope, scope_id, window, windows[window]))
         return tuple(found)
 
+    def limits_of_org(self, org: str) -> list[BudgetLimit]:
+        """Every limit configured for ``org`` (admin reporting): its own, then its teams' and
+        keys' (an ``org/name`` entry beats a bare ``name``); windows short to long."""
+        found = [BudgetLimit(org, Scope.ORG, org, w, n) for w, n in _ordered(self.orgs.get(org))]
+        for scope, section in ((Scope.TEAM, self.teams), (Scope.KEY, self.keys)):
+            chosen: dict[str, Mapping[Window, int]] = {n: w for n, w in section.items() if "/" not in n}
+            chosen.update({n.split("/", 1)[1]: w for n, w in section.items()
+                           if "/" in n and n.split("/", 1)[0] == org})
+            for name in sorted(chosen):
+                found.extend(BudgetLimit(org, scope, name, w, n) for w, n in _ordered(chosen[name]))
+        return found
+
+
+def _ordered(windows: Mapping[Window, int] | None) -> list[tuple[Window, int]]:
+    return [(w, windows[w]) for w in _WINDOW_ORDER if windows and w in windows]
+
 
 def _lookup(section: Mapping[str, Mapping[Window, int]], org: str, name: str | None) -> Mapping[Window, int] | None:
     if name is None:

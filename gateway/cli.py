@@ -72,7 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415
 
     from gateway.app import create_app  # noqa: PLC0415
-    from gateway.services import is_open  # noqa: PLC0415
+    from gateway.identity import is_open  # noqa: PLC0415
 
     settings = _settings(args)
     if is_open(settings) and not settings.bind_is_loopback and not settings.allow_open:

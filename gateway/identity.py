@@ -3,11 +3,13 @@
 Keys are kept only as SHA-256 hex digests. A presented key is hashed, looked
 up, and confirmed with ``hmac.compare_digest``::
 
-    registry = KeyRegistry.from_entries(yaml.safe_load(path.read_text()))
+    registry = KeyRegistry.from_entries(load_keys_file(path))
     auth = Authenticator(registry, key_store=redis_stores.keys,
                          passthrough={"<sha256 of a provider key>": "acme"},
                          allow_anonymous=False)
     identity = await auth.authenticate(request.headers)   # raises Unauthorized
+
+    auth = authenticator_for(settings, key_store, allow_anonymous)   # the gateway's, from its settings
 
 Keys file (a YAML list; ``key`` is hashed on load and never kept)::
 
@@ -17,6 +19,9 @@ Keys file (a YAML list; ``key`` is hashed on load and never kept)::
 Passthrough: a client sends its own provider key; the gateway forwards it, and
 the org comes from a ``key_sha256 -> org`` map. A wrong key is always a 401,
 even when anonymous use is allowed: a typo should not silently run unmetered.
+
+The resulting :class:`gateway.wire.call.Identity` (org, team, key name) is a
+wire-level type: everything above the routes reads it from the ``ChatCall``.
 """
 
 from __future__ import annotations
@@ -24,63 +29,22 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from dataclasses import asdict, dataclass
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
-from gateway.errors import ConfigError, Unauthorized
+import yaml
 
-if TYPE_CHECKING:
-    from gateway.state.protocols import KeyStore
+from gateway.errors import ConfigError, StoreUnavailable, Unauthorized
+from gateway.settings import Settings
+from gateway.state.protocols import KeyRecord, KeyStore
+from gateway.wire.call import ANONYMOUS, Identity, IdentityKind
+from gateway.wire.keys import presented_key
 
-ANONYMOUS_ORG = "anonymous"
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-
-
-class IdentityKind(str, Enum):
-    VIRTUAL = "virtual"          # a Sieve virtual key
-    PASSTHROUGH = "passthrough"  # the client's own provider key, forwarded upstream
-    ANONYMOUS = "anonymous"
-
-
-@dataclass(frozen=True)
-class Identity:
-    org: str
-    team: str | None = None
-    key_name: str | None = None
-    kind: IdentityKind = IdentityKind.VIRTUAL
-
-    @property
-    def forwards_client_key(self) -> bool:
-        return self.kind is IdentityKind.PASSTHROUGH
-
-
-ANONYMOUS = Identity(ANONYMOUS_ORG, kind=IdentityKind.ANONYMOUS)
 
 
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
-class KeyRecord:
-    """A virtual key at rest: its hash and who it belongs to. ``revoked`` masks a file key too."""
-
-    key_sha256: str
-    org: str
-    team: str | None = None
-    name: str | None = None
-    revoked: bool = False
-
-    def identity(self) -> Identity:
-        return Identity(self.org, self.team, self.name or f"key-{self.key_sha256[:8]}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "KeyRecord":
-        return cls(raw["key_sha256"], raw["org"], raw.get("team"), raw.get("name"), bool(raw.get("revoked", False)))
 
 
 def parse_key_entry(entry: Any, where: str) -> KeyRecord:
@@ -140,39 +104,6 @@ class KeyRegistry:
         return None
 
 
-def presented_key(headers: Mapping[str, str]) -> str | None:
-    """The key from ``Authorization: Bearer <key>`` or else ``x-api-key``; None when absent.
-
-    ``headers`` must be case-insensitive (Starlette's ``Headers`` is) or use
-    lowercase names.
-    """
-    auth = headers.get("authorization")
-    if auth is not None:
-        scheme, _, token = auth.strip().partition(" ")
-        if scheme.lower() != "bearer":
-            raise Unauthorized("Authorization header must be 'Bearer <key>'.")
-        token = token.strip()
-        if not token:
-            raise Unauthorized("Authorization header has an empty bearer key.")
-        return token
-    key = headers.get("x-api-key")
-    if key is not None:
-        if not key.strip():
-            raise Unauthorized("x-api-key header is empty.")
-        return key.strip()
-    return None
-
-
-def client_provider_key(identity: Identity, headers: Mapping[str, str]) -> str | None:
-    """The caller's own provider key, to forward upstream: never a Sieve virtual key."""
-    if identity.kind is IdentityKind.VIRTUAL:
-        return None
-    try:
-        return presented_key(headers)
-    except Unauthorized:
-        return None
-
-
 class Authenticator:
     """Resolves request headers to an :class:`Identity`.
 
@@ -184,7 +115,7 @@ class Authenticator:
         self,
         registry: KeyRegistry | None = None,
         *,
-        key_store: KeyStore | None = None,
+        key_store: KeyStore | KeysDuringOutage | None = None,
         passthrough: Mapping[str, str] | None = None,
         allow_anonymous: bool = False,
     ) -> None:
@@ -220,3 +151,61 @@ class Authenticator:
         if org is not None:
             return Identity(org, None, f"passthrough-{digest[:8]}", IdentityKind.PASSTHROUGH)
         raise Unauthorized("Invalid API key: it is not a Sieve virtual key or a mapped provider key.")
+
+
+def is_open(settings: Settings) -> bool:
+    """No way to authenticate anyone: every caller is anonymous and brings its own provider key."""
+    return not settings.virtual_keys and settings.keys_file is None and not settings.passthrough \
+        and not settings.admin_key
+
+
+def load_keys_file(path: Path) -> list[Any]:
+    """The entries of a keys file: a YAML list, or a mapping with ``keys:`` (entries are
+    checked by :func:`parse_key_entry`)."""
+    try:
+        raw = yaml.safe_load(path.read_text()) or []
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read keys file: {exc}") from exc
+    entries = raw.get("keys") if isinstance(raw, dict) else raw
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}: expected a list of keys (or a mapping with 'keys:')")
+    return entries
+
+
+class OpenAccess:
+    """The authenticator of an open gateway (:func:`is_open`): every caller is anonymous
+    and brings its own provider key. The cli refuses to bind one beyond loopback unless told."""
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Identity:
+        return ANONYMOUS
+
+
+def authenticator_for(settings: Settings, key_store: KeyStore, allow_anonymous: bool) -> Authenticator | OpenAccess:
+    """The gateway's authenticator: keys from the settings and the keys file, the admin
+    key store, the passthrough map; :class:`OpenAccess` when there is no key to check."""
+    entries = list(settings.virtual_keys)
+    if settings.keys_file is not None:
+        entries.extend(load_keys_file(settings.keys_file))
+    registry = KeyRegistry.from_entries(entries or None, "keys")
+    if is_open(settings):
+        return OpenAccess()
+    static = {digest.lower() for digest in settings.passthrough}
+    return Authenticator(registry, key_store=KeysDuringOutage(key_store, registry, static),
+                         passthrough=settings.passthrough, allow_anonymous=allow_anonymous)
+
+
+class KeysDuringOutage:
+    """The admin key store as the Authenticator reads it: an outage must not lock out
+    the keys file (else fail-open could never serve). While the store is down a file or
+    passthrough key is accepted unchecked for revocation; any other key is a 503, not a 401."""
+
+    def __init__(self, store: KeyStore, registry: KeyRegistry, passthrough: set[str]) -> None:
+        self._store, self._registry, self._passthrough = store, registry, passthrough
+
+    async def get(self, key_sha256: str) -> KeyRecord | None:
+        try:
+            return await self._store.get(key_sha256)
+        except StoreUnavailable:
+            if self._registry.lookup(key_sha256) is not None or key_sha256 in self._passthrough:
+                return None
+            raise

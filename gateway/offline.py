@@ -19,7 +19,7 @@ from typing import Any, Iterator, TextIO
 
 import orjson
 
-from gateway.api.protocol import check_chat_body
+from gateway.wire.chat import check_chat_body
 from gateway.errors import ConfigError, SieveError
 from gateway.policies import load_policies
 from gateway.pruner import conversation_key

@@ -6,6 +6,12 @@ from another policy. Unknown keys and wrong types fail start-up with the file
 and line::
 
     policies/agent.yaml:7: unknown key 'protect_last_unit' (did you mean 'protect_last_units'?)
+
+The gateway reads them through a :class:`PolicyBook`: the default policy, and
+the one each org is mapped to (``org_policies`` in the config)::
+
+    book = PolicyBook.load(settings)
+    book.for_identity(identity)      # the caller's org's policy, else the default
 """
 
 from __future__ import annotations
@@ -18,8 +24,30 @@ import yaml
 
 from gateway.errors import ConfigError
 from gateway.pruning.policy import OVERRIDES, POLICY_FIELDS, SCORER_FALLBACKS, SCORERS, STRATEGIES, Policy
+from gateway.settings import Settings
+from gateway.wire.call import Identity
 
 _TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}
+
+
+class PolicyBook:
+    def __init__(self, policies: dict[str, Policy], default: str, org_policies: dict[str, str]) -> None:
+        self.default = policies[default]
+        self._by_org = {org: policies[name] for org, name in org_policies.items()}
+
+    @classmethod
+    def load(cls, settings: Settings) -> "PolicyBook":
+        """The settings' policies folder, strictly: a default or org policy it lacks is a ConfigError."""
+        policies = load_policies(settings.policies_dir)
+        if settings.default_policy not in policies:
+            raise ConfigError(f"default policy {settings.default_policy!r} not found in {settings.policies_dir}")
+        for org, name in settings.org_policies.items():
+            if name not in policies:
+                raise ConfigError(f"org_policies.{org}: policy {name!r} not found in {settings.policies_dir}")
+        return cls(policies, settings.default_policy, dict(settings.org_policies))
+
+    def for_identity(self, identity: Identity) -> Policy:
+        return self._by_org.get(identity.org, self.default)
 
 
 def load_policies(folder: Path) -> dict[str, Policy]:

@@ -22,49 +22,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, Callable, Mapping
 
 import orjson
 from starlette.responses import Response, StreamingResponse
 
 from gateway.accounting import Accountant, RequestRecord
-from gateway.api.protocol import SieveHeaders
-from gateway.api.sse import SSEUsageTap
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.deferred import Deferred
 from gateway.errors import SieveError, UpstreamUnavailable
-from gateway.identity import Identity, client_provider_key
 from gateway.pruner import PruneOutcome, Pruner
-from gateway.pruning.policy import Policy
+from gateway.telemetry.metrics import Outcome
 from gateway.telemetry.redaction import without_secrets
-from gateway.upstream.litellm_route import LiteLLMUpstream
-from gateway.upstream.openai_compat import OpenAICompatibleUpstream, UpstreamResponse, forward_headers
-from gateway.upstream.router import ModelRouter, ResolvedRoute
+from gateway.upstream.base import ResolvedRoute, UpstreamResponse
+from gateway.upstream.router import ModelRouter
+from gateway.wire.call import ChatCall
+from gateway.wire.headers import response_headers
+from gateway.wire.sse import SSEUsageTap
 
 log = logging.getLogger("sieve.proxy")
 
 
-@dataclass(slots=True)
-class ChatCall:
-    request_id: str
-    body: dict[str, Any]
-    body_bytes: int
-    identity: Identity
-    policy: Policy
-    sieve: SieveHeaders
-    headers: Mapping[str, str]
-    started: float = field(default_factory=time.perf_counter)
-
-
 class ChatProxy:
-    def __init__(self, *, router: ModelRouter, pruner: Pruner, openai: OpenAICompatibleUpstream,
-                 litellm: LiteLLMUpstream, accountant: Accountant, budgets: BudgetGuard,
+    def __init__(self, *, router: ModelRouter, pruner: Pruner, accountant: Accountant, budgets: BudgetGuard,
                  deferred: Deferred) -> None:
         self._router = router
         self._pruner = pruner
-        self._openai = openai
-        self._litellm = litellm
         self._accountant = accountant
         self._budgets = budgets
         self._deferred = deferred
@@ -73,56 +56,56 @@ class ChatProxy:
 
     async def prune_only(self, call: ChatCall) -> PruneOutcome:
         """What would be forwarded; no upstream needed, so any model name is accepted."""
-        return await self._pruner.prune(call.body, call.identity.org, call.sieve, call.policy, call.body_bytes)
+        return await self._pruner.prune(call)
 
     async def complete(self, call: ChatCall) -> Response:
         route = self._router.resolve(call.body["model"])
-        cap = None
-        left = await self._budgets.budget_left(call)
-        if left is not None:
-            base = call.sieve.target_tokens or call.policy.target_tokens
-            tightened = call.policy.tightened_cap(base, left)
-            cap = tightened if tightened != base else None
-        outcome = await self._pruner.prune(call.body, call.identity.org, call.sieve, call.policy,
-                                           call.body_bytes, cap=cap)
-        forwarded = outcome.result.request
-        stream = forwarded.get("stream") is True
-        strip_usage = False
-        if stream and not _client_wants_usage(forwarded):
-            forwarded = dict(forwarded)
-            forwarded["stream_options"] = {**(forwarded.get("stream_options") or {}), "include_usage": True}
-            strip_usage = True
-        if route.upstream_model:
-            forwarded = {**forwarded, "model": route.upstream_model}
+        outcome = await self._pruner.prune(call, await self._budget_target(call))
+        forwarded, strip_usage = _upstream_body(outcome.result.request, route)
         hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold)
         self._open[id(record)] = record
         headers = sieve_headers(call.request_id, outcome, hold)
-        upstream_started = time.perf_counter()
-        try:
-            response = await self._send(route, forwarded, call, stream)
-        except BaseException as exc:
-            # Also a bug or a cancellation (uvicorn cancels what outlives its graceful-shutdown
-            # timeout): the reservation is released and the request counted all the same.
-            record.upstream_s = time.perf_counter() - upstream_started
-            record.outcome_label = "upstream_error"
-            record.error_status = exc.status if isinstance(exc, SieveError) else 500
-            self._account(record)
-            if isinstance(exc, SieveError):
-                exc.headers.update(headers)
-            raise
+        response = await self._forward(record, forwarded, headers)
         record.status = response.status
         if response.chunks is None:
-            record.upstream_s = time.perf_counter() - upstream_started
+            record.upstream_s = time.perf_counter() - record.upstream_started
             body = response.body or b""
             if response.status >= 400 and route.api_key:
                 body = without_secrets(body, [route.api_key])
             record.set_response_body(body)
             self._account(record)
             return Response(body, status_code=response.status, headers={**response.headers, **headers})
-        return _RelayResponse(self._relay(response, record, strip_usage, upstream_started),
+        return _RelayResponse(self._relay(response, record, strip_usage),
                               on_close=lambda: self._account(record),
                               status_code=response.status, headers={**response.headers, **headers})
+
+    async def _budget_target(self, call: ChatCall) -> int | None:
+        """A target Sieve imposes itself when the caller's budget runs low (policy
+        ``tighten_below``); None when the request's own target stands."""
+        left = await self._budgets.budget_left(call)
+        if left is None:
+            return None
+        base = call.sieve.target_tokens or call.policy.target_tokens
+        tightened = call.policy.tightened_cap(base, left)
+        return tightened if tightened != base else None
+
+    async def _forward(self, record: RequestRecord, body: dict[str, Any],
+                       headers: Mapping[str, str]) -> UpstreamResponse:
+        route, call = record.route, record.call
+        record.upstream_started = time.perf_counter()
+        try:
+            return await self._router.upstream_for(route).send(route, call, body)
+        except BaseException as exc:
+            # Also a bug or a cancellation (uvicorn cancels what outlives its graceful-shutdown
+            # timeout): the reservation is released and the request counted all the same.
+            record.upstream_s = time.perf_counter() - record.upstream_started
+            record.outcome_label = Outcome.UPSTREAM_ERROR
+            record.error_status = exc.status if isinstance(exc, SieveError) else 500
+            self._account(record)
+            if isinstance(exc, SieveError):
+                exc.headers.update(headers)
+            raise
 
     async def close(self, timeout_s: float) -> int:
         """At shutdown, once the server has stopped serving: account every request still open.
@@ -147,19 +130,8 @@ class ChatProxy:
         if self._open.pop(id(record), None) is not None:
             self._deferred.spawn(self._accountant.finish(record))
 
-    async def _send(self, route: ResolvedRoute, body: dict[str, Any], call: ChatCall,
-                    stream: bool) -> UpstreamResponse:
-        client_key = client_provider_key(call.identity, call.headers)
-        if route.kind == "litellm":
-            return await self._litellm.complete(route.route, body, client_key, stream)
-        api_key = route.api_key or client_key
-        out_headers = forward_headers(call.headers, api_key)
-        if not api_key:
-            out_headers.pop("authorization", None)
-        return await self._openai.post(route.url or "", orjson.dumps(body), out_headers, stream)
-
-    async def _relay(self, response: UpstreamResponse, record: RequestRecord, strip_usage: bool,
-                     upstream_started: float) -> AsyncGenerator[bytes, None]:
+    async def _relay(self, response: UpstreamResponse, record: RequestRecord,
+                     strip_usage: bool) -> AsyncGenerator[bytes, None]:
         tap = SSEUsageTap(strip_usage)
         completed = False
         try:
@@ -173,7 +145,7 @@ class ChatProxy:
                 yield tail
             if tap.error is not None:
                 # The provider told the client itself, in-stream: relayed as it came, counted as failed.
-                record.outcome_label = "upstream_error"
+                record.outcome_label = Outcome.UPSTREAM_ERROR
                 record.error_status = 502
             elif not tap.finished:
                 # A clean close is no proof of a whole answer (no chunked framing, a proxy cut it).
@@ -184,14 +156,14 @@ class ChatProxy:
         except SieveError as exc:
             # The incomplete event the tap still holds is dropped: the client gets whole events,
             # then one whole error event.
-            record.outcome_label = "upstream_error"
+            record.outcome_label = Outcome.UPSTREAM_ERROR
             record.error_status = exc.status
             yield b"data: " + orjson.dumps(exc.body()) + b"\n\n"
         except (asyncio.CancelledError, GeneratorExit):
             record.disconnected = True
             raise
         finally:
-            record.upstream_s = time.perf_counter() - upstream_started
+            record.upstream_s = time.perf_counter() - record.upstream_started
             record.stream_usage = tap.usage
             record.completion_estimate = tap.delta_events
             record.completed = completed
@@ -225,23 +197,31 @@ class _RelayResponse(StreamingResponse):
                 self._on_close()
 
 
+def _upstream_body(pruned: dict[str, Any], route: ResolvedRoute) -> tuple[dict[str, Any], bool]:
+    """The body as the provider gets it: a stream asks for usage (budgets are settled and
+    savings counted on it; the usage chunk is stripped again if the client did not ask for
+    it, the second value), and an aliased model gets its upstream name."""
+    forwarded = pruned
+    strip_usage = False
+    if forwarded.get("stream") is True and not _client_wants_usage(forwarded):
+        forwarded = dict(forwarded)
+        forwarded["stream_options"] = {**(forwarded.get("stream_options") or {}), "include_usage": True}
+        strip_usage = True
+    if route.upstream_model:
+        forwarded = {**forwarded, "model": route.upstream_model}
+    return forwarded, strip_usage
+
+
 def _client_wants_usage(body: Mapping[str, Any]) -> bool:
     options = body.get("stream_options")
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
 def sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None = None) -> dict[str, str]:
-    """The ``x-sieve-*`` response headers (both routes send them)."""
+    """The ``x-sieve-*`` response headers of a pruned request (both routes send them)."""
     r = outcome.result
-    headers = {
-        "x-sieve-request-id": request_id,
-        "x-sieve-original-tokens": str(r.original_tokens),
-        "x-sieve-forwarded-tokens": str(r.forwarded_tokens),
-        "x-sieve-saved-tokens": str(r.saved_tokens),
-    }
-    if hold is not None and hold.remaining_tokens is not None:
-        headers["x-sieve-budget-remaining-tokens"] = str(hold.remaining_tokens)
-    return headers
+    return response_headers(request_id, r.original_tokens, r.forwarded_tokens,
+                            hold.remaining_tokens if hold is not None else None)
 
 
 def _close_quietly(resp: Any) -> None:
@@ -251,4 +231,4 @@ def _close_quietly(resp: Any) -> None:
         pass
 
 
-__all__ = ["ChatCall", "ChatProxy", "sieve_headers"]
+__all__ = ["ChatProxy", "sieve_headers"]

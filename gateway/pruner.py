@@ -23,17 +23,18 @@ from typing import Any, Mapping
 
 import orjson
 
-from gateway.api.protocol import SieveHeaders
 from gateway.errors import Forbidden
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pipeline import PruneResult, prune
 from gateway.pruning.policy import OVERRIDES, Policy
-from gateway.pruning.scoring import Scorer
-from gateway.pruning.tokens import TokenCounters
+from gateway.pruning.scoring import Scorer, UnitScore
+from gateway.pruning.tokens import TokenCounter, TokenCounters
 from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
 from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import Metrics
+from gateway.wire.call import ChatCall
+from gateway.wire.headers import SieveHeaders
 
 log = logging.getLogger("sieve.pruner")
 
@@ -68,69 +69,79 @@ class Pruner:
         self._llm = llm
         self._summarizer = summarizer
 
-    async def prune(self, body: dict[str, Any], org: str, headers: SieveHeaders, policy: Policy,
-                    body_bytes: int, cap: int | None = None) -> PruneOutcome:
-        """``cap``, when given, is a cap Sieve itself imposes (a budget running low):
-        it replaces the request's target and is no client override."""
-        check_overrides(headers, policy)
-        key = conversation_key(org, body, headers.conversation_id)
-        failed = None
-        state = None
-        raw = None
-        try:
-            raw = await self._store.get(key)
-            state = FrozenPlan.from_bytes(raw) if raw else None
-        except Exception as exc:  # noqa: BLE001 - any store failure: prune without state
-            failed = "state_store"
-            self._metrics.fail_open.labels(reason="state_store").inc()
-            log.warning("state store unavailable (%s): pruning without conversation state", exc)
+    async def prune(self, call: ChatCall, target_tokens: int | None = None) -> PruneOutcome:
+        """Prune ``call``'s body under its conversation's frozen plan. ``target_tokens``,
+        when given, is a target Sieve itself imposes (a budget running low): it replaces
+        the request's own and is no client override."""
+        check_overrides(call.sieve, call.policy)
+        key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
+        raw, failed = await self._load(key)
+        state = FrozenPlan.from_bytes(raw) if raw else None
+        # Read before the pipeline runs: a frozen replay moves the plan on to this request.
         previous = list(state.fingerprints) if state is not None else None
-        goal = headers.goal or _metadata_goal(body)
-        counter = self._counters.for_model(body["model"])
+        run = _Run(call, self._counters.for_model(call.body["model"]), target_tokens)
         t0 = time.perf_counter()
-        capture = CapturingScorer(self._scorer) if self._llm is not None and policy.scorer != "local" else None
-        scorer_run = None
-
-        def call(plan: FrozenPlan | None, scorer: Scorer, scores=None) -> PruneResult:
-            return prune(body, policy, scorer=scorer, counter=counter, state=plan, target=cap or headers.target_tokens,
-                         strategy=headers.strategy, goal=goal, scores=scores)
-
-        async def run(plan: FrozenPlan | None, scorer: Scorer, scores=None) -> PruneResult:
-            if body_bytes > THREAD_THRESHOLD_BYTES:
-                return await asyncio.to_thread(call, plan, scorer, scores)
-            return call(plan, scorer, scores)
-
         try:
-            result = await run(state, capture or self._scorer)
-            if capture is not None and capture.request is not None:
-                scorer_run = await self._score_with_llm(capture, policy, org, body["model"], result)
-                if scorer_run is not None and scorer_run.scores:
-                    # The epoch/stateless paths leave the stored plan untouched, but a
-                    # fresh decode costs microseconds and rules out any aliasing.
-                    fresh = FrozenPlan.from_bytes(raw) if raw else None
-                    result = await run(fresh, self._scorer, scorer_run.scores)
+            result, scorer_run = await self._decide(run, raw, state)
         except Exception as exc:  # noqa: BLE001 - a pruning bug must not fail the request
             log.exception("pruning failed (%s); forwarding unpruned", type(exc).__name__)
             self._metrics.fail_open.labels(reason="pruning_error").inc()
-            result = prune(body, policy, scorer=self._scorer, counter=counter, strategy="none")
+            result, scorer_run = prune(call.body, call.policy, scorer=self._scorer, counter=run.counter,
+                                       strategy="none"), None
             failed = "pruning_error"
-        summary_run = None
-        if policy.summaries and self._summarizer is not None and result.mode in ("epoch", "stateless"):
-            try:
-                summary_run = await self._summarizer.summarize(
-                    result, body["messages"], goal or _first_user_text(body), policy, counter, result.state.cap)
-            except Exception as exc:  # noqa: BLE001 - the plain markers stand
-                log.exception("summaries failed (%s); keeping the plain markers", type(exc).__name__)
+        summary_run = await self._summarize(run, result)
         prune_s = time.perf_counter() - t0
         self._metrics.prune_seconds.observe(prune_s)
-        if failed != "state_store":
-            try:
-                await self._store.put(key, result.state.to_bytes(), policy.state_ttl_s)
-            except Exception as exc:  # noqa: BLE001
-                failed = failed or "state_store"
-                self._metrics.fail_open.labels(reason="state_store").inc()
-                log.warning("state store unavailable (%s): decisions of this request not saved", exc)
+        if failed != "state_store" and not await self._save(key, result, call.policy):
+            failed = failed or "state_store"
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run)
+
+    async def _load(self, key: str) -> tuple[bytes | None, str | None]:
+        """The conversation's stored plan, and the fail-open reason when the store failed."""
+        try:
+            return await self._store.get(key), None
+        except Exception as exc:  # noqa: BLE001 - any store failure: prune without state
+            self._metrics.fail_open.labels(reason="state_store").inc()
+            log.warning("state store unavailable (%s): pruning without conversation state", exc)
+            return None, "state_store"
+
+    async def _save(self, key: str, result: PruneResult, policy: Policy) -> bool:
+        try:
+            await self._store.put(key, result.state.to_bytes(), policy.state_ttl_s)
+        except Exception as exc:  # noqa: BLE001
+            self._metrics.fail_open.labels(reason="state_store").inc()
+            log.warning("state store unavailable (%s): decisions of this request not saved", exc)
+            return False
+        return True
+
+    async def _decide(self, run: _Run, raw: bytes | None,
+                      state: FrozenPlan | None) -> tuple[PruneResult, ScorerRun | None]:
+        """The pipeline's decision; with an LLM scorer, a second pass on the model's scores
+        when the first one scored anything (an epoch or a stateless prune)."""
+        policy = run.call.policy
+        capture = CapturingScorer(self._scorer) if self._llm is not None and policy.scorer != "local" else None
+        result = await run.prune(state, capture or self._scorer)
+        if capture is None or capture.request is None:
+            return result, None
+        scorer_run = await self._score_with_llm(capture, policy, run.call.identity.org, run.call.body["model"],
+                                                result)
+        if scorer_run is not None and scorer_run.scores:
+            # The epoch/stateless paths leave the stored plan untouched, but a
+            # fresh decode costs microseconds and rules out any aliasing.
+            fresh = FrozenPlan.from_bytes(raw) if raw else None
+            result = await run.prune(fresh, self._scorer, scorer_run.scores)
+        return result, scorer_run
+
+    async def _summarize(self, run: _Run, result: PruneResult) -> SummaryRun | None:
+        policy, body = run.call.policy, run.call.body
+        if not policy.summaries or self._summarizer is None or result.mode not in ("epoch", "stateless"):
+            return None
+        try:
+            return await self._summarizer.summarize(result, body["messages"], run.goal or _first_user_text(body),
+                                                    policy, run.counter, result.state.cap)
+        except Exception as exc:  # noqa: BLE001 - the plain markers stand
+            log.exception("summaries failed (%s); keeping the plain markers", type(exc).__name__)
+            return None
 
     async def _score_with_llm(self, capture: CapturingScorer, policy: Policy, org: str, model: str,
                               first: PruneResult) -> ScorerRun | None:
@@ -142,6 +153,28 @@ class Pruner:
             log.exception("LLM scorer failed (%s); keeping the local scores", type(exc).__name__)
             self._metrics.scorer_failures.labels(reason="error").inc()
             return None
+
+
+class _Run:
+    """One request's pipeline runs: its body, counter and target, in the thread or not."""
+
+    def __init__(self, call: ChatCall, counter: TokenCounter, target_tokens: int | None) -> None:
+        self.call = call
+        self.counter = counter
+        self.target_tokens = target_tokens or call.sieve.target_tokens
+        self.goal = call.sieve.goal or _metadata_goal(call.body)
+
+    def _prune(self, plan: FrozenPlan | None, scorer: Scorer,
+               scores: Mapping[int, UnitScore] | None = None) -> PruneResult:
+        sieve = self.call.sieve
+        return prune(self.call.body, self.call.policy, scorer=scorer, counter=self.counter, state=plan,
+                     target=self.target_tokens, strategy=sieve.strategy, goal=self.goal, scores=scores)
+
+    async def prune(self, plan: FrozenPlan | None, scorer: Scorer,
+                    scores: Mapping[int, UnitScore] | None = None) -> PruneResult:
+        if self.call.body_bytes > THREAD_THRESHOLD_BYTES:
+            return await asyncio.to_thread(self._prune, plan, scorer, scores)
+        return self._prune(plan, scorer, scores)
 
 
 def check_overrides(headers: SieveHeaders, policy: Policy) -> None:

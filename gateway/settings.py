@@ -18,8 +18,8 @@ SIEVE_REDIS_URL                 Redis for shared state and budgets
 SIEVE_ADMIN_KEY                 enables the admin routes
 SIEVE_KEYS_FILE                 virtual keys (YAML)
 SIEVE_ALLOW_OPEN                "1" allows an open gateway on a non-loopback bind
-SIEVE_OPEN_ROUTES               routes that need no key (default /healthz,/readyz,/metrics,/openapi.json;
-                                only these four can be open, "" closes them all)
+SIEVE_OPEN_ROUTES               routes that need no key (default /healthz,/readyz,/metrics,/openapi.json,/docs;
+                                only these can be open, "" closes them all)
 SIEVE_METRICS_KEY               a key that reads the closed ops routes (besides the admin key)
 SIEVE_MAX_BODY_BYTES            request body limit (default 32 MiB)
 SIEVE_BODY_TIMEOUT_S            time to receive a request body (default 60; then 408)
@@ -50,6 +50,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -62,20 +63,22 @@ PACKAGE_ROOT = Path(__file__).resolve().parent
 DEFAULT_POLICIES_DIR = PACKAGE_ROOT.parent / "policies"
 # Routes for probes, scrapers and tooling: open by default, each closable.
 # Every other route needs a key; it cannot be opened by configuration.
-OPS_ROUTES = ("/healthz", "/readyz", "/metrics", "/openapi.json")
+OPS_ROUTES = ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs")
+
+
+class RouteKind(StrEnum):
+    """How a model's requests are forwarded (``gateway.upstream``)."""
+
+    OPENAI = "openai"    # byte-transparent fast path to an OpenAI-compatible api_base
+    LITELLM = "litellm"  # any other provider, through litellm.acompletion with litellm_model
 
 
 @dataclass(frozen=True)
 class ModelRoute:
-    """Where one model name goes.
-
-    ``kind`` is ``"openai"`` (byte-transparent fast path to an
-    OpenAI-compatible ``api_base``) or ``"litellm"`` (any other provider,
-    through ``litellm.acompletion`` with ``litellm_model``).
-    """
+    """Where one model name goes, and how (:class:`RouteKind`)."""
 
     name: str
-    kind: str = "openai"
+    kind: RouteKind = RouteKind.OPENAI
     api_base: str | None = None
     api_key: str | None = None
     litellm_model: str | None = None
@@ -206,12 +209,12 @@ class Settings:
                 {"kind", "api_base", "api_key_env", "litellm_model", "upstream_model"},
                 f"{path}: models.{name}",
             )
-            kind = spec.get("kind", "openai")
-            if kind not in ("openai", "litellm"):
+            kind = spec.get("kind", RouteKind.OPENAI)
+            if kind not in tuple(RouteKind):
                 raise ConfigError(f"{path}: models.{name}.kind must be 'openai' or 'litellm'")
             models[name] = ModelRoute(
                 name=name,
-                kind=kind,
+                kind=RouteKind(kind),
                 api_base=spec.get("api_base"),
                 api_key=env.get(spec["api_key_env"]) if spec.get("api_key_env") else None,
                 litellm_model=spec.get("litellm_model"),

@@ -1,21 +1,23 @@
 """Who may call which route: every route declares its access level, one guard enforces it.
 
-::
+A route's class is its level, so the route table reads as a list of who may
+call what, and no route is reachable without the guard (a test walks the
+table to keep it that way)::
 
-    Route("/v1/prune", guarded(Access.CLIENT, prune), methods=["POST"])
+    ROUTES = [ClientRoute("/v1/prune", prune, methods=["POST"]), ...]
 
 Levels:
 
 * ``CLIENT``: a Sieve virtual key or a mapped provider key (anonymous only on an
   open, loopback-only gateway). The identity lands in ``request.state.identity``.
 * ``ADMIN``: the admin key; without one configured the route does not exist (404).
-* ``OPS``: probes, the Prometheus scrape and the schema. Open when listed in
-  ``settings.open_routes`` (all four by default), else the admin key or the
-  metrics key.
+* ``OPS``: probes, the Prometheus scrape and the API description. Open when
+  listed in ``settings.open_routes`` (all of them by default), else the admin key
+  or the metrics key.
 
-No route is reachable without passing through :func:`guarded`; a test walks the
-route table to keep it that way. The guard also bounds the request headers,
-before any of them is parsed.
+The guard runs before FastAPI reads or validates a body, so a request without
+the right key is a 401/403 whatever its body holds. It also bounds the request
+headers, before any of them is parsed.
 """
 
 from __future__ import annotations
@@ -23,19 +25,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import uuid
-from enum import Enum
-from typing import Awaitable, Callable
+from enum import StrEnum
+from typing import Any, Callable, Coroutine
 
+from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.errors import Forbidden, HeadersTooLarge, InvalidRequest, Unauthorized
-from gateway.identity import presented_key
+from gateway.wire.keys import presented_key
 
-Handler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
-class Access(str, Enum):
+class Access(StrEnum):
     CLIENT = "client"
     ADMIN = "admin"
     OPS = "ops"
@@ -46,22 +49,44 @@ class AdminDisabled(InvalidRequest):
     code = "not_found"
 
 
-def guarded(access: Access, handler: Handler) -> Handler:
-    async def endpoint(request: Request) -> Response:
-        services = request.app.state.services
-        request.state.request_id = "req_" + uuid.uuid4().hex[:24]
-        check_header_size(request, services.settings.max_header_bytes)
-        if access is Access.CLIENT:
-            request.state.identity = await services.authenticate(request.headers)
-        elif access is Access.ADMIN:
-            require_admin(request)
-        elif request.url.path not in services.settings.open_routes:
-            require_ops(request)
-        return await handler(request)
+class GuardedRoute(APIRoute):
+    """A FastAPI route whose handler runs behind :func:`check_access` at its level."""
 
-    endpoint.access = access  # type: ignore[attr-defined] - read by the route-table test
-    endpoint.__name__ = handler.__name__
-    return endpoint
+    access: Access
+
+    def get_route_handler(self) -> Handler:
+        handler = super().get_route_handler()
+        access = self.access
+
+        async def guarded(request: Request) -> Response:
+            await check_access(request, access)
+            return await handler(request)
+
+        return guarded
+
+
+class ClientRoute(GuardedRoute):
+    access = Access.CLIENT
+
+
+class AdminRoute(GuardedRoute):
+    access = Access.ADMIN
+
+
+class OpsRoute(GuardedRoute):
+    access = Access.OPS
+
+
+async def check_access(request: Request, access: Access) -> None:
+    services = request.app.state.services
+    request.state.request_id = "req_" + uuid.uuid4().hex[:24]
+    check_header_size(request, services.settings.max_header_bytes)
+    if access is Access.CLIENT:
+        request.state.identity = await services.authenticator.authenticate(request.headers)
+    elif access is Access.ADMIN:
+        require_admin(request)
+    elif request.url.path not in services.settings.open_routes:
+        require_ops(request)
 
 
 def check_header_size(request: Request, limit: int) -> None:

@@ -9,162 +9,171 @@ key configured they do not exist (404)::
     curl -X DELETE -H "Authorization: Bearer $SIEVE_ADMIN_KEY" localhost:8080/admin/keys/<sha256>
 
 Budgets and usage come from the budget store (shared by every replica when it
-is Redis). Savings come from this process's Prometheus counters, so they are
-per replica and restart from zero; Prometheus sums them across pods.
+is Redis). Savings are this replica's running totals (the same figures as its
+Prometheus counters), so they restart from zero; Prometheus sums them across pods.
 """
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
-from typing import Any, Mapping
+from typing import Annotated, Literal
 
-from prometheus_client import Counter
+from fastapi import Path, Query
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
-from gateway.api.access import Access, guarded
-from gateway.api.protocol import parse_body, read_body
-from gateway.api.responses import json_response
-from gateway.budgets import BudgetConfig, BudgetLimit, BudgetStatus, Scope, Window, utc_iso
-from gateway.errors import InvalidRequest
-from gateway.identity import KeyRecord, hash_key
+from gateway.api.access import AdminRoute
+from gateway.budgets import BudgetStatus, utc_iso
+from gateway.identity import hash_key
 from gateway.services import Services
+from gateway.state.protocols import KeyRecord
 
 KEY_PREFIX = "sk-sieve-"
-_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-_KEY_FIELDS = ("org", "team", "name")
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class BudgetState(BaseModel):
+    """One limit in its current calendar window (UTC)."""
+
+    budget: str = Field(examples=["org:acme:day"])
+    scope: Literal["org", "team", "key"]
+    scope_id: str
+    window: Literal["minute", "hour", "day", "month"]
+    bucket: str = Field(description="The window instance, e.g. 2026-12-01 for a day.")
+    limit: int
+    reserved: int = Field(description="Held by requests still under way.")
+    settled: int
+    used: int = Field(description="reserved + settled")
+    remaining: int
+    reset_at: str = Field(description="When the window rolls over (ISO 8601, UTC).")
+
+    @classmethod
+    def of(cls, status: BudgetStatus) -> "BudgetState":
+        limit = status.limit
+        return cls(budget=limit.name, scope=limit.scope.value, scope_id=limit.scope_id, window=limit.window.value,
+                   bucket=status.bucket, limit=limit.limit, reserved=status.reserved, settled=status.settled,
+                   used=status.used, remaining=status.remaining, reset_at=utc_iso(status.reset_at))
+
+
+class Budgets(BaseModel):
+    org: str
+    windows: Literal["calendar, UTC"] = "calendar, UTC"
+    budgets: list[BudgetState]
+
+
+class BudgetUsage(BaseModel):
+    org: str
+    windows: Literal["calendar, UTC"] = "calendar, UTC"
+    counters: list[BudgetState]
+    unmetered_tokens_this_replica: int = Field(
+        description="Tokens served on this replica while the budget store was down, not charged yet.")
+
+
+class SavingsUsd(BaseModel):
+    counterfactual: float
+    actual: float
+    scorer: float
+    net_saving: float
+
+
+class SavingsTokens(BaseModel):
+    prompt_original: int
+    prompt_forwarded: int
+    prompt_saved: int
+    completion: int
+
+
+class Savings(BaseModel):
+    org: str
+    scope: Literal["replica"] = "replica"
+    usd: SavingsUsd
+    tokens: SavingsTokens
+    requests: int
+
+
+class NewKey(BaseModel):
+    """A virtual key to create; the key itself is generated and shown once."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    org: NonEmpty
+    team: NonEmpty | None = None
+    name: NonEmpty | None = None
+
+
+class Key(BaseModel):
+    key_sha256: str
+    org: str
+    team: str | None = None
+    name: str | None = None
+    revoked: bool = False
+
+
+class CreatedKey(Key):
+    key: str = Field(description="The key, shown this once; only its SHA-256 is kept.")
+
+
+class KeyList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Key]
+
+
+class RevokedKey(BaseModel):
+    key_sha256: str
+    revoked: Literal[True] = True
 
 
 def _services(request: Request) -> Services:
     return request.app.state.services  # the guard has checked the admin key
 
 
-async def budgets(request: Request) -> Response:
-    services = _services(request)
-    org = request.path_params["org"]
-    limits = configured_limits(services.budget_guard.config, org)
-    statuses = await services.budget_guard.store.remaining(limits, time.time()) if limits else []
-    return json_response({"org": org, "windows": "calendar, UTC",
-                          "budgets": [status_json(s) for s in statuses]})
+OrgPath = Annotated[str, Path(description="The org, as the keys file and budgets name it.")]
+Sha256Path = Annotated[str, Path(pattern=r"^[0-9a-fA-F]{64}$",
+                                 description="The 64 hex characters of the key's SHA-256.")]
 
 
-async def usage(request: Request) -> Response:
-    services = _services(request)
-    org = request.path_params["org"]
-    statuses = await services.budget_guard.store.usage(org, time.time())
-    return json_response({"org": org, "windows": "calendar, UTC",
-                          "counters": [status_json(s) for s in statuses],
-                          "unmetered_tokens_this_replica": services.budget_guard.unmetered_tokens(org)})
+async def budgets(request: Request, org: OrgPath) -> Budgets:
+    guard = _services(request).budget_guard
+    limits = guard.config.limits_of_org(org)
+    statuses = await guard.store.remaining(limits, time.time()) if limits else []
+    return Budgets(org=org, budgets=[BudgetState.of(s) for s in statuses])
 
 
-async def savings(request: Request) -> Response:
-    services = _services(request)
-    org = request.path_params["org"]
-    return json_response({"org": org, **savings_totals(services.metrics, org)})
+async def usage(request: Request, org: OrgPath) -> BudgetUsage:
+    guard = _services(request).budget_guard
+    statuses = await guard.store.usage(org, time.time())
+    return BudgetUsage(org=org, counters=[BudgetState.of(s) for s in statuses],
+                 unmetered_tokens_this_replica=guard.unmetered_tokens(org))
 
 
-async def create_key(request: Request) -> Response:
-    services = _services(request)
-    fields = key_fields(parse_body(await read_body(request, 64 * 1024)))
+async def savings(request: Request, org: OrgPath) -> Savings:
+    return Savings(org=org, **_services(request).recorder.totals.of(org))
+
+
+async def create_key(request: Request, new: NewKey) -> CreatedKey:
     plaintext = KEY_PREFIX + secrets.token_urlsafe(32)
-    record = KeyRecord(hash_key(plaintext), fields["org"], fields.get("team"), fields.get("name"))
-    await services.key_store.add(record)
-    return json_response({"key": plaintext, **record.to_dict()}, status=201)
+    record = KeyRecord(hash_key(plaintext), new.org, new.team, new.name)
+    await _services(request).stores.keys.add(record)
+    return CreatedKey(key=plaintext, **record.to_dict())
 
 
-async def list_keys(request: Request) -> Response:
-    services = _services(request)
-    records = await services.key_store.list(request.query_params.get("org") or None)
-    return json_response({"object": "list", "data": [r.to_dict() for r in records]})
+async def list_keys(request: Request, org: Annotated[str | None, Query()] = None) -> KeyList:
+    records = await _services(request).stores.keys.list(org or None)
+    return KeyList(data=[Key(**r.to_dict()) for r in records])
 
 
-async def revoke_key(request: Request) -> Response:
-    services = _services(request)
-    digest = request.path_params["key_sha256"].lower()
-    if not _SHA256_HEX.match(digest):
-        raise InvalidRequest("key_sha256 must be the 64 hex characters of the key's SHA-256", param="key_sha256")
-    await services.key_store.revoke(digest)
-    return json_response({"key_sha256": digest, "revoked": True})
-
-
-async def keys(request: Request) -> Response:
-    # One route per path: Starlette builds a 405's Allow header from the first route whose
-    # path matches, so GET and POST on two routes would advertise only one of them.
-    return await (create_key if request.method == "POST" else list_keys)(request)
-
-
-# -- the few pieces of logic behind them ------------------------------------------------------------
-
-def configured_limits(config: BudgetConfig, org: str) -> list[BudgetLimit]:
-    """Every limit configured for ``org``: its own, then teams and keys (``org/name`` beats ``name``)."""
-    found = [BudgetLimit(org, Scope.ORG, org, w, n) for w, n in _ordered(config.orgs.get(org))]
-    for scope, section in ((Scope.TEAM, config.teams), (Scope.KEY, config.keys)):
-        chosen: dict[str, Mapping[Window, int]] = {n: w for n, w in section.items() if "/" not in n}
-        chosen.update({n.split("/", 1)[1]: w for n, w in section.items() if n.split("/", 1)[0] == org and "/" in n})
-        for name in sorted(chosen):
-            found.extend(BudgetLimit(org, scope, name, w, n) for w, n in _ordered(chosen[name]))
-    return found
-
-
-def _ordered(windows: Mapping[Window, int] | None) -> list[tuple[Window, int]]:
-    return [(w, windows[w]) for w in Window if windows and w in windows]
-
-
-def status_json(status: BudgetStatus) -> dict[str, Any]:
-    limit = status.limit
-    return {"budget": limit.name, "scope": limit.scope.value, "scope_id": limit.scope_id,
-            "window": limit.window.value, "bucket": status.bucket, "limit": limit.limit,
-            "reserved": status.reserved, "settled": status.settled, "used": status.used,
-            "remaining": status.remaining, "reset_at": utc_iso(status.reset_at)}
-
-
-def savings_totals(metrics: Any, org: str) -> dict[str, Any]:
-    """This replica's counters for ``org`` (an org outside the label bounds is counted as ``other``)."""
-    usd = {kind: _sum(metrics.cost_usd, org, kind=kind) for kind in ("counterfactual", "actual", "scorer")}
-    original = int(_sum(metrics.prompt_tokens_original, org))
-    forwarded = int(_sum(metrics.prompt_tokens_forwarded, org))
-    return {
-        "scope": "replica",
-        "usd": {**usd, "net_saving": usd["counterfactual"] - usd["actual"] - usd["scorer"]},
-        "tokens": {"prompt_original": original, "prompt_forwarded": forwarded,
-                   "prompt_saved": original - forwarded,
-                   "completion": int(_sum(metrics.completion_tokens, org))},
-        "requests": int(_sum(metrics.requests, org)),
-    }
-
-
-def _sum(counter: Counter, org: str, **labels: str) -> float:
-    total = 0.0
-    for family in counter.collect():
-        for sample in family.samples:
-            if sample.name.endswith("_total") and sample.labels.get("org") == org and \
-                    all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
-
-
-def key_fields(body: Mapping[str, Any]) -> dict[str, str]:
-    unknown = sorted(set(body) - set(_KEY_FIELDS))
-    if unknown:
-        raise InvalidRequest(f"unknown field(s) {', '.join(unknown)}; allowed: org, team, name", param=unknown[0])
-    out = {}
-    for field in _KEY_FIELDS:
-        value = body.get(field)
-        if value is None and field != "org":
-            continue
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidRequest(f"'{field}' must be a non-empty string", param=field)
-        out[field] = value.strip()
-    return out
+async def revoke_key(request: Request, key_sha256: Sha256Path) -> RevokedKey:
+    digest = key_sha256.lower()
+    await _services(request).stores.keys.revoke(digest)
+    return RevokedKey(key_sha256=digest)
 
 
 ADMIN_ROUTES = [
-    Route("/admin/budgets/{org}", guarded(Access.ADMIN, budgets), methods=["GET"]),
-    Route("/admin/usage/{org}", guarded(Access.ADMIN, usage), methods=["GET"]),
-    Route("/admin/savings/{org}", guarded(Access.ADMIN, savings), methods=["GET"]),
-    Route("/admin/keys", guarded(Access.ADMIN, keys), methods=["GET", "POST"]),
-    Route("/admin/keys/{key_sha256}", guarded(Access.ADMIN, revoke_key), methods=["DELETE"]),
+    AdminRoute("/admin/budgets/{org}", budgets, methods=["GET"], summary="The org's budgets, where each stands"),
+    AdminRoute("/admin/usage/{org}", usage, methods=["GET"], summary="Every budget counter of the org"),
+    AdminRoute("/admin/savings/{org}", savings, methods=["GET"], summary="This replica's savings for the org"),
+    AdminRoute("/admin/keys", list_keys, methods=["GET"], summary="Virtual keys added through this API"),
+    AdminRoute("/admin/keys", create_key, methods=["POST"], status_code=201, summary="Create a virtual key"),
+    AdminRoute("/admin/keys/{key_sha256}", revoke_key, methods=["DELETE"], summary="Revoke a virtual key"),
 ]

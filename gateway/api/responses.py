@@ -1,4 +1,9 @@
-"""Rendering: JSON bodies with orjson, and the one error handler."""
+"""Rendering: JSON bodies with orjson, and the error handlers, all in OpenAI's error shape.
+
+``SieveError`` is the one error tree (``gateway.errors``); the other handlers
+translate what the framework raises on its own (no route, wrong method, a body
+that fails an admin model) into the same ``{"error": {...}}`` body.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,12 @@ import logging
 from typing import Any, Mapping
 
 import orjson
+from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 
-from gateway.errors import ClientClosedRequest, SieveError
+from gateway.errors import ClientClosedRequest, InvalidRequest, SieveError
 
 log = logging.getLogger("sieve")
 
@@ -35,8 +42,23 @@ async def handle_sieve_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SieveError)
     services = getattr(request.app.state, "services", None)
     if services is not None and request.url.path.endswith("/chat/completions"):
-        services.count_rejection(exc, getattr(request.state, "org", None), getattr(request.state, "model", None))
+        services.recorder.refused(exc, getattr(request.state, "org", None), getattr(request.state, "model", None))
     return error_response(exc, getattr(request.state, "request_id", None))
+
+
+async def handle_validation_error(request: Request, exc: Exception) -> Response:
+    """A body or parameter that fails a route's model (the admin routes): a 400 naming the
+    field, as every other invalid request."""
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    loc = [part for part in first.get("loc", ()) if part not in ("body", "path", "query", "header")]
+    param = str(loc[-1]) if loc and isinstance(loc[-1], str) else None
+    if first.get("type") == "json_invalid":
+        message = f"request body is not valid JSON: {first.get('ctx', {}).get('error', 'decode error')}"
+    else:
+        where = ".".join(str(part) for part in loc) or "request body"
+        message = f"{where}: {first.get('msg', 'invalid')}"
+    return await handle_sieve_error(request, InvalidRequest(message, param=param))
 
 
 async def handle_client_disconnect(request: Request, exc: Exception) -> Response:
@@ -53,7 +75,20 @@ async def handle_http_error(request: Request, exc: Exception) -> Response:
     message = (f"no route {request.method} {request.url.path}" if status in (404, 405) else str(detail))
     body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
                       "code": "not_found" if status == 404 else "method_not_allowed" if status == 405 else None}}
-    return json_response(body, status, getattr(exc, "headers", None))
+    headers = dict(getattr(exc, "headers", None) or {})
+    if status == 405:
+        headers["allow"] = ", ".join(_allowed_methods(request))
+    return json_response(body, status, headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on this path: Starlette's 405 names only those of the
+    first route whose path matches, and one path may carry a route per method."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if route.matches(request.scope)[0] is not Match.NONE:  # PARTIAL: the path, not the method
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 async def handle_unexpected(request: Request, exc: Exception) -> Response:
@@ -62,8 +97,7 @@ async def handle_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error in request %s", request_id)
     services = getattr(request.app.state, "services", None)
     if services is not None and request.url.path.endswith("/chat/completions"):
-        services.count_outcome("internal_error", getattr(request.state, "org", None),
-                               getattr(request.state, "model", None))
+        services.recorder.failed(getattr(request.state, "org", None), getattr(request.state, "model", None))
     body = {"error": {"message": "internal error in the Sieve gateway; the request was not forwarded"
                                  f" (request id {request_id})", "type": "internal_error",
                       "param": None, "code": "internal_error"}}

@@ -24,7 +24,7 @@ from gateway.budgets import (
     check_tokens,
     reservation_org,
 )
-from gateway.identity import KeyRecord
+from gateway.state.protocols import KeyRecord
 
 DEFAULT_RESERVATION_TTL_S = 900.0  # above the default upstream timeout (600 s)
 DEFAULT_COUNTER_GRACE_S = 3600.0   # a window's counter outlives its reset, for late settles

@@ -26,12 +26,11 @@ arrives after that still charges the actual usage.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from gateway.budgets import BudgetLimit, BudgetStatus, Reservation
-
-if TYPE_CHECKING:
-    from gateway.identity import KeyRecord
+from gateway.wire.call import Identity
 
 
 @runtime_checkable
@@ -89,16 +88,37 @@ class BudgetStore(Protocol):
     async def ping(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class KeyRecord:
+    """A virtual key at rest: its hash and who it belongs to. ``revoked`` masks a file key too."""
+
+    key_sha256: str
+    org: str
+    team: str | None = None
+    name: str | None = None
+    revoked: bool = False
+
+    def identity(self) -> Identity:
+        return Identity(self.org, self.team, self.name or f"key-{self.key_sha256[:8]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "KeyRecord":
+        return cls(raw["key_sha256"], raw["org"], raw.get("team"), raw.get("name"), bool(raw.get("revoked", False)))
+
+
 @runtime_checkable
 class KeyStore(Protocol):
     """Virtual keys added or revoked through the admin API (by SHA-256 digest)."""
 
-    async def get(self, key_sha256: str) -> "KeyRecord | None": ...
+    async def get(self, key_sha256: str) -> KeyRecord | None: ...
 
-    async def add(self, record: "KeyRecord") -> None: ...
+    async def add(self, record: KeyRecord) -> None: ...
 
     async def revoke(self, key_sha256: str) -> None:
         """Mark the key revoked (a tombstone that also masks the same key in the keys file)."""
         ...
 
-    async def list(self, org: str | None = None) -> "list[KeyRecord]": ...
+    async def list(self, org: str | None = None) -> list[KeyRecord]: ...

@@ -61,8 +61,8 @@ from gateway.budgets import (
     reservation_org,
 )
 from gateway.errors import StoreUnavailable
-from gateway.identity import KeyRecord
 from gateway.state.memory import DEFAULT_COUNTER_GRACE_S, DEFAULT_RESERVATION_TTL_S
+from gateway.state.protocols import KeyRecord
 
 T = TypeVar("T")
 _LUA = Path(__file__).with_name("lua")

@@ -1,6 +1,6 @@
 """Every Prometheus metric Sieve exports, defined in one place.
 
-The names are a contract (ARCHITECTURE.md §6): the Grafana dashboard, the
+The names are a contract (docs/architecture.md): the Grafana dashboard, the
 alert rules and the tests read them. Labels stay bounded: org names come from
 configuration, models from the routed model list (anything else is reported
 as ``other``), never a request id, user text or a raw key.
@@ -11,14 +11,30 @@ so each process serves its own registry; Prometheus sums across pods.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-# fail_open: served although a dependency failed; fail_closed: refused because one did
-# (a store outage under a fail-closed policy).
-OUTCOMES = ("ok", "pruned", "passthrough", "client_error", "upstream_error", "budget_rejected",
-            "fail_open", "fail_closed", "unauthorized")
+
+
+class Outcome(StrEnum):
+    """The ``outcome`` label of ``sieve_requests_total``: how one request ended."""
+
+    OK = "ok"
+    PRUNED = "pruned"
+    PASSTHROUGH = "passthrough"
+    CLIENT_ERROR = "client_error"
+    UPSTREAM_ERROR = "upstream_error"
+    BUDGET_REJECTED = "budget_rejected"
+    FAIL_OPEN = "fail_open"          # served although a dependency failed
+    FAIL_CLOSED = "fail_closed"      # refused because one did (a store outage under a fail-closed policy)
+    UNAUTHORIZED = "unauthorized"
+    INTERNAL_ERROR = "internal_error"  # a bug answered with a 500
+
+
+OUTCOMES = tuple(Outcome)
 UNIT_ACTIONS = ("kept", "masked", "dropped", "summarised")
 COST_KINDS = ("counterfactual", "actual", "scorer")
 

@@ -2,20 +2,23 @@
 
 ::
 
-    bounds = LabelBounds(orgs=["acme", "default"], models=settings.models)
-    record_request(metrics, bounds=bounds, org="acme", model="gpt-4o-mini", outcome="pruned",
-                   original_tokens=900, forwarded_tokens=400, completion_tokens=20,
-                   savings=record, unit_actions={"kept": 5, "dropped": 3},
-                   prune_s=0.002, scorer_s=None, upstream_s=0.4, overhead_s=0.003)
+    recorder = RequestRecorder(metrics, LabelBounds(orgs=["acme", "default"], models=settings.models))
+    recorder.record(RequestFigures(org="acme", model="gpt-4o-mini", outcome=Outcome.PRUNED,
+                                   original_tokens=900, forwarded_tokens=400, completion_tokens=20,
+                                   savings=record, unit_actions={"kept": 5, "dropped": 3},
+                                   upstream_s=0.4, overhead_s=0.003))
+    recorder.refused(BudgetExceeded(...), org="acme", model="gpt-4o-mini")   # never reached upstream
+    recorder.totals.of("acme")                                              # this replica's savings
 
 Rules:
 
 - ``sieve_requests_total`` always moves by one.
 - Token counters (original, forwarded, completion) move only for requests
   that reached the upstream (every outcome except ``client_error``,
-  ``budget_rejected``, ``fail_closed`` and ``unauthorized``), and original and forwarded
-  always move together, so the reduction ratio
-  ``1 − forwarded/original`` never counts a rejected request as a saving.
+  ``budget_rejected``, ``fail_closed``, ``unauthorized`` and
+  ``internal_error``), and original and forwarded always move together, so
+  the reduction ratio ``1 − forwarded/original`` never counts a rejected
+  request as a saving.
 - Cost counters: ``counterfactual`` and ``actual`` move only for a priced
   record; ``scorer`` moves whenever a record is given (those dollars were
   spent even when the request could not be priced). An unpriced record adds
@@ -29,15 +32,25 @@ Rules:
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
 
-from gateway.telemetry.metrics import OUTCOMES, UNIT_ACTIONS, Metrics
+from gateway.errors import BodyTooLarge, BudgetExceeded, Forbidden, InvalidRequest, SieveError, StoreUnavailable, \
+    Unauthorized
+from gateway.telemetry.metrics import OUTCOMES, UNIT_ACTIONS, Metrics, Outcome
 from gateway.telemetry.savings import SavingsRecord
 
-__all__ = ["OTHER", "NOT_FORWARDED", "LabelBounds", "record_request"]
+__all__ = ["OTHER", "NOT_FORWARDED", "LabelBounds", "RequestFigures", "RequestRecorder", "record_request"]
 
 OTHER = "other"
-NOT_FORWARDED = frozenset({"client_error", "budget_rejected", "fail_closed", "unauthorized"})
+NOT_FORWARDED = frozenset({Outcome.CLIENT_ERROR, Outcome.BUDGET_REJECTED, Outcome.FAIL_CLOSED,
+                           Outcome.UNAUTHORIZED, Outcome.INTERNAL_ERROR})
+# A request refused before it reached the provider is counted by what refused it.
+REFUSALS: tuple[tuple[type[SieveError], Outcome], ...] = (
+    (BudgetExceeded, Outcome.BUDGET_REJECTED), (Unauthorized, Outcome.UNAUTHORIZED),
+    (InvalidRequest, Outcome.CLIENT_ERROR), (BodyTooLarge, Outcome.CLIENT_ERROR), (Forbidden, Outcome.CLIENT_ERROR),
+    (StoreUnavailable, Outcome.FAIL_CLOSED),
+)
 
 
 class LabelBounds:
@@ -77,50 +90,127 @@ class _Bounded:
         return OTHER
 
 
-def record_request(
-    metrics: Metrics,
-    *,
-    bounds: LabelBounds,
-    org: str | None,
-    model: str | None,
-    outcome: str,
-    original_tokens: int = 0,
-    forwarded_tokens: int = 0,
-    completion_tokens: int = 0,
-    savings: SavingsRecord | None = None,
-    unit_actions: Mapping[str, int] | None = None,
-    prune_s: float | None = None,
-    scorer_s: float | None = None,
-    upstream_s: float | None = None,
-    overhead_s: float | None = None,
-) -> None:
+@dataclass(slots=True)
+class RequestFigures:
+    """What one request moves on the metrics (label values unbounded yet)."""
+
+    org: str | None
+    model: str | None
+    outcome: Outcome
+    original_tokens: int = 0
+    forwarded_tokens: int = 0
+    completion_tokens: int = 0
+    savings: SavingsRecord | None = None
+    unit_actions: Mapping[str, int] = field(default_factory=dict)
+    prune_s: float | None = None
+    scorer_s: float | None = None
+    upstream_s: float | None = None
+    overhead_s: float | None = None
+
+
+class RequestRecorder:
+    """Moves the metrics of each request, and keeps this replica's per-org totals
+    (``/admin/savings``), under the same bounded org label."""
+
+    def __init__(self, metrics: Metrics, bounds: LabelBounds) -> None:
+        self.metrics = metrics
+        self.bounds = bounds
+        self.totals = OrgTotals()
+
+    def record(self, figures: RequestFigures) -> None:
+        record_request(self.metrics, self.bounds, figures)
+        self.totals.add(self.bounds.org(figures.org), figures)
+
+    def refused(self, exc: SieveError, org: str | None, model: str | None) -> None:
+        """A request refused before it reached the provider (an upstream failure is recorded
+        with its timings by the accountant instead)."""
+        outcome = next((label for cls, label in REFUSALS if isinstance(exc, cls)), None)
+        if outcome is not None:
+            self.record(RequestFigures(org or "unknown", model, outcome))
+
+    def failed(self, org: str | None, model: str | None) -> None:
+        """A request that met a bug in the gateway (answered with a 500)."""
+        self.record(RequestFigures(org or "unknown", model, Outcome.INTERNAL_ERROR))
+
+
+def record_request(metrics: Metrics, bounds: LabelBounds, figures: RequestFigures) -> None:
     """Move every metric one request touches (rules in the module docstring)."""
-    if outcome not in OUTCOMES:
-        raise ValueError(f"unknown outcome {outcome!r}; expected one of {', '.join(OUTCOMES)}")
-    unit_actions = unit_actions or {}
-    unknown = sorted(set(unit_actions) - set(UNIT_ACTIONS))
+    if figures.outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {figures.outcome!r}; expected one of {', '.join(OUTCOMES)}")
+    unknown = sorted(set(figures.unit_actions) - set(UNIT_ACTIONS))
     if unknown:
         raise ValueError(f"unknown unit action(s) {', '.join(unknown)}; expected {', '.join(UNIT_ACTIONS)}")
-    org_l, model_l = bounds.org(org), bounds.model(model)
-
-    metrics.requests.labels(org=org_l, model=model_l, outcome=outcome).inc()
-    if outcome not in NOT_FORWARDED:
-        metrics.prompt_tokens_original.labels(org=org_l, model=model_l).inc(max(original_tokens, 0))
-        metrics.prompt_tokens_forwarded.labels(org=org_l, model=model_l).inc(max(forwarded_tokens, 0))
-        metrics.completion_tokens.labels(org=org_l, model=model_l).inc(max(completion_tokens, 0))
-    for action, count in unit_actions.items():
-        metrics.units.labels(org=org_l, action=action).inc(max(count, 0))
-
-    if savings is not None:
-        if savings.priced:
-            metrics.cost_usd.labels(org=org_l, model=model_l, kind="counterfactual").inc(
-                max(savings.counterfactual_usd, 0.0))
-            metrics.cost_usd.labels(org=org_l, model=model_l, kind="actual").inc(max(savings.actual_usd, 0.0))
-        else:
-            metrics.unpriced.labels(model=model_l).inc()
-        metrics.cost_usd.labels(org=org_l, model=model_l, kind="scorer").inc(max(savings.scorer_usd, 0.0))
-
-    for histogram, seconds in ((metrics.prune_seconds, prune_s), (metrics.scorer_seconds, scorer_s),
-                               (metrics.upstream_seconds, upstream_s), (metrics.overhead_seconds, overhead_s)):
+    org, model = bounds.org(figures.org), bounds.model(figures.model)
+    metrics.requests.labels(org=org, model=model, outcome=figures.outcome).inc()
+    if figures.outcome not in NOT_FORWARDED:
+        metrics.prompt_tokens_original.labels(org=org, model=model).inc(max(figures.original_tokens, 0))
+        metrics.prompt_tokens_forwarded.labels(org=org, model=model).inc(max(figures.forwarded_tokens, 0))
+        metrics.completion_tokens.labels(org=org, model=model).inc(max(figures.completion_tokens, 0))
+    for action, count in figures.unit_actions.items():
+        metrics.units.labels(org=org, action=action).inc(max(count, 0))
+    if figures.savings is not None:
+        _record_costs(metrics, org, model, figures.savings)
+    for histogram, seconds in ((metrics.prune_seconds, figures.prune_s), (metrics.scorer_seconds, figures.scorer_s),
+                               (metrics.upstream_seconds, figures.upstream_s),
+                               (metrics.overhead_seconds, figures.overhead_s)):
         if seconds is not None:
             histogram.observe(max(seconds, 0.0))
+
+
+def _record_costs(metrics: Metrics, org: str, model: str, savings: SavingsRecord) -> None:
+    if savings.priced:
+        metrics.cost_usd.labels(org=org, model=model, kind="counterfactual").inc(max(savings.counterfactual_usd, 0.0))
+        metrics.cost_usd.labels(org=org, model=model, kind="actual").inc(max(savings.actual_usd, 0.0))
+    else:
+        metrics.unpriced.labels(model=model).inc()
+    metrics.cost_usd.labels(org=org, model=model, kind="scorer").inc(max(savings.scorer_usd, 0.0))
+
+
+@dataclass(slots=True)
+class _Totals:
+    requests: int = 0
+    prompt_original: int = 0
+    prompt_forwarded: int = 0
+    completion: int = 0
+    counterfactual_usd: float = 0.0
+    actual_usd: float = 0.0
+    scorer_usd: float = 0.0
+
+
+class OrgTotals:
+    """This replica's running totals per org: what ``GET /admin/savings/{org}`` reports.
+
+    Kept beside the Prometheus counters, under the same rules and the same bounded
+    org label, so the admin figures equal what a scrape of this replica shows; per
+    replica and from zero at start, as the counters are (Prometheus sums the pods).
+    """
+
+    def __init__(self) -> None:
+        self._by_org: dict[str, _Totals] = {}
+
+    def add(self, org: str, figures: RequestFigures) -> None:
+        t = self._by_org.get(org)
+        if t is None:
+            t = self._by_org[org] = _Totals()
+        t.requests += 1
+        if figures.outcome not in NOT_FORWARDED:
+            t.prompt_original += max(figures.original_tokens, 0)
+            t.prompt_forwarded += max(figures.forwarded_tokens, 0)
+            t.completion += max(figures.completion_tokens, 0)
+        savings = figures.savings
+        if savings is not None:
+            if savings.priced:
+                t.counterfactual_usd += max(savings.counterfactual_usd, 0.0)
+                t.actual_usd += max(savings.actual_usd, 0.0)
+            t.scorer_usd += max(savings.scorer_usd, 0.0)
+
+    def of(self, org: str) -> dict[str, Any]:
+        t = self._by_org.get(org) or _Totals()
+        return {
+            "scope": "replica",
+            "usd": {"counterfactual": t.counterfactual_usd, "actual": t.actual_usd, "scorer": t.scorer_usd,
+                    "net_saving": t.counterfactual_usd - t.actual_usd - t.scorer_usd},
+            "tokens": {"prompt_original": t.prompt_original, "prompt_forwarded": t.prompt_forwarded,
+                       "prompt_saved": t.prompt_original - t.prompt_forwarded, "completion": t.completion},
+            "requests": t.requests,
+        }

@@ -4,8 +4,8 @@
 
     record = savings_for_request(
         prices, model="gpt-4o-mini",
-        original_message_tokens=[...], original_fingerprints=[...],
-        previous_fingerprints=state.previous_unpruned_fingerprints,   # or None
+        original=OriginalPrompt(message_tokens=[...], fingerprints=[...],
+                                previous_fingerprints=state.previous_unpruned_fingerprints),  # or None
         forwarded_tokens=report.forwarded_tokens, usage=usage,
         scorer_usd=scorer_cost, pruned=report.changed)
     record.net_usd   # counterfactual − actual − scorer; may be negative
@@ -56,7 +56,7 @@ from typing import Sequence
 from gateway.telemetry.pricing import PriceBook, price_usage
 from gateway.telemetry.usage import Usage
 
-__all__ = ["SavingsRecord", "cached_prefix_messages", "savings_for_request"]
+__all__ = ["OriginalPrompt", "SavingsRecord", "cached_prefix_messages", "savings_for_request"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +95,25 @@ def cached_prefix_messages(original: Sequence[str], previous: Sequence[str] | No
     return n
 
 
+@dataclass(frozen=True, slots=True)
+class OriginalPrompt:
+    """The messages as the client sent them: each one's tokens and fingerprint, and the
+    fingerprints of the conversation's previous unpruned request (None on its first)."""
+
+    message_tokens: Sequence[int]
+    fingerprints: Sequence[str]
+    previous_fingerprints: Sequence[str] | None = None
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.message_tokens)
+
+
 def savings_for_request(
     prices: PriceBook,
     *,
     model: str,
-    original_message_tokens: Sequence[int],
-    original_fingerprints: Sequence[str],
-    previous_fingerprints: Sequence[str] | None,
+    original: OriginalPrompt,
     forwarded_tokens: int,
     usage: Usage | None,
     scorer_usd: float = 0.0,
@@ -112,49 +124,21 @@ def savings_for_request(
     ``pruned`` says whether the forwarded messages differ from the original
     ones; None infers it from the token counts.
     """
-    if len(original_fingerprints) != len(original_message_tokens):
-        raise ValueError("original_message_tokens and original_fingerprints differ in length")
-    original = sum(original_message_tokens)
+    if len(original.fingerprints) != len(original.message_tokens):
+        raise ValueError("original message_tokens and fingerprints differ in length")
     if pruned is None:
-        pruned = forwarded_tokens != original
+        pruned = forwarded_tokens != original.tokens
     price = prices.lookup(model)
     scorer_usd = max(float(scorer_usd), 0.0)
     if price is None or usage is None:
-        u = usage or Usage()
-        return SavingsRecord(
-            model=model, priced=False, original_tokens=original, forwarded_tokens=forwarded_tokens,
-            overhead_tokens=max(u.prompt_tokens - forwarded_tokens, 0) if usage else 0,
-            actual_prompt_tokens=u.prompt_tokens, actual_cached_tokens=u.cached_read_tokens,
-            actual_cache_write_tokens=u.cache_write_tokens, completion_tokens=u.completion_tokens,
-            counterfactual_prompt_tokens=0, counterfactual_cached_tokens=0,
-            counterfactual_cache_write_tokens=0, counterfactual_usd=0.0, actual_usd=0.0,
-            scorer_usd=scorer_usd, net_usd=-scorer_usd)
-
-    overhead = max(usage.prompt_tokens - forwarded_tokens, 0)
-    if pruned:
-        # = original + overhead when the overhead is positive; when our count
-        # runs above the provider's (overhead < 0) this does not overstate it.
-        cf_prompt = max(usage.prompt_tokens + original - forwarded_tokens, 0)
-        cf_cached = 0
-        if price.has_cached_price:
-            k = cached_prefix_messages(original_fingerprints, previous_fingerprints)
-            prefix = sum(original_message_tokens[:k]) + (overhead if k else 0)
-            cf_cached = min(max(prefix, usage.cached_read_tokens), cf_prompt)
-        cf_write = min(usage.cache_write_tokens, cf_prompt - cf_cached)
-        # Of those, as few long-lived (dearer) writes as the actual request allows.
-        long_lived = usage.cache_write_1h_tokens + usage.cache_write_12h_tokens
-        cf_long = max(cf_write - (usage.cache_write_tokens - long_lived), 0)
-        cf_hour = min(usage.cache_write_1h_tokens, cf_long)
-        counterfactual = Usage(prompt_tokens=cf_prompt, completion_tokens=usage.completion_tokens,
-                               cached_read_tokens=cf_cached, cache_write_tokens=cf_write,
-                               cache_write_1h_tokens=cf_hour, cache_write_12h_tokens=cf_long - cf_hour)
-    else:
-        counterfactual = usage
+        return _unpriced(model, original.tokens, forwarded_tokens, usage, scorer_usd)
+    counterfactual = _counterfactual_usage(original, forwarded_tokens, usage, price.has_cached_price) \
+        if pruned else usage
     actual_usd = price_usage(price, usage).total_usd
     cf_usd = price_usage(price, counterfactual).total_usd
     return SavingsRecord(
-        model=model, priced=True, original_tokens=original, forwarded_tokens=forwarded_tokens,
-        overhead_tokens=overhead, actual_prompt_tokens=usage.prompt_tokens,
+        model=model, priced=True, original_tokens=original.tokens, forwarded_tokens=forwarded_tokens,
+        overhead_tokens=max(usage.prompt_tokens - forwarded_tokens, 0), actual_prompt_tokens=usage.prompt_tokens,
         actual_cached_tokens=usage.cached_read_tokens, actual_cache_write_tokens=usage.cache_write_tokens,
         completion_tokens=usage.completion_tokens,
         counterfactual_prompt_tokens=counterfactual.prompt_tokens,
@@ -162,3 +146,38 @@ def savings_for_request(
         counterfactual_cache_write_tokens=counterfactual.cache_write_tokens,
         counterfactual_usd=cf_usd, actual_usd=actual_usd, scorer_usd=scorer_usd,
         net_usd=cf_usd - actual_usd - scorer_usd)
+
+
+def _counterfactual_usage(original: OriginalPrompt, forwarded_tokens: int, usage: Usage,
+                          cached_price: bool) -> Usage:
+    """What the unpruned request would have been billed (rules above)."""
+    overhead = max(usage.prompt_tokens - forwarded_tokens, 0)
+    # = original + overhead when the overhead is positive; when our count
+    # runs above the provider's (overhead < 0) this does not overstate it.
+    cf_prompt = max(usage.prompt_tokens + original.tokens - forwarded_tokens, 0)
+    cf_cached = 0
+    if cached_price:
+        k = cached_prefix_messages(original.fingerprints, original.previous_fingerprints)
+        prefix = sum(original.message_tokens[:k]) + (overhead if k else 0)
+        cf_cached = min(max(prefix, usage.cached_read_tokens), cf_prompt)
+    cf_write = min(usage.cache_write_tokens, cf_prompt - cf_cached)
+    # Of those, as few long-lived (dearer) writes as the actual request allows.
+    long_lived = usage.cache_write_1h_tokens + usage.cache_write_12h_tokens
+    cf_long = max(cf_write - (usage.cache_write_tokens - long_lived), 0)
+    cf_hour = min(usage.cache_write_1h_tokens, cf_long)
+    return Usage(prompt_tokens=cf_prompt, completion_tokens=usage.completion_tokens,
+                 cached_read_tokens=cf_cached, cache_write_tokens=cf_write,
+                 cache_write_1h_tokens=cf_hour, cache_write_12h_tokens=cf_long - cf_hour)
+
+
+def _unpriced(model: str, original_tokens: int, forwarded_tokens: int, usage: Usage | None,
+              scorer_usd: float) -> SavingsRecord:
+    u = usage or Usage()
+    return SavingsRecord(
+        model=model, priced=False, original_tokens=original_tokens, forwarded_tokens=forwarded_tokens,
+        overhead_tokens=max(u.prompt_tokens - forwarded_tokens, 0) if usage else 0,
+        actual_prompt_tokens=u.prompt_tokens, actual_cached_tokens=u.cached_read_tokens,
+        actual_cache_write_tokens=u.cache_write_tokens, completion_tokens=u.completion_tokens,
+        counterfactual_prompt_tokens=0, counterfactual_cached_tokens=0,
+        counterfactual_cache_write_tokens=0, counterfactual_usd=0.0, actual_usd=0.0,
+        scorer_usd=scorer_usd, net_usd=-scorer_usd)

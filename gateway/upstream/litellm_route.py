@@ -12,9 +12,10 @@ from typing import Any, AsyncIterator
 import orjson
 
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
-from gateway.settings import ModelRoute
 from gateway.telemetry.redaction import scrub
-from gateway.upstream.openai_compat import UpstreamResponse
+from gateway.upstream.base import ResolvedRoute, UpstreamResponse
+from gateway.wire.call import ChatCall
+from gateway.wire.keys import client_provider_key
 
 _JSON = {"content-type": "application/json"}
 _SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
@@ -33,22 +34,22 @@ class LiteLLMUpstream:
             self._litellm = litellm
         return self._litellm
 
-    async def complete(self, route: ModelRoute, body: dict[str, Any], client_key: str | None,
-                       stream: bool) -> UpstreamResponse:
+    async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
         litellm = self._lib()
+        model = route.route
         params = {k: v for k, v in body.items() if k not in ("model",)}
-        params["model"] = route.litellm_model or route.name
+        params["model"] = model.litellm_model or model.name
         params["timeout"] = self._timeout_s
-        if route.api_base:
-            params["api_base"] = route.api_base
-        key = route.api_key or client_key
+        if model.api_base:
+            params["api_base"] = model.api_base
+        key = model.api_key or client_provider_key(call.identity, call.headers)
         if key:
             params["api_key"] = key
         try:
             result = await litellm.acompletion(**params)
         except Exception as exc:  # litellm raises its own tree; map by status
             return _error_response(exc, key)
-        if not stream:
+        if body.get("stream") is not True:
             return UpstreamResponse(200, dict(_JSON), body=orjson.dumps(result.model_dump()))
         return UpstreamResponse(200, dict(_SSE), chunks=_sse(result))
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass
-from typing import AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Mapping
 
 import aiohttp
 import orjson
 
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.upstream.base import ResolvedRoute, UpstreamResponse
+from gateway.wire.call import ChatCall
+from gateway.wire.keys import client_provider_key
 
 # Request headers never forwarded: hop-by-hop, our own, and what aiohttp sets.
 _DROP_REQUEST = frozenset((
@@ -33,15 +35,6 @@ _DROP_RESPONSE = frozenset((
     "content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding", "date",
     "server", "set-cookie",
 ))
-
-
-@dataclass(slots=True)
-class UpstreamResponse:
-    status: int
-    headers: dict[str, str]
-    body: bytes | None = None                      # non-streaming
-    chunks: AsyncIterator[bytes] | None = None     # streaming
-    release: object = None                         # closes the upstream response
 
 
 def forward_headers(incoming: Mapping[str, str], api_key: str | None) -> dict[str, str]:
@@ -87,14 +80,24 @@ def error_body(status: int, headers: dict[str, str], body: bytes) -> bytes:
 
 
 class OpenAICompatibleUpstream:
-    """POSTs a body to ``{api_base}/chat/completions`` and hands back status, headers and bytes."""
+    """POSTs a body to ``{api_base}/chat/completions`` and hands back status, headers and bytes.
+
+    The key is the route's configured one, else the caller's own provider key
+    (passthrough); a Sieve virtual key never leaves the gateway."""
 
     def __init__(self, session: aiohttp.ClientSession, read_timeout_s: float, connect_timeout_s: float) -> None:
         self._session = session
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s,
                                               sock_read=read_timeout_s)
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str], stream: bool) -> UpstreamResponse:
+    async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
+        api_key = route.api_key or client_provider_key(call.identity, call.headers)
+        headers = forward_headers(call.headers, api_key)
+        if not api_key:
+            headers.pop("authorization", None)
+        return await self._post(route.url or "", orjson.dumps(body), headers, body.get("stream") is True)
+
+    async def _post(self, url: str, body: bytes, headers: Mapping[str, str], stream: bool) -> UpstreamResponse:
         try:
             resp = await self._session.post(url, data=body, headers=headers, timeout=self._timeout)
         except asyncio.TimeoutError as exc:

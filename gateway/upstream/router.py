@@ -1,44 +1,40 @@
-"""Which upstream a model goes to, and with which key.
+"""Which upstream a model goes to, with which key, through which transport.
 
 Configured models first; any other model goes to the default
 OpenAI-compatible upstream (``SIEVE_UPSTREAM_BASE_URL``) when there is one,
 else it is unknown (404). Without a configured key the client's own key is
-forwarded (passthrough).
+forwarded (passthrough). Each route's :class:`RouteKind` picks its transport::
+
+    router = ModelRouter(settings, {RouteKind.OPENAI: fast_path, RouteKind.LITELLM: litellm})
+    route = router.resolve("gpt-4o-mini")
+    response = await router.upstream_for(route).send(route, call, body)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
 from gateway.errors import UnknownModel
-from gateway.settings import ModelRoute, Settings
+from gateway.settings import ModelRoute, RouteKind, Settings
+from gateway.upstream.base import ResolvedRoute, Upstream
 
-
-@dataclass(frozen=True, slots=True)
-class ResolvedRoute:
-    model: str
-    kind: str                 # "openai" | "litellm"
-    url: str | None           # chat/completions URL (openai kind)
-    api_key: str | None       # configured key; None = forward the client's
-    upstream_model: str | None
-    route: ModelRoute
+MAX_CACHED_ROUTES = 10_000
 
 
 class ModelRouter:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, upstreams: Mapping[RouteKind, Upstream]) -> None:
         self._models: Mapping[str, ModelRoute] = settings.models
         self._default_base = settings.upstream_base_url
         self._default_key = settings.upstream_api_key
+        self._upstreams = dict(upstreams)
         self._cache: dict[str, ResolvedRoute] = {}
 
     @property
     def configured(self) -> list[str]:
         return sorted(self._models)
 
-    @property
-    def has_default(self) -> bool:
-        return bool(self._default_base)
+    def upstream_for(self, route: ResolvedRoute) -> Upstream:
+        return self._upstreams[route.kind]
 
     def resolve(self, model: str) -> ResolvedRoute:
         hit = self._cache.get(model)
@@ -50,18 +46,18 @@ class ModelRouter:
                 known = ", ".join(self.configured) or "none configured"
                 raise UnknownModel(f"model {model!r} is not routed by this gateway (models: {known})",
                                    param="model")
-            route = ModelRoute(name=model, kind="openai", api_base=self._default_base,
+            route = ModelRoute(name=model, kind=RouteKind.OPENAI, api_base=self._default_base,
                                api_key=self._default_key)
-        if route.kind == "openai":
+        if route.kind == RouteKind.OPENAI:
             base = (route.api_base or self._default_base or "").rstrip("/")
             if not base:
                 raise UnknownModel(f"model {model!r} has no api_base and no default upstream is set",
                                    param="model")
-            resolved = ResolvedRoute(model, "openai", base + "/chat/completions",
+            resolved = ResolvedRoute(model, RouteKind.OPENAI, base + "/chat/completions",
                                      route.api_key or (self._default_key if not route.api_base else None),
                                      route.upstream_model, route)
         else:
-            resolved = ResolvedRoute(model, "litellm", None, route.api_key, route.upstream_model, route)
-        if len(self._cache) < 10_000:
+            resolved = ResolvedRoute(model, RouteKind.LITELLM, None, route.api_key, route.upstream_model, route)
+        if len(self._cache) < MAX_CACHED_ROUTES:
             self._cache[model] = resolved
         return resolved

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from gateway.identity import KeyRecord, hash_key
+from gateway.identity import hash_key
+from gateway.state.protocols import KeyRecord
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

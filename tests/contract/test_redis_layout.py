@@ -9,7 +9,8 @@ import redis
 from redis.crc import key_slot
 
 from gateway.budgets import BudgetLimit, Scope, Window, new_reservation_id
-from gateway.identity import KeyRecord, hash_key
+from gateway.identity import hash_key
+from gateway.state.protocols import KeyRecord
 from gateway.state.redis_store import RedisStores
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.redis]

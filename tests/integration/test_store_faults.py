@@ -137,7 +137,7 @@ def mode(gw: GatewayServer, conversation: str) -> str:
 
 def test_memory_state_store_evicts_beyond_its_bounds(start_gateway) -> None:
     by_count = start_gateway(virtual_keys=KEYS, state_max_entries=8)
-    store = by_count.services.conversations
+    store = by_count.services.stores.conversations
     for i in range(20):
         assert int(converse(by_count, f"c{i}").headers["x-sieve-saved-tokens"]) > 0  # served, pruned
     assert len(store) == 8
@@ -150,8 +150,8 @@ def test_memory_state_store_evicts_beyond_its_bounds(start_gateway) -> None:
     by_size = start_gateway(virtual_keys=KEYS, state_max_bytes=int(entry * 3.5))
     for i in range(10):
         converse(by_size, f"c{i}")
-    assert len(by_size.services.conversations) == 3
-    assert by_size.services.conversations.nbytes <= entry * 3.5
+    assert len(by_size.services.stores.conversations) == 3
+    assert by_size.services.stores.conversations.nbytes <= entry * 3.5
     assert mode(by_size, "c9") == "frozen" and mode(by_size, "c0") == "stateless"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.telemetry.audit import AuditEntry, AuditLog, MessageDecision, Timings, redact
 from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.savings import savings_for_request
+from gateway.telemetry.savings import OriginalPrompt, savings_for_request
 from gateway.telemetry.usage import Usage
 
 PRICES = PriceBook({}, {"m": {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}})
@@ -19,8 +19,7 @@ ODD_KEY = "vk_9f8e7d6c5b4a"  # a virtual key with no recognisable shape: scrubbe
 
 
 def entry(**overrides):
-    savings = savings_for_request(PRICES, model="m", original_message_tokens=[300, 600],
-                                  original_fingerprints=["a", "b"], previous_fingerprints=None,
+    savings = savings_for_request(PRICES, model="m", original=OriginalPrompt([300, 600], ["a", "b"], None),
                                   forwarded_tokens=300, usage=Usage(320, 10), scorer_usd=1e-5)
     base = dict(
         request_id="req-1", timestamp=1_700_000_000.25, org="acme", team="search", model="m",
@@ -142,8 +141,8 @@ def test_unpriced_and_missing_savings():
     buf = io.BytesIO()
     log = AuditLog(buf)
     log.write(entry(savings=None, outcome="budget_rejected"))
-    unpriced = savings_for_request(PRICES, model="zz", original_message_tokens=[5], original_fingerprints=["a"],
-                                   previous_fingerprints=None, forwarded_tokens=5, usage=Usage(9, 1))
+    unpriced = savings_for_request(PRICES, model="zz", original=OriginalPrompt([5], ["a"], None),
+                                   forwarded_tokens=5, usage=Usage(9, 1))
     log.write(entry(savings=unpriced))
     first, second = lines(buf)
     assert first["cost"] is None

@@ -20,7 +20,7 @@ from gateway.budgets import (
     reservation_tokens,
 )
 from gateway.errors import ConfigError, InvalidRequest
-from gateway.identity import ANONYMOUS, Identity
+from gateway.wire.call import ANONYMOUS, Identity
 
 
 def ts(*args: int) -> float:

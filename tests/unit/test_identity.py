@@ -5,17 +5,11 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import ConfigError, Unauthorized
-from gateway.identity import (
-    ANONYMOUS,
-    Authenticator,
-    Identity,
-    IdentityKind,
-    KeyRecord,
-    KeyRegistry,
-    hash_key,
-    presented_key,
-)
+from gateway.identity import Authenticator, KeyRegistry, hash_key
 from gateway.state.memory import MemoryKeyStore
+from gateway.state.protocols import KeyRecord
+from gateway.wire.call import ANONYMOUS, Identity, IdentityKind
+from gateway.wire.keys import presented_key
 
 ENTRIES = [
     {"key": "sk-sieve-alice", "org": "acme", "team": "search", "name": "alice"},

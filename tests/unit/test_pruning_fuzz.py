@@ -32,7 +32,6 @@ import orjson
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from gateway.api.protocol import check_chat_body, parse_body, parse_sieve_headers
 from gateway.errors import InvalidRequest
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.normalize import structural_problems
@@ -40,6 +39,9 @@ from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
+from gateway.wire.body import parse_body
+from gateway.wire.chat import check_chat_body
+from gateway.wire.headers import parse_sieve_headers
 
 COUNTER = TokenCounters().for_model("gpt-4o-mini")
 SCORER = LocalScorer()

@@ -1,12 +1,13 @@
-"""record_request moves the §6 metrics by exactly the request's figures, with bounded labels."""
+"""record_request moves the metrics by exactly the request's figures, with bounded labels; the
+recorder's per-org totals (``/admin/savings``) follow the same rules."""
 
 from __future__ import annotations
 
 import pytest
 
 from gateway.telemetry.metrics import Metrics
-from gateway.telemetry.recording import LabelBounds, record_request
-from gateway.telemetry.savings import savings_for_request
+from gateway.telemetry.recording import LabelBounds, RequestFigures, RequestRecorder, record_request
+from gateway.telemetry.savings import OriginalPrompt, savings_for_request
 from gateway.telemetry.usage import usage_from_provider
 
 EXACT = dict(rel=1e-12, abs=0)
@@ -37,14 +38,14 @@ def record(metrics, savings, model, *, outcome="pruned", **kw):
                 savings=savings, unit_actions={"kept": 5, "dropped": 1}, prune_s=0.002, scorer_s=0.01,
                 upstream_s=0.5, overhead_s=0.003)
     args.update(kw)
-    record_request(metrics, bounds=BOUNDS, **args)
+    record_request(metrics, BOUNDS, RequestFigures(**args))
 
 
 def test_openai_usage_without_cache_moves_costs_exactly(metrics, book, model_cost):
     e = model_cost["gpt-4o-mini"]
     usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100})
-    s = savings_for_request(book, model="gpt-4o-mini", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=None, forwarded_tokens=7000, usage=usage, scorer_usd=2e-5)
+    s = savings_for_request(book, model="gpt-4o-mini", original=OriginalPrompt(TOKENS, FPS, None),
+                            forwarded_tokens=7000, usage=usage, scorer_usd=2e-5)
     record(metrics, s, "gpt-4o-mini")
     i, o = e["input_cost_per_token"], e["output_cost_per_token"]
     assert cost(metrics, "gpt-4o-mini", "actual") == pytest.approx(7200 * i + 100 * o, **EXACT)
@@ -67,8 +68,8 @@ def test_openai_usage_with_cache_moves_costs_exactly(metrics, book, model_cost):
     i, rd, o = e["input_cost_per_token"], e["cache_read_input_token_cost"], e["output_cost_per_token"]
     usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100,
                                  "prompt_tokens_details": {"cached_tokens": 5200}})
-    s = savings_for_request(book, model="gpt-4o-mini", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=PREVIOUS, forwarded_tokens=7000, usage=usage)
+    s = savings_for_request(book, model="gpt-4o-mini", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=7000, usage=usage)
     record(metrics, s, "gpt-4o-mini")
     record(metrics, s, "gpt-4o-mini")  # counters accumulate
     assert cost(metrics, "gpt-4o-mini", "actual") == pytest.approx(2 * (2000 * i + 5200 * rd + 100 * o), **EXACT)
@@ -82,8 +83,8 @@ def test_anthropic_usage_with_cache_read_and_creation(metrics, book, model_cost)
                     e["cache_creation_input_token_cost"], e["output_cost_per_token"])
     usage = usage_from_provider({"input_tokens": 200, "output_tokens": 100,
                                  "cache_read_input_tokens": 5000, "cache_creation_input_tokens": 2000})
-    s = savings_for_request(book, model="claude-haiku-4-5", original_message_tokens=TOKENS,
-                            original_fingerprints=FPS, previous_fingerprints=PREVIOUS, forwarded_tokens=7000,
+    s = savings_for_request(book, model="claude-haiku-4-5", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=7000,
                             usage=usage, scorer_usd=1e-4)
     record(metrics, s, "claude-haiku-4-5")
     assert cost(metrics, "claude-haiku-4-5", "actual") == pytest.approx(
@@ -96,8 +97,8 @@ def test_anthropic_usage_with_cache_read_and_creation(metrics, book, model_cost)
 
 def test_broken_prefix_shows_a_negative_net_on_the_counters(metrics, book):
     usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100})
-    s = savings_for_request(book, model="gpt-4o-mini", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=PREVIOUS, forwarded_tokens=7000, usage=usage, scorer_usd=5e-5)
+    s = savings_for_request(book, model="gpt-4o-mini", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=7000, usage=usage, scorer_usd=5e-5)
     record(metrics, s, "gpt-4o-mini")
     net = (cost(metrics, "gpt-4o-mini", "counterfactual") - cost(metrics, "gpt-4o-mini", "actual")
            - cost(metrics, "gpt-4o-mini", "scorer"))
@@ -107,8 +108,8 @@ def test_broken_prefix_shows_a_negative_net_on_the_counters(metrics, book):
 
 def test_unpriced_model_counts_unpriced_and_only_the_scorer_cost(metrics, book):
     usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100})
-    s = savings_for_request(book, model="mystery-1", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=None, forwarded_tokens=7000, usage=usage, scorer_usd=3e-5)
+    s = savings_for_request(book, model="mystery-1", original=OriginalPrompt(TOKENS, FPS, None),
+                            forwarded_tokens=7000, usage=usage, scorer_usd=3e-5)
     record(metrics, s, "mystery-1")
     assert value(metrics, "sieve_unpriced_requests_total", model="mystery-1") == 1
     assert metrics.registry.get_sample_value(
@@ -118,9 +119,10 @@ def test_unpriced_model_counts_unpriced_and_only_the_scorer_cost(metrics, book):
 
 
 def test_requests_that_never_went_upstream_move_no_tokens(metrics):
-    record_request(metrics, bounds=BOUNDS, org="acme", model="gpt-4o-mini", outcome="budget_rejected",
-                   original_tokens=10_000, forwarded_tokens=0, completion_tokens=0, savings=None,
-                   unit_actions={}, prune_s=None, scorer_s=None, upstream_s=None, overhead_s=0.001)
+    record_request(metrics, BOUNDS, RequestFigures(
+        org="acme", model="gpt-4o-mini", outcome="budget_rejected", original_tokens=10_000, forwarded_tokens=0,
+        completion_tokens=0, savings=None, unit_actions={}, prune_s=None, scorer_s=None, upstream_s=None,
+        overhead_s=0.001))
     labels = dict(org="acme", model="gpt-4o-mini")
     assert value(metrics, "sieve_requests_total", outcome="budget_rejected", **labels) == 1
     assert metrics.registry.get_sample_value("sieve_prompt_tokens_original_total", labels) is None
@@ -129,8 +131,8 @@ def test_requests_that_never_went_upstream_move_no_tokens(metrics):
 
 
 def test_unknown_labels_become_other(metrics):
-    record_request(metrics, bounds=BOUNDS, org="evil-org-123", model="user-typed-model", outcome="passthrough",
-                   original_tokens=10, forwarded_tokens=10)
+    record_request(metrics, BOUNDS, RequestFigures(org="evil-org-123", model="user-typed-model",
+                                                   outcome="passthrough", original_tokens=10, forwarded_tokens=10))
     assert value(metrics, "sieve_requests_total", org="other", model="other", outcome="passthrough") == 1
 
 
@@ -145,4 +147,27 @@ def test_unknown_outcome_or_action_is_a_bug(metrics, kw):
     args = dict(org="acme", model="gpt-4o-mini", outcome="ok")
     args.update(kw)
     with pytest.raises(ValueError):
-        record_request(metrics, bounds=BOUNDS, **args)
+        record_request(metrics, BOUNDS, RequestFigures(**args))
+
+
+def test_org_totals_follow_the_counters(metrics, book):
+    recorder = RequestRecorder(metrics, BOUNDS)
+    usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100})
+    s = savings_for_request(book, model="gpt-4o-mini", original=OriginalPrompt(TOKENS, FPS, None),
+                            forwarded_tokens=7000, usage=usage, scorer_usd=2e-5)
+    recorder.record(RequestFigures(org="acme", model="gpt-4o-mini", outcome="pruned", original_tokens=10_000,
+                                   forwarded_tokens=7000, completion_tokens=100, savings=s))
+    recorder.record(RequestFigures(org="acme", model="gpt-4o-mini", outcome="budget_rejected",
+                                   original_tokens=10_000))
+    recorder.record(RequestFigures(org="unlisted-org", model="gpt-4o-mini", outcome="passthrough",
+                                   original_tokens=5, forwarded_tokens=5))
+    totals = recorder.totals.of("acme")
+    assert totals["requests"] == value(metrics, "sieve_requests_total", org="acme", model="gpt-4o-mini",
+                                       outcome="pruned") + 1 == 2
+    assert totals["tokens"] == {"prompt_original": 10_000, "prompt_forwarded": 7000, "prompt_saved": 3000,
+                                "completion": 100}
+    assert totals["usd"]["actual"] == cost(metrics, "gpt-4o-mini", "actual")
+    assert totals["usd"]["counterfactual"] == cost(metrics, "gpt-4o-mini", "counterfactual")
+    assert totals["usd"]["net_saving"] == pytest.approx(s.net_usd, **EXACT)
+    assert recorder.totals.of("other")["requests"] == 1  # the same bounded label as the metrics
+    assert recorder.totals.of("nobody")["requests"] == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.savings import cached_prefix_messages, savings_for_request
+from gateway.telemetry.savings import OriginalPrompt, cached_prefix_messages, savings_for_request
 from gateway.telemetry.usage import Usage, usage_from_provider
 
 EXACT = dict(rel=1e-12, abs=1e-18)
@@ -25,8 +25,8 @@ def test_pruning_that_breaks_the_cached_prefix_is_a_net_loss_in_literal_dollars(
     # Sieve dropped b (3,000 tokens): 7,000 message tokens forwarded, +200 tokens of
     # tool schemas. The provider saw a new prefix, so nothing was read from cache.
     usage = Usage(prompt_tokens=7200, completion_tokens=100, cached_read_tokens=0)
-    r = savings_for_request(FIXED, model="cachey", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=PREVIOUS, forwarded_tokens=7000, usage=usage,
+    r = savings_for_request(FIXED, model="cachey", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=7000, usage=usage,
                             scorer_usd=5e-5)
     # Unpruned: 10,200 prompt tokens, of which a..d (9,000) + the 200 overhead were cached.
     assert (r.counterfactual_prompt_tokens, r.counterfactual_cached_tokens) == (10_200, 9_200)
@@ -46,8 +46,8 @@ def test_broken_prefix_on_the_real_map_anthropic_shape(book, model_cost):
     # The pruned request was written to cache afresh (7,000 tokens), none read.
     usage = usage_from_provider({"input_tokens": 200, "output_tokens": 100,
                                  "cache_read_input_tokens": 0, "cache_creation_input_tokens": 7000})
-    r = savings_for_request(book, model="anthropic/claude-haiku-4-5", original_message_tokens=TOKENS,
-                            original_fingerprints=FPS, previous_fingerprints=PREVIOUS, forwarded_tokens=7000,
+    r = savings_for_request(book, model="anthropic/claude-haiku-4-5", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=7000,
                             usage=usage, scorer_usd=1e-4)
     # Counterfactual: 10,200 prompt; 9,200 read; writes capped at its uncached 1,000; 0 plain input.
     assert (r.counterfactual_prompt_tokens, r.counterfactual_cached_tokens,
@@ -68,8 +68,8 @@ def test_hour_long_writes_are_priced_as_such_on_both_sides(book, model_cost):
     usage = usage_from_provider({"input_tokens": 200, "output_tokens": 100, "cache_creation_input_tokens": 7000,
                                  "cache_creation": {"ephemeral_5m_input_tokens": 1000,
                                                     "ephemeral_1h_input_tokens": 6000}})
-    r = savings_for_request(book, model="anthropic/claude-haiku-4-5", original_message_tokens=TOKENS,
-                            original_fingerprints=FPS, previous_fingerprints=PREVIOUS, forwarded_tokens=7000,
+    r = savings_for_request(book, model="anthropic/claude-haiku-4-5", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=7000,
                             usage=usage, scorer_usd=0.0)
     # The unpruned request would have written its uncached 1,000; counted as the cheaper
     # 5-minute writes while the actual request had as many (the saving stays a lower bound).
@@ -79,8 +79,8 @@ def test_hour_long_writes_are_priced_as_such_on_both_sides(book, model_cost):
     # Only hour-long writes: the counterfactual's are hour-long too.
     hourly = usage_from_provider({"input_tokens": 200, "output_tokens": 100, "cache_creation_input_tokens": 7000,
                                   "cache_creation": {"ephemeral_1h_input_tokens": 7000}})
-    r = savings_for_request(book, model="anthropic/claude-haiku-4-5", original_message_tokens=TOKENS,
-                            original_fingerprints=FPS, previous_fingerprints=PREVIOUS, forwarded_tokens=7000,
+    r = savings_for_request(book, model="anthropic/claude-haiku-4-5", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=7000,
                             usage=hourly, scorer_usd=0.0)
     assert r.counterfactual_usd == pytest.approx(9200 * rd + 1000 * hr + 100 * o, **EXACT)
 
@@ -93,8 +93,8 @@ def test_twelve_hour_writes_follow_the_same_rule():
                                  "prompt_tokens_details": {"cache_write_tokens": 7000,
                                                            "cache_write_tokens_details": {"ttl_30m_tokens": 600,
                                                                                           "ttl_12h_tokens": 6400}}})
-    r = savings_for_request(book, model="m", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=PREVIOUS, forwarded_tokens=7000, usage=usage, scorer_usd=0.0)
+    r = savings_for_request(book, model="m", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=7000, usage=usage, scorer_usd=0.0)
     # 1,000 counterfactual writes: 600 as the actual short ones, the other 400 as 12-hour ones.
     assert r.counterfactual_cache_write_tokens == 1000
     assert r.counterfactual_usd == pytest.approx(9200 * 1e-7 + 600 * 1.25e-6 + 400 * 2.5e-6 + 100 * 2e-6, **EXACT)
@@ -107,8 +107,8 @@ def test_pruning_that_keeps_the_cached_prefix_saves(book, model_cost):
     # An earlier epoch masked c; its frozen, byte-identical prefix was cached: 5,000 + 200.
     usage = usage_from_provider({"prompt_tokens": 7200, "completion_tokens": 100,
                                  "prompt_tokens_details": {"cached_tokens": 5200}})
-    r = savings_for_request(book, model="openai/gpt-4o-mini", original_message_tokens=TOKENS,
-                            original_fingerprints=FPS, previous_fingerprints=PREVIOUS, forwarded_tokens=7000,
+    r = savings_for_request(book, model="openai/gpt-4o-mini", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=7000,
                             usage=usage, scorer_usd=0.0)
     cf = 1000 * i + 9200 * rd + 100 * o
     actual = 2000 * i + 5200 * rd + 100 * o
@@ -120,8 +120,8 @@ def test_pruning_that_keeps_the_cached_prefix_saves(book, model_cost):
 
 def test_unchanged_request_has_counterfactual_equal_to_actual(book):
     usage = Usage(prompt_tokens=10_200, completion_tokens=100, cached_read_tokens=8_960)
-    r = savings_for_request(book, model="gpt-4o-mini", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=PREVIOUS, forwarded_tokens=10_000, usage=usage,
+    r = savings_for_request(book, model="gpt-4o-mini", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=10_000, usage=usage,
                             scorer_usd=2e-5)
     assert r.counterfactual_usd == r.actual_usd
     assert r.counterfactual_cached_tokens == 8_960
@@ -130,14 +130,13 @@ def test_unchanged_request_has_counterfactual_equal_to_actual(book):
 
 def test_pruned_flag_overrides_the_token_inference(book):
     usage = Usage(prompt_tokens=10_200, completion_tokens=100)
-    r = savings_for_request(book, model="gpt-4o-mini", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=PREVIOUS, forwarded_tokens=10_000, usage=usage, pruned=True)
+    r = savings_for_request(book, model="gpt-4o-mini", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=10_000, usage=usage, pruned=True)
     assert r.counterfactual_cached_tokens == 9_200  # the counterfactual is modelled, not copied
 
 
 def test_unpriced_model():
-    r = savings_for_request(FIXED, model="mystery-1", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=None, forwarded_tokens=7000,
+    r = savings_for_request(FIXED, model="mystery-1", original=OriginalPrompt(TOKENS, FPS, None), forwarded_tokens=7000,
                             usage=Usage(7200, 100), scorer_usd=3e-5)
     assert not r.priced
     assert (r.counterfactual_usd, r.actual_usd) == (0.0, 0.0)
@@ -146,15 +145,15 @@ def test_unpriced_model():
 
 
 def test_no_usage_reported_is_unpriced():
-    r = savings_for_request(FIXED, model="cachey", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=None, forwarded_tokens=7000, usage=None)
+    r = savings_for_request(FIXED, model="cachey", original=OriginalPrompt(TOKENS, FPS, None),
+                            forwarded_tokens=7000, usage=None)
     assert not r.priced and r.net_usd == 0.0
 
 
 def test_model_without_cached_price_gets_no_counterfactual_cache():
     usage = Usage(prompt_tokens=7200, completion_tokens=100, cached_read_tokens=0)
-    r = savings_for_request(FIXED, model="flat", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=PREVIOUS, forwarded_tokens=7000, usage=usage)
+    r = savings_for_request(FIXED, model="flat", original=OriginalPrompt(TOKENS, FPS, PREVIOUS),
+                            forwarded_tokens=7000, usage=usage)
     assert r.counterfactual_cached_tokens == 0
     assert r.counterfactual_usd == pytest.approx(10_200 * 1e-6 + 100 * 2e-6, **EXACT)
     assert r.net_usd == pytest.approx(3000 * 1e-6, **EXACT)
@@ -163,8 +162,8 @@ def test_model_without_cached_price_gets_no_counterfactual_cache():
 def test_counterfactual_never_caches_less_than_the_actual_request():
     # No previous request known, but the provider cached a shared 1,024-token prefix.
     usage = Usage(prompt_tokens=7200, completion_tokens=0, cached_read_tokens=1024)
-    r = savings_for_request(FIXED, model="cachey", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=None, forwarded_tokens=7000, usage=usage)
+    r = savings_for_request(FIXED, model="cachey", original=OriginalPrompt(TOKENS, FPS, None),
+                            forwarded_tokens=7000, usage=usage)
     assert r.counterfactual_cached_tokens == 1024
     assert r.net_usd == pytest.approx(3000 * 1.5e-7, **EXACT)
 
@@ -172,8 +171,8 @@ def test_counterfactual_never_caches_less_than_the_actual_request():
 def test_negative_overhead_does_not_inflate_the_counterfactual():
     # Our per-message estimate ran 100 tokens above the provider's count.
     usage = Usage(prompt_tokens=6900, completion_tokens=0)
-    r = savings_for_request(FIXED, model="flat", original_message_tokens=TOKENS, original_fingerprints=FPS,
-                            previous_fingerprints=None, forwarded_tokens=7000, usage=usage)
+    r = savings_for_request(FIXED, model="flat", original=OriginalPrompt(TOKENS, FPS, None),
+                            forwarded_tokens=7000, usage=usage)
     assert r.overhead_tokens == 0
     assert r.counterfactual_prompt_tokens == 9900
     assert r.net_usd == pytest.approx(3000 * 1e-6, **EXACT)
@@ -181,8 +180,8 @@ def test_negative_overhead_does_not_inflate_the_counterfactual():
 
 def test_length_mismatch_is_an_error():
     with pytest.raises(ValueError):
-        savings_for_request(FIXED, model="flat", original_message_tokens=[1, 2], original_fingerprints=["a"],
-                            previous_fingerprints=None, forwarded_tokens=3, usage=Usage(3, 0))
+        savings_for_request(FIXED, model="flat", original=OriginalPrompt([1, 2], ["a"], None),
+                            forwarded_tokens=3, usage=Usage(3, 0))
 
 
 @pytest.mark.parametrize("original, previous, n", [

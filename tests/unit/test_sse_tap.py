@@ -6,7 +6,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.api.sse import MAX_HELD_BYTES, SSEUsageTap
+from gateway.wire.sse import MAX_HELD_BYTES, SSEUsageTap
 
 USAGE = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
 

@@ -5,24 +5,20 @@ What Sieve itself relies on — ``model``, ``messages`` and the shape of each
 message, tool calls included — is checked, and a violation is a 400 that
 names the field: ``messages[3].tool_calls[0].function.arguments must be a
 string``. Checking plain dicts is far cheaper than building pydantic models of
-a 100k-token history on every request.
+a 100k-token history on every request::
+
+    body = parse_body(raw)                 # gateway.wire.body
+    check_chat_body(body, WireLimits())    # or InvalidRequest (400) naming the field
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import orjson
-from starlette.requests import Request
-
-from gateway.errors import BodyTooLarge, InvalidRequest, RequestTimeout
-from gateway.pruning.policy import STRATEGIES
+from gateway.errors import InvalidRequest
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
-MAX_TARGET_TOKENS = 10_000_000
-MAX_GOAL_CHARS = 8_192
 # Far above any model's output limit, and it keeps a budget reservation (prompt + this) a
 # 64-bit number: 2**64 - 1 here reached the 429's body and failed to render (a 500).
 MAX_COMPLETION_TOKENS = 2**31 - 1
@@ -37,79 +33,6 @@ class WireLimits:
     max_content_parts: int = 1_024
     max_message_chars: int = 4_000_000
     max_json_depth: int = 64
-
-
-@dataclass(frozen=True, slots=True)
-class SieveHeaders:
-    """The optional ``x-sieve-*`` request headers, validated."""
-
-    target_tokens: int | None = None
-    strategy: str | None = None
-    goal: str | None = None
-    conversation_id: str | None = None
-
-
-async def read_body(request: Request, limit: int, timeout_s: float = 60.0) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes")
-    chunks, size = [], 0
-    try:
-        async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
-                chunks.append(chunk)
-    except TimeoutError:
-        raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s "
-                             f"({size} bytes received)") from None
-    return b"".join(chunks)
-
-
-def parse_body(raw: bytes, max_depth: int = 64) -> dict[str, Any]:
-    if not raw:
-        raise InvalidRequest("request body is empty; expected a JSON object with 'model' and 'messages'")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(_json_problem(raw, exc)) from None
-    if not isinstance(body, dict):
-        raise InvalidRequest(f"request body must be a JSON object, got {type(body).__name__}")
-    depth = nesting_depth(body, max_depth)
-    if depth > max_depth:
-        raise InvalidRequest(f"request body is nested too deeply: more than {max_depth} levels")
-    return body
-
-
-def _json_problem(raw: bytes, exc: orjson.JSONDecodeError) -> str:
-    if "UTF-8" in str(exc) or "surrogate" in str(exc):
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as bad:
-            return f"request body is not valid UTF-8 (byte {bad.start}); send JSON encoded as UTF-8"
-        return f"request body has an invalid unicode escape: {exc}"
-    if "depth limit" in str(exc):
-        return "request body is nested too deeply to parse"
-    return f"request body is not valid JSON: {exc}"
-
-
-def nesting_depth(value: Any, stop_after: int) -> int:
-    """Depth of nested arrays and objects (a scalar is 0), not walking past ``stop_after``.
-
-    Needed beyond the parser's own limit (1024): orjson serializes at most 254
-    levels, so a deeper body would parse, then fail on its way upstream. Walks
-    level by level, and only into containers (≈0.2 µs per container)."""
-    if type(value) is not dict and type(value) is not list:
-        return 0
-    depth, level = 0, [value]
-    while level:
-        depth += 1
-        if depth > stop_after:
-            break
-        level = [child for c in level for child in (c.values() if type(c) is dict else c)
-                 if type(child) is dict or type(child) is list]
-    return depth
 
 
 def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
@@ -205,32 +128,3 @@ def _check_tool_call(where: str, call: Any) -> int:
         raise InvalidRequest(f"{where}.function.arguments must be a string (JSON text)",
                              param=f"{where}.function.arguments")
     return len(fn["arguments"])
-
-
-def parse_sieve_headers(headers: Mapping[str, str]) -> SieveHeaders:
-    target = headers.get("x-sieve-target-tokens")
-    target_tokens = None
-    if target is not None:
-        digits = target.strip()
-        # Plain decimal digits only: int() would also take "1_000", "+5" and non-ASCII digits.
-        if not (digits.isascii() and digits.isdigit()):
-            raise InvalidRequest(f"x-sieve-target-tokens must be a positive integer, got {target!r}",
-                                 param="x-sieve-target-tokens")
-        target_tokens = int(digits)
-        if not 1 <= target_tokens <= MAX_TARGET_TOKENS:
-            raise InvalidRequest(f"x-sieve-target-tokens must be between 1 and {MAX_TARGET_TOKENS}, got {target!r}",
-                                 param="x-sieve-target-tokens")
-    strategy = headers.get("x-sieve-strategy")
-    if strategy is not None:
-        strategy = strategy.strip().lower()
-        if strategy not in STRATEGIES:
-            raise InvalidRequest(f"x-sieve-strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}",
-                                 param="x-sieve-strategy")
-    goal = headers.get("x-sieve-goal") or None
-    if goal is not None and len(goal) > MAX_GOAL_CHARS:
-        raise InvalidRequest(f"x-sieve-goal is longer than {MAX_GOAL_CHARS} characters", param="x-sieve-goal")
-    conversation = headers.get("x-sieve-conversation-id") or None
-    if conversation is not None and len(conversation) > 512:
-        raise InvalidRequest("x-sieve-conversation-id is longer than 512 characters",
-                             param="x-sieve-conversation-id")
-    return SieveHeaders(target_tokens, strategy, goal, conversation)

@@ -1,0 +1,54 @@
+"""The one seam between Sieve and a provider: ``Upstream.send(route, call, body)``.
+
+Two transports implement it, and the router picks one per model
+(:class:`gateway.settings.RouteKind`), as httpx's client picks a transport
+per URL::
+
+    route = router.resolve(call.body["model"])           # ResolvedRoute (cached per model)
+    response = await router.upstream_for(route).send(route, call, forwarded_body)
+    response.body           # a whole answer, or
+    response.chunks         # a stream of SSE bytes, relayed as they come
+
+* :class:`gateway.upstream.openai_compat.OpenAICompatibleUpstream`: the aiohttp
+  fast path, byte-transparent to an OpenAI-compatible API;
+* :class:`gateway.upstream.litellm_route.LiteLLMUpstream`: every other provider
+  through litellm, its answers re-encoded as OpenAI JSON / SSE.
+
+A transport raises ``UpstreamTimeout`` / ``UpstreamUnavailable`` when it gets
+no answer; a provider's own error comes back as a response with its status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Protocol
+
+from gateway.settings import ModelRoute, RouteKind
+from gateway.wire.call import ChatCall
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRoute:
+    """Where one model's requests go: the transport kind, the URL, the key."""
+
+    model: str
+    kind: RouteKind
+    url: str | None           # chat/completions URL (OPENAI kind)
+    api_key: str | None       # configured key; None = forward the client's
+    upstream_model: str | None
+    route: ModelRoute
+
+
+@dataclass(slots=True)
+class UpstreamResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes | None = None                      # non-streaming
+    chunks: AsyncIterator[bytes] | None = None     # streaming
+    release: Any = None                            # closes the upstream response
+
+
+class Upstream(Protocol):
+    async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
+        """Forward ``body`` (already pruned; ``body["stream"]`` says how it answers) for ``call``."""
+        ...

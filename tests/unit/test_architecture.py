@@ -1,0 +1,126 @@
+"""The shape of the code, held by a test: layers, no import cycles, small modules and functions.
+
+Read from the source (``ast``), so imports under ``TYPE_CHECKING`` and inside
+functions count as much as those at the top: a cycle hidden from the
+interpreter is still a cycle in the design (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "gateway"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 8
+WEB_FRAMEWORKS = ("fastapi", "starlette", "uvicorn")
+IO_LIBRARIES = ("fastapi", "starlette", "httpx", "aiohttp", "redis", "litellm", "asyncio", "uvicorn")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> set[str]:
+    """Every module ``name`` imports, gateway's resolved to its modules, others by top-level name."""
+    tree = ast.parse(MODULES[name].read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            # ``from gateway.pruning import selection``: the submodule is what is imported.
+            found.update(f"{node.module}.{alias.name}" for alias in node.names
+                         if f"{node.module}.{alias.name}" in MODULES)
+    return found
+
+
+def _gateway_imports(name: str) -> set[str]:
+    return {module for module in _imports(name) if module in MODULES and module != name}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    graph = {name: _gateway_imports(name) for name in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for child in sorted(graph[node]):
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return components
+
+
+def test_no_import_cycles_type_checking_imports_included() -> None:
+    assert _cycles() == []
+
+
+def test_the_pure_core_imports_nothing_from_gateway_outside_itself() -> None:
+    for name in MODULES:
+        if name.startswith("gateway.pruning"):
+            outside = {m for m in _gateway_imports(name) if not m.startswith("gateway.pruning")}
+            io = {m for m in _imports(name) if m.split(".")[0] in IO_LIBRARIES}
+            assert not outside and not io, f"{name} imports {sorted(outside | io)}"
+
+
+def test_nothing_below_the_routes_imports_them() -> None:
+    for name in MODULES:
+        if not name.startswith("gateway.api") and name != "gateway.app":
+            assert not any(m.startswith("gateway.api") for m in _gateway_imports(name)), name
+
+
+def test_the_wire_layer_knows_no_web_framework() -> None:
+    for name in MODULES:
+        if name.startswith("gateway.wire"):
+            framework = {m for m in _imports(name) if m.split(".")[0] in WEB_FRAMEWORKS}
+            assert not framework, f"{name} imports {sorted(framework)}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_and_functions_stay_small(name: str) -> None:
+    source = MODULES[name].read_text()
+    assert source.count("\n") <= MAX_MODULE_LINES, f"{name} has more than {MAX_MODULE_LINES} lines"
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = node.end_lineno - node.lineno + 1
+            assert lines <= MAX_FUNCTION_LINES, f"{name}.{node.name} has {lines} lines"
+            args = node.args
+            params = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            named = [p for p in params if p is not None and p.arg not in ("self", "cls")]
+            assert len(named) <= MAX_PARAMETERS, f"{name}.{node.name} has {len(named)} parameters"
