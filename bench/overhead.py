@@ -7,6 +7,8 @@ Starts the fake upstream (``python -m tests.fake_upstream``), Sieve
     python bench/overhead.py --quick                 # smoke run, ~1-2 minutes
     python bench/overhead.py --repeats 3 --json-out bench/results/overhead.json
     python bench/overhead.py --memory                # RSS after 1k and 10k requests
+    python bench/overhead.py --against 99e55f9 --targets direct,sieve-none,sieve-prune,base-none,base-prune
+                                                     # this tree beside another revision (or tree path)
 
 Every figure is the median over ``--repeats`` runs; ratios compare targets of the
 same run. See bench/README.md.
@@ -26,6 +28,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,6 +44,7 @@ MODEL = "gpt-4o-mini"
 KEY = "sk-bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGETS = ("direct", "sieve-none", "sieve-prune", "litellm")
+AGAINST_TARGETS = ("base-none", "base-prune")  # the same two, served by the --against tree
 
 
 # -- processes --------------------------------------------------------------
@@ -85,13 +89,14 @@ class Server:
     """A subprocess in its own session, stopped by its pid; logs to bench/.cache."""
 
     def __init__(self, name: str, argv: list[str], port: int, ready_path: str,
-                 env: dict[str, str | None] | None = None, headers: dict | None = None) -> None:
+                 env: dict[str, str | None] | None = None, headers: dict | None = None,
+                 cwd: Path = ROOT) -> None:
         self.name, self.port, self.ready_path, self.headers = name, port, ready_path, headers
         CACHE.mkdir(parents=True, exist_ok=True)
         self.log_path = CACHE / f"{name}.log"
         self._log = open(self.log_path, "wb")
         full_env = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=full_env,
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=full_env,
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
 
@@ -136,15 +141,38 @@ def start_upstream(a: argparse.Namespace) -> Server:
                   port, "/v1/models")
 
 
-def start_sieve(a: argparse.Namespace, upstream_port: int) -> Server | None:
-    if not a.sieve_cmd and not (ROOT / "gateway" / "cli.py").exists():
-        print("# gateway/cli.py missing: Sieve targets skipped", file=sys.stderr)
+def start_sieve(a: argparse.Namespace, upstream_port: int, tree: Path = ROOT, name: str = "sieve") -> Server | None:
+    """Sieve from ``tree`` (this one, or the --against tree, whose package goes first on
+    the path so that the editable install of this one does not shadow it)."""
+    if not a.sieve_cmd and not (tree / "gateway" / "cli.py").exists():
+        print(f"# {tree}/gateway/cli.py missing: {name} targets skipped", file=sys.stderr)
         return None
     port = free_port()
-    cmd = shlex.split(a.sieve_cmd) if a.sieve_cmd else [sys.executable, "-m", "gateway.cli", "serve"]
-    return Server("sieve", cmd + ["--host", "127.0.0.1", "--port", str(port)], port, "/readyz",
+    cmd = shlex.split(a.sieve_cmd) if a.sieve_cmd and tree == ROOT else \
+        [sys.executable, "-m", "gateway.cli", "serve"]
+    return Server(name, cmd + ["--host", "127.0.0.1", "--port", str(port)], port, "/readyz",
                   env={"SIEVE_UPSTREAM_BASE_URL": f"http://127.0.0.1:{upstream_port}/v1",
-                       "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true"})
+                       "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true",
+                       "PYTHONPATH": str(tree)}, cwd=tree)
+
+
+@contextlib.contextmanager
+def against_tree(against: str | None):
+    """The tree to compare with: a path as it is, or a git revision checked out into a
+    temporary worktree (removed afterwards); None without --against."""
+    if not against:
+        yield None
+        return
+    if Path(against).is_dir():
+        yield Path(against).resolve()
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "against"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), against], cwd=ROOT, check=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
 
 
 def ensure_litellm_venv() -> Path:
@@ -354,6 +382,25 @@ def print_table(rows: list[dict], rat: list[dict]) -> None:
                   f"{r['first_error']}", file=sys.stderr)
 
 
+def print_against(rows: list[dict], against: str | None) -> None:
+    """This tree's Sieve against the --against tree's, same mode and concurrency."""
+    by = {(r["target"], r["stream"], r["concurrency"]): r for r in rows}
+    lines = []
+    for r in rows:
+        if not r["target"].startswith("sieve-"):
+            continue
+        base = by.get(("base-" + r["target"][len("sieve-"):], r["stream"], r["concurrency"]))
+        if base is None or None in (r["added_p50_ms"], base["added_p50_ms"]) or not base["rps"]:
+            continue
+        lines.append(f"  {r['target']:<12} {'stream' if r['stream'] else 'json':<6} c={r['concurrency']:<3} "
+                     f"+p50 {r['added_p50_ms']:.2f} vs {base['added_p50_ms']:.2f} ms "
+                     f"(diff {r['added_p50_ms'] - base['added_p50_ms']:+.2f} ms)  "
+                     f"req/s x{r['rps'] / base['rps']:.3f}")
+    if lines:
+        print(f"\nthis tree / {against} (same run; +p50 = added latency over direct)")
+        print("\n".join(lines))
+
+
 # -- modes ------------------------------------------------------------------
 async def run_overhead(a: argparse.Namespace, servers: dict[str, Server]) -> dict:
     body, approx = (small_request(), 0) if a.payload == "small" else agent_request(a.agent_tokens)
@@ -369,6 +416,8 @@ async def run_overhead(a: argparse.Namespace, servers: dict[str, Server]) -> dic
                         | ({"x-sieve-strategy": a.prune_strategy} if a.prune_strategy else {})),
         "litellm": (servers.get("litellm"), {}),
     }
+    plan["base-none"] = (servers.get("base"), plan["sieve-none"][1])
+    plan["base-prune"] = (servers.get("base"), plan["sieve-prune"][1])
     runs: dict[tuple, list[Cell]] = {}
     for rep in range(a.repeats):
         for stream in a.modes:
@@ -387,6 +436,7 @@ async def run_overhead(a: argparse.Namespace, servers: dict[str, Server]) -> dic
     rows = summarize(runs)
     rat = ratios(rows)
     print_table(rows, rat)
+    print_against(rows, a.against)
     return {"config": {k: v for k, v in vars(a).items() if k != "json_out"}, "rows": rows,
             "ratios": rat, "runs": {f"{t}|{s}|{c}": [asdict(x) | {"lat": None} for x in v]
                                     for (t, s, c), v in runs.items()}}
@@ -446,6 +496,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--memory-concurrency", type=int, default=16)
     p.add_argument("--sieve-cmd", default="", help="start Sieve with this command instead of "
                    "`python -m gateway.cli serve` (--host/--port are appended)")
+    p.add_argument("--against", help="also run Sieve from this git revision or tree path (targets "
+                   + ",".join(AGAINST_TARGETS) + ") and print this tree against it")
     p.add_argument("--json-out", type=Path)
     a = p.parse_args(argv)
     if a.quick:
@@ -456,7 +508,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-async def amain(a: argparse.Namespace) -> dict:
+async def amain(a: argparse.Namespace, against: Path | None) -> dict:
     servers: dict[str, Server] = {}
     try:
         servers["upstream"] = start_upstream(a)
@@ -464,6 +516,8 @@ async def amain(a: argparse.Namespace) -> dict:
         want_sieve = a.memory or any(t.startswith("sieve") for t in a.targets)
         if want_sieve and (s := start_sieve(a, servers["upstream"].port)):
             servers["sieve"] = s
+        if against is not None and (s := start_sieve(a, servers["upstream"].port, against, "base")):
+            servers["base"] = s
         if not a.memory and "litellm" in a.targets:
             servers["litellm"] = start_litellm(servers["upstream"].port)
         for name, srv in servers.items():
@@ -484,7 +538,8 @@ async def amain(a: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
-    result = asyncio.run(amain(a))
+    with against_tree(a.against) as against:
+        result = asyncio.run(amain(a, against))
     if a.json_out:
         a.json_out.parent.mkdir(parents=True, exist_ok=True)
         a.json_out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
