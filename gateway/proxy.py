@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Callable, Mapping
 
 import orjson
-from starlette.responses import Response, StreamingResponse
 
 from gateway.accounting import Accountant, RequestRecord
 from gateway.budget_guard import BudgetGuard, Hold
@@ -43,6 +43,18 @@ from gateway.wire.sse import SSEUsageTap
 log = logging.getLogger("sieve.proxy")
 
 
+@dataclass(slots=True)
+class Reply:
+    """The answer to relay: a whole body, or a stream whose ``on_close`` must run however
+    it ends (even when it never started: the client left first, or shutdown)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes | None = None
+    stream: AsyncGenerator[bytes, None] | None = None
+    on_close: Callable[[], None] | None = None
+
+
 class ChatProxy:
     def __init__(self, *, router: ModelRouter, pruner: Pruner, accountant: Accountant, budgets: BudgetGuard,
                  deferred: Deferred) -> None:
@@ -58,7 +70,7 @@ class ChatProxy:
         """What would be forwarded; no upstream needed, so any model name is accepted."""
         return await self._pruner.prune(call)
 
-    async def complete(self, call: ChatCall) -> Response:
+    async def complete(self, call: ChatCall) -> Reply:
         route = self._router.resolve(call.body["model"])
         outcome = await self._pruner.prune(call, await self._budget_target(call))
         forwarded, strip_usage = _upstream_body(outcome.result.request, route)
@@ -75,10 +87,9 @@ class ChatProxy:
                 body = without_secrets(body, [route.api_key])
             record.set_response_body(body)
             self._account(record)
-            return Response(body, status_code=response.status, headers={**response.headers, **headers})
-        return _RelayResponse(self._relay(response, record, strip_usage),
-                              on_close=lambda: self._account(record),
-                              status_code=response.status, headers={**response.headers, **headers})
+            return Reply(response.status, {**response.headers, **headers}, body=body)
+        return Reply(response.status, {**response.headers, **headers},
+                     stream=self._relay(response, record, strip_usage), on_close=lambda: self._account(record))
 
     async def _budget_target(self, call: ChatCall) -> int | None:
         """A target Sieve imposes itself when the caller's budget runs low (policy
@@ -172,31 +183,6 @@ class ChatProxy:
             self._account(record)
 
 
-class _RelayResponse(StreamingResponse):
-    """A StreamingResponse that always ends its relay, even one that never started.
-
-    Starlette neither closes a body iterator it stopped iterating nor starts one whose
-    task was cancelled first (a client gone before the first byte, or shutdown): either
-    way the relay's ``finally`` (release the upstream connection, account the request)
-    would wait for the garbage collector, or never run. Closing it here runs it now;
-    ``on_close`` covers the relay that never started."""
-
-    def __init__(self, content: AsyncGenerator[bytes, None], *, on_close: Callable[[], None],
-                 **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self._relay = content
-        self._on_close = on_close
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            try:
-                await self._relay.aclose()
-            finally:
-                self._on_close()
-
-
 def _upstream_body(pruned: dict[str, Any], route: ResolvedRoute) -> tuple[dict[str, Any], bool]:
     """The body as the provider gets it: a stream asks for usage (budgets are settled and
     savings counted on it; the usage chunk is stripped again if the client did not ask for
@@ -231,4 +217,4 @@ def _close_quietly(resp: Any) -> None:
         pass
 
 
-__all__ = ["ChatProxy", "sieve_headers"]
+__all__ = ["ChatProxy", "Reply", "sieve_headers"]

@@ -8,15 +8,16 @@ that fails an admin model) into the same ``{"error": {...}}`` body.
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from typing import Any, AsyncGenerator, Callable, Mapping
 
 import orjson
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Match
 
 from gateway.errors import ClientClosedRequest, InvalidRequest, SieveError
+from gateway.proxy import Reply
 
 log = logging.getLogger("sieve")
 
@@ -24,6 +25,39 @@ log = logging.getLogger("sieve")
 def json_response(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     return Response(orjson.dumps(payload), status_code=status, headers=dict(headers or {}),
                     media_type="application/json")
+
+
+def reply_response(reply: Reply) -> Response:
+    """The proxy's answer as the ASGI response that sends it."""
+    if reply.stream is None:
+        return Response(reply.body, status_code=reply.status, headers=reply.headers)
+    assert reply.on_close is not None
+    return RelayResponse(reply.stream, on_close=reply.on_close, status_code=reply.status, headers=reply.headers)
+
+
+class RelayResponse(StreamingResponse):
+    """A StreamingResponse that always ends its relay, even one that never started.
+
+    Starlette neither closes a body iterator it stopped iterating nor starts one whose
+    task was cancelled first (a client gone before the first byte, or shutdown): either
+    way the relay's ``finally`` (release the upstream connection, account the request)
+    would wait for the garbage collector, or never run. Closing it here runs it now;
+    ``on_close`` covers the relay that never started."""
+
+    def __init__(self, content: AsyncGenerator[bytes, None], *, on_close: Callable[[], None],
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._relay = content
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            try:
+                await self._relay.aclose()
+            finally:
+                self._on_close()
 
 
 def error_response(exc: SieveError, request_id: str | None = None) -> Response:

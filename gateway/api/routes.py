@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from gateway.api.access import ClientRoute, OpsRoute
-from gateway.api.responses import json_response
+from gateway.api.responses import json_response, reply_response
 from gateway.errors import StoreUnavailable
 from gateway.health import readiness_problems
 from gateway.proxy import sieve_headers
@@ -47,7 +47,7 @@ async def _chat_call(request: Request) -> ChatCall:
 
 async def chat_completions(request: Request) -> Response:
     call = await _chat_call(request)
-    return await request.app.state.services.proxy.complete(call)
+    return reply_response(await request.app.state.services.proxy.complete(call))
 
 
 async def prune(request: Request) -> Response:

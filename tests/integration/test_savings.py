@@ -6,7 +6,7 @@ simulation computes it. Expected dollars are computed here from litellm's price
 map entries themselves (not through ``gateway.telemetry.pricing``) and compared
 with the deltas of ``sieve_cost_usd_total`` scraped from ``/metrics``.
 
-The counterfactual rule (ARCHITECTURE.md §3), restated for the expectations:
+The counterfactual rule (gateway/telemetry/savings.py), restated for the expectations:
 the unpruned request's prompt is ``usage.prompt + (original − forwarded)``; its
 cached part is the original messages that match the conversation's previous
 unpruned request (whole messages) plus the non-message overhead, at least what
@@ -221,7 +221,7 @@ def cached_upstream(upstream):
 
 def _counterfactual(model: str, prompt: int, completion: int, read: int, write: int,
                     original: int, forwarded: int, prefix_tokens: int) -> float:
-    """ARCHITECTURE.md §3 for a pruned request whose previous unpruned request was a prefix of it."""
+    """The counterfactual rule for a pruned request whose previous unpruned request was a prefix of it."""
     overhead = max(prompt - forwarded, 0)
     cf_prompt = max(prompt + original - forwarded, 0)
     cf_read = min(max(prefix_tokens + overhead, read), cf_prompt)
