@@ -30,9 +30,10 @@ WORKDIR /src
 RUN python -m venv /opt/sieve
 
 # README*.md is the readme pyproject names; the wildcard keeps it optional.
-COPY pyproject.toml README*.md ./
+# .ci/constraints.txt holds the exact versions CI tested: the image installs the same.
+COPY pyproject.toml README*.md .ci/constraints.txt ./
 COPY gateway ./gateway
-RUN /opt/sieve/bin/pip install --no-cache-dir . \
+RUN /opt/sieve/bin/pip install --no-cache-dir -c constraints.txt . \
     && /opt/sieve/bin/pip uninstall --yes pip
 
 # Prove at build time that every encoding Sieve counts with is on disk: the

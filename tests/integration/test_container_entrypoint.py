@@ -83,10 +83,12 @@ def free_port() -> int:
 
 
 def build_context(dest: Path) -> Path:
-    """What .dockerignore lets into the image build: pyproject, README, gateway/, policies/."""
+    """What .dockerignore lets into the image build: pyproject, README, the constraints, gateway/,
+    policies/ (the constraints where the Dockerfile copies them: beside pyproject)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
     dest.mkdir()
     shutil.copy2(ROOT / "pyproject.toml", dest)
+    shutil.copy2(ROOT / ".ci" / "constraints.txt", dest)
     if (ROOT / "README.md").exists():
         shutil.copy2(ROOT / "README.md", dest)
     shutil.copytree(ROOT / "gateway", dest / "gateway", ignore=ignore)
@@ -102,7 +104,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> dict:
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     pip = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--no-cache-dir", "--disable-pip-version-check", "--quiet", str(context)],
+        [str(venv / "bin" / "pip"), "install", "--no-cache-dir", "--disable-pip-version-check", "--quiet",
+         "-c", str(context / "constraints.txt"), str(context)],
         capture_output=True, text=True, timeout=540,
     )
     assert pip.returncode == 0, f"pip install . failed:\n{pip.stdout}\n{pip.stderr}"
