@@ -40,6 +40,9 @@ class LiteLLMUpstream:
         params = {k: v for k, v in body.items() if k not in ("model",)}
         params["model"] = model.litellm_model or model.name
         params["timeout"] = self._timeout_s
+        # The client decides whether to retry: a retry here would be billed twice and
+        # answer a budget reservation made for one call.
+        params["max_retries"] = 0
         if model.api_base:
             params["api_base"] = model.api_base
         key = model.api_key or client_provider_key(call.identity, call.headers)
