@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 
@@ -17,12 +16,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.settings import Settings, prepare_offline_environment
 from gateway.telemetry.metrics import Metrics
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support import free_port
 
 
 class GatewayServer:

@@ -24,15 +24,11 @@ import time
 from pathlib import Path
 from typing import IO
 
+from tests.support import free_port
+
 
 def redis_server_binary() -> str | None:
     return shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class RedisServer:

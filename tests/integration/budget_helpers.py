@@ -22,7 +22,7 @@ import yaml
 
 from gateway.budgets import BudgetStatus
 from gateway.state.redis_store import RedisStores
-from tests.gateway_server import free_port
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "sieve-admin-test-key"

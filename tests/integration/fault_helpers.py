@@ -11,9 +11,10 @@ from typing import Any
 
 from gateway.settings import ModelRoute, Settings
 from tests.fake_upstream import FakeUpstream
-from tests.gateway_server import GatewayServer, free_port
+from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, MODEL, NO_PRUNING, org_counter, redis_usage, wait_until
 from tests.redis_server import RedisServer
+from tests.support import free_port
 
 ORG = "acme"
 LIMIT = 1_000_000
