@@ -1,7 +1,7 @@
 """Run the real gateway under uvicorn on a free loopback port, for tests and benchmarks.
 
     with GatewayServer(Settings(upstream_base_url=upstream.base_url)) as gw:
-        client = openai.OpenAI(base_url=gw.base_url + "/v1", api_key="sk-test")
+        client = tests.support.openai_client(gw)
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import (ADMIN_KEY, MODEL, NO_PRUNING, admin_headers, org_counter,
                                               wait_clear_of_window_edge)
+from tests.support import openai_client
 
 USAGE = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
 BUDGETS = {"orgs": {"acme": {"minute": 5_000, "day": 90_000}},
@@ -43,7 +44,7 @@ def gateway(upstream: FakeUpstream) -> Iterator[GatewayServer]:
 
 
 def chat(gw: GatewayServer, key: str) -> openai.types.chat.ChatCompletion:
-    llm = openai.OpenAI(base_url=gw.base_url + "/v1", api_key=key, max_retries=0, default_headers=NO_PRUNING)
+    llm = openai_client(gw, key, headers=NO_PRUNING)
     return llm.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=10)
 
 

@@ -19,6 +19,7 @@ from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import (ADMIN_KEY, MODEL, NO_PRUNING, admin_headers, chat_body, org_counter,
                                               wait_clear_of_window_edge)
+from tests.support import openai_client
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 KEYS = {
@@ -56,11 +57,6 @@ def gateway(upstream: FakeUpstream) -> Iterator[GatewayServer]:
         yield gw
 
 
-def client(gw: GatewayServer, key: str) -> openai.OpenAI:
-    # max_retries=0: the client would otherwise retry a 429 and hide what the gateway answered.
-    return openai.OpenAI(base_url=gw.base_url + "/v1", api_key=key, max_retries=0, default_headers=NO_PRUNING)
-
-
 def counters(gw: GatewayServer, org: str) -> list[dict]:
     gw.wait_idle()
     response = gw.get(f"/admin/usage/{org}", headers=admin_headers())
@@ -69,7 +65,7 @@ def counters(gw: GatewayServer, org: str) -> list[dict]:
 
 
 def test_virtual_key_maps_to_org_team_and_key(gateway: GatewayServer) -> None:
-    reply = client(gateway, "sk-acme-bot").chat.completions.create(
+    reply = openai_client(gateway, "sk-acme-bot", headers=NO_PRUNING).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "who am I?"}], max_tokens=32)
     assert reply.choices[0].message.content == "hello"
     found = {c["budget"]: c for c in counters(gateway, "acme")}
@@ -85,7 +81,7 @@ def test_missing_or_bad_key_is_401(gateway: GatewayServer, upstream: FakeUpstrea
     assert missing.json()["error"]["type"] == "authentication_error"
     assert "Missing API key" in missing.json()["error"]["message"]
     with pytest.raises(openai.AuthenticationError) as bad:
-        client(gateway, "sk-not-a-key").chat.completions.create(
+        openai_client(gateway, "sk-not-a-key", headers=NO_PRUNING).chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}])
     assert bad.value.status_code == 401
     assert bad.value.body["type"] == "authentication_error"
@@ -95,7 +91,7 @@ def test_missing_or_bad_key_is_401(gateway: GatewayServer, upstream: FakeUpstrea
 def test_budget_exceeded_is_a_429_naming_the_budget(gateway: GatewayServer, upstream: FakeUpstream) -> None:
     before = len(upstream.requests)
     with pytest.raises(openai.RateLimitError) as caught:
-        client(gateway, "sk-tight").chat.completions.create(
+        openai_client(gateway, "sk-tight", headers=NO_PRUNING).chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=200)
     error = caught.value.body
     assert caught.value.status_code == 429
@@ -114,7 +110,7 @@ def test_budget_exceeded_is_a_429_naming_the_budget(gateway: GatewayServer, upst
 
 
 def test_remaining_tokens_header_follows_reservation_and_settlement(gateway: GatewayServer) -> None:
-    llm = client(gateway, "sk-meter")
+    llm = openai_client(gateway, "sk-meter", headers=NO_PRUNING)
     first = llm.chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "count me"}], max_tokens=100)
     forwarded = int(first.headers["x-sieve-forwarded-tokens"])
@@ -125,7 +121,7 @@ def test_remaining_tokens_header_follows_reservation_and_settlement(gateway: Gat
         model=MODEL, messages=[{"role": "user", "content": "count me"}], max_tokens=100)
     # The first request settled to the provider's usage (18), not to its reservation.
     assert int(second.headers["x-sieve-budget-remaining-tokens"]) == 10_000 - 18 - (forwarded + 100)
-    free = client(gateway, "sk-free").chat.completions.with_raw_response.create(
+    free = openai_client(gateway, "sk-free", headers=NO_PRUNING).chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}])
     assert "x-sieve-budget-remaining-tokens" not in free.headers  # no budget applies to this org
     status = org_counter(counters(gateway, "meter"), "org:meter:day")
@@ -135,7 +131,7 @@ def test_remaining_tokens_header_follows_reservation_and_settlement(gateway: Gat
 def test_stream_settles_from_usage_chunk_the_client_never_sees(gateway: GatewayServer,
                                                                upstream: FakeUpstream) -> None:
     upstream.enqueue(Reply(chunks=["a", "b", "c", "d"], usage=USAGE))
-    stream = client(gateway, "sk-stream").chat.completions.create(
+    stream = openai_client(gateway, "sk-stream", headers=NO_PRUNING).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "stream please"}], max_tokens=500, stream=True)
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "abcd"
@@ -149,7 +145,7 @@ def test_stream_settles_from_usage_chunk_the_client_never_sees(gateway: GatewayS
 def test_stream_client_that_asked_for_usage_gets_it(gateway: GatewayServer, upstream: FakeUpstream) -> None:
     upstream.enqueue(Reply(chunks=["x", "y"], usage=USAGE))
     before = org_counter(counters(gateway, "stream"), "org:stream:hour")["settled"]
-    stream = client(gateway, "sk-stream").chat.completions.create(
+    stream = openai_client(gateway, "sk-stream", headers=NO_PRUNING).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "stream please"}], max_tokens=500, stream=True,
         stream_options={"include_usage": True})
     chunks = list(stream)

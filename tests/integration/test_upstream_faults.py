@@ -24,11 +24,12 @@ import pytest
 
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import MODEL, chat_body
+from tests.integration.budget_helpers import MODEL, NO_PRUNING, chat_body
 from tests.integration.fault_helpers import (
     AUTH, DEAD_MODEL, LIMIT, USAGE, assert_openai_error, metered_settings, outcomes, settle_down,
 )
 from tests.redis_server import RedisServer, redis_server_binary
+from tests.support import openai_client
 
 pytestmark = [pytest.mark.redis,
               pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")]
@@ -75,11 +76,6 @@ def counted(gw: GatewayServer, previous: dict[str, float], model: str = MODEL) -
 
 def sse_events(raw: bytes) -> list[bytes]:
     return [e for e in raw.replace(b"\r\n", b"\n").split(b"\n\n") if e.strip()]
-
-
-def openai_client(gw: GatewayServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.base_url + "/v1", api_key="sk-acme", max_retries=0, timeout=10,
-                         default_headers={"x-sieve-strategy": "none"})
 
 
 # -- no answer -------------------------------------------------------------------------------------
@@ -234,7 +230,7 @@ def test_stream_cut_mid_event_ends_with_an_openai_error(gw, up, redis, before, i
 
 def test_stream_cut_is_an_error_for_the_openai_client(gw, up, redis, before) -> None:
     up.enqueue(Reply(sse_frames=HEAD + [chunk({"content": "!"})], drop_after=3))
-    stream = openai_client(gw).chat.completions.create(
+    stream = openai_client(gw, "sk-acme", headers=NO_PRUNING, timeout=10).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5000, stream=True)
     got = []
     with pytest.raises(openai.APIError, match="upstream stream broke"):

@@ -9,6 +9,7 @@ import pytest
 
 from gateway.telemetry.usage import Usage, usage_from_provider
 from tests.fake_upstream import FakeUpstream, PromptCache, Reply, estimate_prompt_tokens, estimate_tools_tokens
+from tests.support import openai_client
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def upstream():
 def client(upstream):
     upstream.clear()
     upstream.default = Reply()
-    with openai.OpenAI(base_url=upstream.base_url, api_key="sk-test", max_retries=0) as c:
+    with openai_client(upstream, "sk-test") as c:
         yield c
 
 
