@@ -16,7 +16,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.settings import Settings, prepare_offline_environment
 from gateway.telemetry.metrics import Metrics
-from tests.support import free_port
+from tests.support import free_port, wait_until
 
 
 class GatewayServer:
@@ -59,9 +59,7 @@ class GatewayServer:
 
     def wait_idle(self, timeout_s: float = 5.0) -> None:
         """Wait for deferred accounting tasks to finish (they run after the response)."""
-        deadline = time.monotonic() + timeout_s
-        while self.services.deferred.pending and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: not self.services.deferred.pending, timeout_s, interval_s=0.01)
 
     def get(self, path: str, **kwargs) -> httpx.Response:
         return httpx.get(self.base_url + path, timeout=10, **kwargs)

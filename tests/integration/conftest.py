@@ -6,8 +6,8 @@ from typing import Iterator
 
 import pytest
 
-from tests.integration.budget_helpers import wait_clear_of_window_edge
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.redis_server import RedisServer, skip_without_redis
+from tests.support import wait_clear_of_window_edge
 
 DAY_S = 86_400
 LONGEST_TEST_S = 120
@@ -22,7 +22,6 @@ def clear_of_utc_midnight() -> None:
 @pytest.fixture(scope="module")
 def redis() -> Iterator[RedisServer]:
     """A real redis-server on loopback for the module's tests (skipped where none is installed)."""
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed")
+    skip_without_redis()
     with RedisServer() as server:
         yield server

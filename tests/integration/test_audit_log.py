@@ -18,7 +18,7 @@ import pytest
 from gateway.telemetry.pricing import load_litellm_model_cost
 from tests.conversations import GOAL, agent_history
 from tests.fake_upstream import Reply
-from tests.support import openai_client
+from tests.support import openai_client, read_jsonl
 
 ACME_KEY = "sk-sieve-acme-PLANTED-0123456789abcdef"
 BETA_KEY = "sk-sieve-beta-PLANTED-fedcba9876543210"
@@ -34,9 +34,8 @@ USAGE = {"prompt_tokens": 2000, "completion_tokens": 30, "total_tokens": 2030,
 
 def read_lines(gw, path: Path) -> list[dict]:
     gw.wait_idle()
-    raw = path.read_bytes()
-    assert raw.endswith(b"\n")
-    return [json.loads(line) for line in raw.splitlines()]
+    assert path.read_bytes().endswith(b"\n")
+    return read_jsonl(path)
 
 
 def assert_no_secrets(path: Path) -> None:
@@ -189,5 +188,5 @@ def test_audit_file_is_appended_across_restarts(start_gateway, upstream, tmp_pat
                                                                 messages=[{"role": "user", "content": "hi"}])
         gw.wait_idle()
         gw.stop()
-    lines = [json.loads(line) for line in path.read_bytes().splitlines()]
+    lines = read_jsonl(path)
     assert len(lines) == 2 and lines[0]["request_id"] != lines[1]["request_id"]

@@ -17,9 +17,8 @@ import pytest
 from gateway.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import (ADMIN_KEY, MODEL, NO_PRUNING, admin_headers, chat_body, org_counter,
-                                              wait_clear_of_window_edge)
-from tests.support import openai_client
+from tests.integration.budget_helpers import ADMIN_KEY, MODEL, admin_headers, chat_body, org_counter
+from tests.support import NO_PRUNING, openai_client, wait_clear_of_window_edge
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 KEYS = {

@@ -20,12 +20,12 @@ import pytest
 
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import chat_body, wait_until
-from tests.integration.fault_helpers import AUTH, USAGE, budget, metered_settings, outcomes, sample, settle_down
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.integration.budget_helpers import chat_body
+from tests.integration.fault_helpers import AUTH, USAGE, budget, metered_settings, outcomes, settle_down
+from tests.redis_server import RedisServer, needs_redis
+from tests.support import metric_value, wait_until
 
-pytestmark = [pytest.mark.redis,
-              pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")]
+pytestmark = [pytest.mark.redis, needs_redis]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_client_leaves_while_the_provider_thinks(gw, up, redis, stream) -> None:
 
 def test_client_leaves_halfway_through_its_body(gw, up, redis, caplog) -> None:
     body = orjson.dumps(chat_body(content="x" * 4000))
-    before = sample(gw, "sieve_requests_total", org="acme", model="other", outcome="client_error")
+    before = metric_value(gw.metrics, "sieve_requests_total", org="acme", model="other", outcome="client_error")
     forwarded = len(up.requests)
     with socket.create_connection(("127.0.0.1", gw.port)) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
@@ -68,7 +68,7 @@ def test_client_leaves_halfway_through_its_body(gw, up, redis, caplog) -> None:
             sock.sendall(piece)
             time.sleep(0.1)
     gw.wait_idle()
-    assert wait_until(lambda: sample(gw, "sieve_requests_total", org="acme", model="other",
+    assert wait_until(lambda: metric_value(gw.metrics, "sieve_requests_total", org="acme", model="other",
                                 outcome="client_error") == before + 1)
     assert len(up.requests) == forwarded  # nothing reached the provider
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # an everyday event, not a crash

@@ -24,15 +24,14 @@ import pytest
 
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import MODEL, NO_PRUNING, chat_body
+from tests.integration.budget_helpers import MODEL, chat_body
 from tests.integration.fault_helpers import (
     AUTH, DEAD_MODEL, LIMIT, USAGE, assert_openai_error, metered_settings, outcomes, settle_down,
 )
-from tests.redis_server import RedisServer, redis_server_binary
-from tests.support import openai_client
+from tests.redis_server import RedisServer, needs_redis
+from tests.support import NO_PRUNING, openai_client
 
-pytestmark = [pytest.mark.redis,
-              pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")]
+pytestmark = [pytest.mark.redis, needs_redis]
 
 
 @pytest.fixture(scope="module")
