@@ -13,7 +13,7 @@ from gateway.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, MODEL, admin_headers, org_counter
-from tests.support import NO_PRUNING, openai_client, wait_clear_of_window_edge
+from tests.support import NO_PRUNING, openai_client
 
 USAGE = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
 BUDGETS = {"orgs": {"acme": {"minute": 5_000, "day": 90_000}},
@@ -21,11 +21,7 @@ BUDGETS = {"orgs": {"acme": {"minute": 5_000, "day": 90_000}},
            "keys": {"ci": {"month": 3_000}}}
 PRICES = {MODEL: {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}
 
-
-@pytest.fixture(autouse=True)
-def clear_of_a_minute_edge() -> None:
-    """These tests charge calendar-window budgets, then read them back: never across a minute edge."""
-    wait_clear_of_window_edge(60, 5)
+pytestmark = pytest.mark.usefixtures("clear_of_a_minute_edge")  # calendar-window budgets charged, then read back
 
 
 @pytest.fixture(scope="module")

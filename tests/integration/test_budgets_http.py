@@ -18,7 +18,7 @@ from gateway.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, MODEL, admin_headers, chat_body, org_counter
-from tests.support import NO_PRUNING, openai_client, wait_clear_of_window_edge
+from tests.support import NO_PRUNING, openai_client
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 KEYS = {
@@ -35,11 +35,7 @@ BUDGETS = {
     "keys": {"bot": {"month": 20_000}},
 }
 
-
-@pytest.fixture(autouse=True)
-def clear_of_a_minute_edge() -> None:
-    """These tests charge calendar-window budgets, then read them back: never across a minute edge."""
-    wait_clear_of_window_edge(60, 5)
+pytestmark = pytest.mark.usefixtures("clear_of_a_minute_edge")  # calendar-window budgets charged, then read back
 
 
 @pytest.fixture(scope="module")
