@@ -21,18 +21,15 @@ BUDGETS = {"orgs": {"acme": {"minute": 5_000, "day": 90_000}},
            "keys": {"ci": {"month": 3_000}}}
 PRICES = {MODEL: {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}
 
-pytestmark = pytest.mark.usefixtures("clear_of_a_minute_edge")  # calendar-window budgets charged, then read back
+# Calendar-window budgets charged, then read back; the module's gateway has its own fake upstream.
+pytestmark = [pytest.mark.usefixtures("clear_of_a_minute_edge"),
+              pytest.mark.upstream_default(Reply(content="fine", usage=USAGE))]
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with FakeUpstream(default=Reply(content="fine", usage=USAGE)) as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def gateway(upstream: FakeUpstream) -> Iterator[GatewayServer]:
-    settings = Settings(upstream_base_url=upstream.base_url, admin_key=ADMIN_KEY, budgets=BUDGETS, prices=PRICES,
+def gateway(module_upstream_server: FakeUpstream) -> Iterator[GatewayServer]:
+    settings = Settings(upstream_base_url=module_upstream_server.base_url, admin_key=ADMIN_KEY, budgets=BUDGETS,
+                        prices=PRICES,
                         virtual_keys=({"key": "sk-file-key", "org": "acme", "team": "search", "name": "file"},))
     with GatewayServer(settings) as gw:
         yield gw
@@ -57,8 +54,8 @@ def test_admin_routes_need_the_admin_key(gateway: GatewayServer) -> None:
                         json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]}).status_code == 401
 
 
-def test_admin_routes_do_not_exist_without_an_admin_key(upstream: FakeUpstream) -> None:
-    settings = Settings(upstream_base_url=upstream.base_url, virtual_keys=({"key": "sk-k", "org": "o"},))
+def test_admin_routes_do_not_exist_without_an_admin_key(module_upstream: FakeUpstream) -> None:
+    settings = Settings(upstream_base_url=module_upstream.base_url, virtual_keys=({"key": "sk-k", "org": "o"},))
     with GatewayServer(settings) as gw:
         response = gw.get("/admin/budgets/o", headers=admin_headers())
         assert response.status_code == 404

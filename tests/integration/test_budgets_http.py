@@ -35,18 +35,14 @@ BUDGETS = {
     "keys": {"bot": {"month": 20_000}},
 }
 
-pytestmark = pytest.mark.usefixtures("clear_of_a_minute_edge")  # calendar-window budgets charged, then read back
+# Calendar-window budgets charged, then read back; the module's gateway has its own fake upstream.
+pytestmark = [pytest.mark.usefixtures("clear_of_a_minute_edge"),
+              pytest.mark.upstream_default(Reply(content="hello", usage=USAGE))]
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with FakeUpstream(default=Reply(content="hello", usage=USAGE)) as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def gateway(upstream: FakeUpstream) -> Iterator[GatewayServer]:
-    settings = Settings(upstream_base_url=upstream.base_url, admin_key=ADMIN_KEY, budgets=BUDGETS,
+def gateway(module_upstream_server: FakeUpstream) -> Iterator[GatewayServer]:
+    settings = Settings(upstream_base_url=module_upstream_server.base_url, admin_key=ADMIN_KEY, budgets=BUDGETS,
                         virtual_keys=tuple({"key": k, **v} for k, v in KEYS.items()))
     with GatewayServer(settings) as gw:
         yield gw
@@ -69,8 +65,8 @@ def test_virtual_key_maps_to_org_team_and_key(gateway: GatewayServer) -> None:
     assert all(c["settled"] == USAGE["total_tokens"] and c["reserved"] == 0 for c in found.values())
 
 
-def test_missing_or_bad_key_is_401(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    before = len(upstream.requests)
+def test_missing_or_bad_key_is_401(gateway: GatewayServer, module_upstream: FakeUpstream) -> None:
+    before = len(module_upstream.requests)
     missing = gateway.post("/v1/chat/completions", json=chat_body())
     assert missing.status_code == 401
     assert missing.json()["error"]["type"] == "authentication_error"
@@ -80,11 +76,11 @@ def test_missing_or_bad_key_is_401(gateway: GatewayServer, upstream: FakeUpstrea
             model=MODEL, messages=[{"role": "user", "content": "hi"}])
     assert bad.value.status_code == 401
     assert bad.value.body["type"] == "authentication_error"
-    assert len(upstream.requests) == before  # nothing was forwarded
+    assert len(module_upstream.requests) == before  # nothing was forwarded
 
 
-def test_budget_exceeded_is_a_429_naming_the_budget(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    before = len(upstream.requests)
+def test_budget_exceeded_is_a_429_naming_the_budget(gateway: GatewayServer, module_upstream: FakeUpstream) -> None:
+    before = len(module_upstream.requests)
     with pytest.raises(openai.RateLimitError) as caught:
         openai_client(gateway, "sk-tight", headers=NO_PRUNING).chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=200)
@@ -100,7 +96,7 @@ def test_budget_exceeded_is_a_429_naming_the_budget(gateway: GatewayServer, upst
     headers = caught.value.response.headers
     assert headers["x-sieve-budget-remaining-tokens"] == "100"
     assert int(headers["retry-after"]) >= 1
-    assert len(upstream.requests) == before  # rejected before forwarding
+    assert len(module_upstream.requests) == before  # rejected before forwarding
     assert counters(gateway, "tight") == []  # nothing held
 
 
@@ -124,21 +120,21 @@ def test_remaining_tokens_header_follows_reservation_and_settlement(gateway: Gat
 
 
 def test_stream_settles_from_usage_chunk_the_client_never_sees(gateway: GatewayServer,
-                                                               upstream: FakeUpstream) -> None:
-    upstream.enqueue(Reply(chunks=["a", "b", "c", "d"], usage=USAGE))
+                                                               module_upstream: FakeUpstream) -> None:
+    module_upstream.enqueue(Reply(chunks=["a", "b", "c", "d"], usage=USAGE))
     stream = openai_client(gateway, "sk-stream", headers=NO_PRUNING).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "stream please"}], max_tokens=500, stream=True)
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "abcd"
     assert all(c.usage is None and c.choices for c in chunks)  # the usage-only chunk was stripped
-    sent = upstream.requests[-1].json
+    sent = module_upstream.requests[-1].json
     assert sent["stream_options"] == {"include_usage": True}  # asked for on the client's behalf
     status = org_counter(counters(gateway, "stream"), "org:stream:hour")
     assert status["settled"] == USAGE["total_tokens"] and status["reserved"] == 0
 
 
-def test_stream_client_that_asked_for_usage_gets_it(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    upstream.enqueue(Reply(chunks=["x", "y"], usage=USAGE))
+def test_stream_client_that_asked_for_usage_gets_it(gateway: GatewayServer, module_upstream: FakeUpstream) -> None:
+    module_upstream.enqueue(Reply(chunks=["x", "y"], usage=USAGE))
     before = org_counter(counters(gateway, "stream"), "org:stream:hour")["settled"]
     stream = openai_client(gateway, "sk-stream", headers=NO_PRUNING).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "stream please"}], max_tokens=500, stream=True,
@@ -149,9 +145,10 @@ def test_stream_client_that_asked_for_usage_gets_it(gateway: GatewayServer, upst
     assert after["settled"] - before == 18 and after["reserved"] == 0
 
 
-def test_upstream_error_status_passes_through_and_releases(gateway: GatewayServer, upstream: FakeUpstream) -> None:
+def test_upstream_error_status_passes_through_and_releases(gateway: GatewayServer,
+                                                           module_upstream: FakeUpstream) -> None:
     body = {"error": {"message": "model overloaded", "type": "server_error", "param": None, "code": None}}
-    upstream.enqueue(Reply(status=503, json_body=body))
+    module_upstream.enqueue(Reply(status=503, json_body=body))
     before = org_counter(counters(gateway, "meter"), "org:meter:day")
     response = httpx.post(gateway.base_url + "/v1/chat/completions", json=chat_body(max_tokens=50),
                           headers={"authorization": "Bearer sk-meter", **NO_PRUNING}, timeout=10)

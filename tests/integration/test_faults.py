@@ -25,7 +25,7 @@ from tests.integration.fault_helpers import AUTH, USAGE, budget_settings, fail_o
 from tests.redis_server import RedisServer, needs_redis
 from tests.support import metric_value, wait_until
 
-pytestmark = [pytest.mark.redis, needs_redis]
+pytestmark = [pytest.mark.redis, needs_redis, pytest.mark.upstream_default(Reply(content="ok", usage=USAGE))]
 
 
 # -- Redis outage -------------------------------------------------------------------------------------
@@ -107,14 +107,8 @@ def test_redis_down_fail_closed_is_a_503_and_not_ready(tmp_path: Path) -> None:
 # -- upstream failures and client disconnects (one Redis-backed gateway) ------------------------------
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def gateway(upstream: FakeUpstream, redis: RedisServer) -> Iterator[GatewayServer]:
-    with GatewayServer(budget_settings(upstream, redis, upstream_timeout_s=1.0)) as gw:
+def gateway(module_upstream_server: FakeUpstream, redis: RedisServer) -> Iterator[GatewayServer]:
+    with GatewayServer(budget_settings(module_upstream_server, redis, upstream_timeout_s=1.0)) as gw:
         yield gw
 
 
@@ -125,9 +119,9 @@ def remaining(gw: GatewayServer) -> int:
 
 
 def test_upstream_stalling_mid_stream_releases_the_reservation(gateway: GatewayServer,
-                                                               upstream: FakeUpstream) -> None:
+                                                               module_upstream: FakeUpstream) -> None:
     before = remaining(gateway)
-    upstream.enqueue(Reply(chunks=["a", "b", "c", "d"], chunk_delay_s=3.0))
+    module_upstream.enqueue(Reply(chunks=["a", "b", "c", "d"], chunk_delay_s=3.0))
     with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
                       json=chat_body(max_tokens=5000, stream=True)) as response:
         text = response.read().decode()
@@ -135,10 +129,10 @@ def test_upstream_stalling_mid_stream_releases_the_reservation(gateway: GatewayS
     assert remaining(gateway) == before
 
 
-def test_client_disconnect_mid_stream_leaves_nothing_reserved(gateway: GatewayServer, upstream: FakeUpstream,
+def test_client_disconnect_mid_stream_leaves_nothing_reserved(gateway: GatewayServer, module_upstream: FakeUpstream,
                                                               redis: RedisServer) -> None:
     before = remaining(gateway)
-    upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(40)], chunk_delay_s=0.05, usage=USAGE))
+    module_upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(40)], chunk_delay_s=0.05, usage=USAGE))
     with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
                       json=chat_body(max_tokens=5000, stream=True)) as response:
         assert response.status_code == 200

@@ -25,7 +25,7 @@ from tests.integration.fault_helpers import USAGE, metered_settings, outcomes, s
 from tests.redis_server import RedisServer, needs_redis
 from tests.support import scorer_failures
 
-pytestmark = [pytest.mark.redis, needs_redis]
+pytestmark = [pytest.mark.redis, needs_redis, pytest.mark.upstream_default(Reply(content="ok", usage=USAGE))]
 
 DEADLINE_S = 0.5
 
@@ -37,15 +37,14 @@ def model() -> Iterator[ScorerModel]:
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory, model: ScorerModel) -> Iterator[GatewayServer]:
+def gw(tmp_path_factory, model: ScorerModel, module_upstream_server: FakeUpstream,
+       redis: RedisServer) -> Iterator[GatewayServer]:
     policies: Path = tmp_path_factory.mktemp("policies")
     policy = {"scorer": "llm", "scorer_api_base": model.base_url, "scorer_min_history_tokens": 0,
               "scorer_cost_check": False, "scorer_batch_size": 100, "scorer_batch_timeout_s": 0.3,
               "scorer_deadline_s": DEADLINE_S, "scorer_cache_ttl_s": 0}
     (policies / "default.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in policy.items()))
-    with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
-            GatewayServer(metered_settings(up, redis, policies_dir=policies)) as server:
-        server.redis = redis  # type: ignore[attr-defined]
+    with GatewayServer(metered_settings(module_upstream_server, redis, policies_dir=policies)) as server:
         yield server
 
 
@@ -60,11 +59,11 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_scorer_fault_serves_with_local_scores(gw: GatewayServer, model: ScorerModel, fault: str) -> None:
+def test_scorer_fault_serves_with_local_scores(gw: GatewayServer, model: ScorerModel, redis: RedisServer,
+                                              fault: str) -> None:
     reply, reason = FAULTS[fault]
     model.clear()
     model.responder = lambda ids, attempt, req: reply
-    redis: RedisServer = gw.redis  # type: ignore[attr-defined]
     _, settled = settle_down(gw, redis)
     seen, counted = scorer_failures(gw.metrics), outcomes(gw)
     started = time.monotonic()

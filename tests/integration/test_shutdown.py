@@ -22,7 +22,6 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -39,12 +38,6 @@ KEY = "sk-shutdown"
 AUTH = {**bearer(KEY), **NO_PRUNING}
 USAGE = {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}
 MAX_TOKENS = 5000  # reserved on top of the prompt: a leaked reservation is easy to see
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as up:
-        yield up
 
 
 def start_gateway(tmp_path: Path, upstream: FakeUpstream, redis: RedisServer, org: str,
@@ -68,12 +61,12 @@ def refuses(port: int) -> bool:
         return True
 
 
-def test_sigterm_lets_the_stream_finish_then_settles_and_exits(tmp_path: Path, upstream: FakeUpstream,
-                                                              redis: RedisServer) -> None:
+def test_sigterm_lets_the_stream_finish_then_settles_and_exits(tmp_path: Path, module_upstream: FakeUpstream,
+                                                               redis: RedisServer) -> None:
     grace_s = 15.0
     pieces = [f"tok{i} " for i in range(12)]
-    upstream.enqueue(Reply(chunks=pieces, chunk_delay_s=0.3, usage=USAGE))  # ~3.6 s of stream
-    gateway, audit = start_gateway(tmp_path, upstream, redis, "drain", grace_s)
+    module_upstream.enqueue(Reply(chunks=pieces, chunk_delay_s=0.3, usage=USAGE))  # ~3.6 s of stream
+    gateway, audit = start_gateway(tmp_path, module_upstream, redis, "drain", grace_s)
     try:
         with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", timeout=30, headers=AUTH,
                           json=chat_body(max_tokens=MAX_TOKENS, stream=True)) as response:
@@ -103,13 +96,13 @@ def test_sigterm_lets_the_stream_finish_then_settles_and_exits(tmp_path: Path, u
     assert (counter.reserved, counter.settled) == (0, USAGE["total_tokens"])
 
 
-def test_grace_ending_while_the_provider_thinks_releases_the_hold(tmp_path: Path, upstream: FakeUpstream,
+def test_grace_ending_while_the_provider_thinks_releases_the_hold(tmp_path: Path, module_upstream: FakeUpstream,
                                                                   redis: RedisServer) -> None:
     """A non-streamed request still waiting for the provider's answer when the grace ends."""
     grace_s = 1.0
     # Long past the grace, yet over before this module's upstream stops (no task left pending).
-    upstream.enqueue(Reply(delay_s=4.0, usage=USAGE))
-    gateway, audit = start_gateway(tmp_path, upstream, redis, "thinking", grace_s)
+    module_upstream.enqueue(Reply(delay_s=4.0, usage=USAGE))
+    gateway, audit = start_gateway(tmp_path, module_upstream, redis, "thinking", grace_s)
     try:
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(httpx.post, gateway.base_url + "/v1/chat/completions", timeout=30, headers=AUTH,
@@ -138,11 +131,11 @@ def test_grace_ending_while_the_provider_thinks_releases_the_hold(tmp_path: Path
     assert [line["outcome"] for line in read_jsonl(audit)] == ["upstream_error"]
 
 
-def test_grace_shorter_than_the_stream_cuts_it_and_releases_the_hold(tmp_path: Path, upstream: FakeUpstream,
+def test_grace_shorter_than_the_stream_cuts_it_and_releases_the_hold(tmp_path: Path, module_upstream: FakeUpstream,
                                                                      redis: RedisServer) -> None:
     grace_s = 1.0
-    upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(30)], chunk_delay_s=0.5, usage=USAGE))  # ~15 s
-    gateway, audit = start_gateway(tmp_path, upstream, redis, "cut", grace_s)
+    module_upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(30)], chunk_delay_s=0.5, usage=USAGE))  # ~15 s
+    gateway, audit = start_gateway(tmp_path, module_upstream, redis, "cut", grace_s)
     try:
         with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", timeout=30, headers=AUTH,
                           json=chat_body(max_tokens=MAX_TOKENS, stream=True)) as response:
