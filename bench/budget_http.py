@@ -40,9 +40,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
-from tests.gateway_server import free_port  # noqa: E402
 from tests.integration.budget_helpers import GatewayProcess, write_yaml  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 TARGETS = ("plain", "memory+budget", "redis", "redis+budget")
 BODY = {"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are terse."},

@@ -65,7 +65,8 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from gateway.pruning.tokens import TokenCounters  # noqa: E402
 from tests.fake_upstream import CACHE_SHAPES, FakeUpstream, PromptCache, Reply  # noqa: E402
-from tests.gateway_server import GatewayServer, free_port  # noqa: E402
+from tests.gateway_server import GatewayServer  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 DATA = Path("/work/shared/data/dev-sessions-retail.jsonl.gz")
 DASHBOARD = ROOT / "helm" / "sieve" / "dashboards" / "sieve-overview.json"

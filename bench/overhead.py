@@ -24,7 +24,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,10 @@ import aiohttp
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+
+from tests.support import free_port  # noqa: E402
+
 CACHE = ROOT / "bench" / ".cache"
 VENV = CACHE / "litellm-venv"
 DATA = Path("/work/shared/data/dev-sessions-retail.jsonl.gz")
@@ -48,12 +51,6 @@ AGAINST_TARGETS = ("base-none", "base-prune")  # the same two, served by the --a
 
 
 # -- processes --------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _tree(pid: int) -> list[int]:
     """pid and all its descendants (LiteLLM/uvicorn may fork workers)."""
     out, todo = [], [pid]

@@ -43,8 +43,9 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.overhead import Server, cpu_seconds, free_port, pct, rss_mb  # noqa: E402
+from bench.overhead import Server, cpu_seconds, pct, rss_mb  # noqa: E402
 from tests.conversations import agent_history  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 WORK = ROOT / "bench" / ".cache" / "soak"
 RESULTS = ROOT / "bench" / "results"

@@ -5,7 +5,7 @@ both use it; scripted replies are consumed in order, then ``default`` answers::
 
     with FakeUpstream() as up:
         up.enqueue(Reply(status=500), Reply(content="hi", usage={...}))
-        openai.OpenAI(base_url=up.base_url, api_key="k").chat.completions.create(...)
+        tests.support.openai_client(up).chat.completions.create(...)
         assert up.requests[-1].json["model"] == "m"
 
 Fault modes (``Reply`` fields), for the dependency-fault tests::

@@ -1,13 +1,12 @@
 """Run the real gateway under uvicorn on a free loopback port, for tests and benchmarks.
 
     with GatewayServer(Settings(upstream_base_url=upstream.base_url)) as gw:
-        client = openai.OpenAI(base_url=gw.base_url + "/v1", api_key="sk-test")
+        client = tests.support.openai_client(gw)
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 
@@ -17,12 +16,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.settings import Settings, prepare_offline_environment
 from gateway.telemetry.metrics import Metrics
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support import free_port, wait_until
 
 
 class GatewayServer:
@@ -65,9 +59,7 @@ class GatewayServer:
 
     def wait_idle(self, timeout_s: float = 5.0) -> None:
         """Wait for deferred accounting tasks to finish (they run after the response)."""
-        deadline = time.monotonic() + timeout_s
-        while self.services.deferred.pending and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: not self.services.deferred.pending, timeout_s, interval_s=0.01)
 
     def get(self, path: str, **kwargs) -> httpx.Response:
         return httpx.get(self.base_url + path, timeout=10, **kwargs)

@@ -8,6 +8,9 @@
         server.start()                      # back on the same port, empty
         server.pause(); server.resume()     # SIGSTOP/SIGCONT: a hung server
 
+Tests that need one are marked ``needs_redis``; a fixture that starts one calls
+``skip_without_redis()`` first.
+
 Persistence is off (``--save '' --appendonly no``) and the data dir is a temp
 dir removed on stop, so a restart comes back empty, like a crashed cache.
 """
@@ -24,15 +27,25 @@ import time
 from pathlib import Path
 from typing import IO
 
+import pytest
+
+from tests.support import free_port
+
+NOT_INSTALLED = "redis-server is not installed"
+
 
 def redis_server_binary() -> str | None:
     return shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# For a test, or a module's pytestmark, that needs a redis-server.
+needs_redis = pytest.mark.skipif(redis_server_binary() is None, reason=NOT_INSTALLED)
+
+
+def skip_without_redis() -> None:
+    """For a fixture that starts a redis-server (a mark on a fixture has no effect)."""
+    if redis_server_binary() is None:
+        pytest.skip(NOT_INSTALLED)
 
 
 class RedisServer:

@@ -14,7 +14,7 @@ import redis
 
 from gateway.state.memory import MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore, MemoryScoreCache
 from gateway.state.redis_store import RedisStores
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.redis_server import RedisServer, skip_without_redis
 
 RESERVATION_TTL_S = 30.0
 
@@ -30,8 +30,7 @@ class StoreSet:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed")
+    skip_without_redis()
     with RedisServer() as server:
         yield server
 

@@ -10,12 +10,12 @@ import pytest
 from gateway.budgets import BudgetLimit, Scope, Window, new_reservation_id
 from gateway.errors import StoreUnavailable
 from gateway.state.redis_store import RedisStores
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.redis_server import RedisServer, needs_redis
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),
     pytest.mark.redis,
-    pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed"),
+    needs_redis,
 ]
 
 DAY = BudgetLimit("acme", Scope.ORG, "acme", Window.DAY, 1000)

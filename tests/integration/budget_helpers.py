@@ -22,12 +22,11 @@ import yaml
 
 from gateway.budgets import BudgetStatus
 from gateway.state.redis_store import RedisStores
-from tests.gateway_server import free_port
+from tests.support import bearer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_KEY = "sieve-admin-test-key"
 MODEL = "gpt-4o-mini"
-NO_PRUNING = {"x-sieve-strategy": "none"}
 
 
 def write_yaml(path: Path, data: Any) -> Path:
@@ -40,7 +39,7 @@ def chat_body(content: str = "hello there", max_tokens: int = 16, **extra: Any) 
 
 
 def admin_headers(key: str = ADMIN_KEY) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
+    return bearer(key)
 
 
 def org_counter(statuses: list[dict[str, Any]] | list[BudgetStatus], budget: str) -> Any:
@@ -65,24 +64,9 @@ def redis_usage(url: str, org: str) -> list[BudgetStatus]:
     return asyncio.run(read())
 
 
-def wait_clear_of_window_edge(period_s: float, margin_s: float) -> None:
-    """Sleep past the next UTC edge of a ``period_s`` window if fewer than ``margin_s`` seconds remain.
-
-    Budget windows are calendar windows on the wall clock: a test that charges a counter and then
-    reads it back must not straddle an edge, or it reads the next, empty window.
-    """
-    left = period_s - time.time() % period_s
-    if left < margin_s:
-        time.sleep(left + 0.05)
-
-
-def wait_until(predicate, timeout_s: float = 5.0, interval_s: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
+def redis_day_counter(url: str, org: str) -> BudgetStatus:
+    """An org's day counter, read straight from Redis (an AssertionError while it has none)."""
+    return org_counter(redis_usage(url, org), f"org:{org}:day")
 
 
 class GatewayProcess:

@@ -1,4 +1,5 @@
-"""Fixtures the integration tests share: one real redis-server per test module, a clock clear of midnight."""
+"""Fixtures the integration tests share: one real redis-server per test module, a clock clear of
+window edges (midnight always; a minute edge where a module asks for it)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ from typing import Iterator
 
 import pytest
 
-from tests.integration.budget_helpers import wait_clear_of_window_edge
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.redis_server import RedisServer, skip_without_redis
+from tests.support import wait_clear_of_window_edge
 
 DAY_S = 86_400
 LONGEST_TEST_S = 120
+MINUTE_S = 60
+MINUTE_MARGIN_S = 5
 
 
 @pytest.fixture(autouse=True)
@@ -19,10 +22,18 @@ def clear_of_utc_midnight() -> None:
     wait_clear_of_window_edge(DAY_S, LONGEST_TEST_S)
 
 
+@pytest.fixture
+def clear_of_a_minute_edge() -> None:
+    """For tests that charge calendar-window budgets, then read them back: never across a minute edge.
+
+    A module asks for it with ``pytestmark = pytest.mark.usefixtures("clear_of_a_minute_edge")``.
+    """
+    wait_clear_of_window_edge(MINUTE_S, MINUTE_MARGIN_S)
+
+
 @pytest.fixture(scope="module")
 def redis() -> Iterator[RedisServer]:
     """A real redis-server on loopback for the module's tests (skipped where none is installed)."""
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed")
+    skip_without_redis()
     with RedisServer() as server:
         yield server

@@ -11,33 +11,32 @@ from typing import Any
 
 from gateway.settings import ModelRoute, Settings
 from tests.fake_upstream import FakeUpstream
-from tests.gateway_server import GatewayServer, free_port
-from tests.integration.budget_helpers import ADMIN_KEY, MODEL, NO_PRUNING, org_counter, redis_usage, wait_until
+from tests.gateway_server import GatewayServer
+from tests.integration.budget_helpers import ADMIN_KEY, MODEL, org_counter, redis_usage
 from tests.redis_server import RedisServer
+from tests.support import NO_PRUNING, bearer, free_port, metric_value, wait_until
 
 ORG = "acme"
 LIMIT = 1_000_000
 USAGE = {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}
-AUTH = {"authorization": "Bearer sk-acme", **NO_PRUNING}
+AUTH = {**bearer("sk-acme"), **NO_PRUNING}
 DEAD_MODEL = "dead-model"  # routed to a loopback port nobody listens on
 
 
-def metered_settings(upstream: FakeUpstream, redis: RedisServer, **changes: Any) -> Settings:
-    """A gateway with one virtual key (org acme), a daily token budget in Redis, and short timeouts."""
+def budget_settings(upstream: FakeUpstream, redis: RedisServer, **changes: Any) -> Settings:
+    """A gateway with one virtual key (org acme) and a daily token budget in Redis."""
     base: dict[str, Any] = dict(
         upstream_base_url=upstream.base_url, redis_url=redis.url, admin_key=ADMIN_KEY,
-        budgets={"orgs": {ORG: {"day": LIMIT}}}, virtual_keys=({"key": "sk-acme", "org": ORG},),
-        upstream_timeout_s=0.5, upstream_connect_timeout_s=0.5,
-        models={DEAD_MODEL: ModelRoute(name=DEAD_MODEL, api_base=f"http://127.0.0.1:{free_port()}/v1")})
+        budgets={"orgs": {ORG: {"day": LIMIT}}}, virtual_keys=({"key": "sk-acme", "org": ORG},))
     return Settings(**{**base, **changes})
 
 
-def sample(gw: GatewayServer, name: str, **labels: str) -> float:
-    return gw.metrics.registry.get_sample_value(name, labels) or 0.0
-
-
-def requests(gw: GatewayServer, outcome: str, model: str = MODEL) -> float:
-    return sample(gw, "sieve_requests_total", org=ORG, model=model, outcome=outcome)
+def metered_settings(upstream: FakeUpstream, redis: RedisServer, **changes: Any) -> Settings:
+    """``budget_settings`` with short upstream timeouts and a model routed to nowhere (``DEAD_MODEL``)."""
+    faults: dict[str, Any] = dict(
+        upstream_timeout_s=0.5, upstream_connect_timeout_s=0.5,
+        models={DEAD_MODEL: ModelRoute(name=DEAD_MODEL, api_base=f"http://127.0.0.1:{free_port()}/v1")})
+    return budget_settings(upstream, redis, **{**faults, **changes})
 
 
 def outcomes(gw: GatewayServer, model: str = MODEL) -> dict[str, float]:
@@ -53,15 +52,15 @@ def outcomes(gw: GatewayServer, model: str = MODEL) -> dict[str, float]:
 
 
 def fail_open(gw: GatewayServer, reason: str) -> float:
-    return sample(gw, "sieve_fail_open_total", reason=reason)
+    return metric_value(gw.metrics, "sieve_fail_open_total", reason=reason)
 
 
-def budget(redis: RedisServer) -> tuple[int, int]:
-    """(reserved, settled) of acme's day counter, read straight from Redis."""
-    counters = redis_usage(redis.url, ORG)
+def budget(redis: RedisServer, org: str = ORG) -> tuple[int, int]:
+    """(reserved, settled) of the org's day counter, read straight from Redis; (0, 0) before its first charge."""
+    counters = redis_usage(redis.url, org)
     if not counters:
         return 0, 0
-    day = org_counter(counters, f"org:{ORG}:day")
+    day = org_counter(counters, f"org:{org}:day")
     return day.reserved, day.settled
 
 

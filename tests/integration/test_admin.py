@@ -12,8 +12,8 @@ import pytest
 from gateway.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import (ADMIN_KEY, MODEL, NO_PRUNING, admin_headers, org_counter,
-                                              wait_clear_of_window_edge)
+from tests.integration.budget_helpers import ADMIN_KEY, MODEL, admin_headers, org_counter
+from tests.support import NO_PRUNING, openai_client
 
 USAGE = {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}
 BUDGETS = {"orgs": {"acme": {"minute": 5_000, "day": 90_000}},
@@ -21,29 +21,22 @@ BUDGETS = {"orgs": {"acme": {"minute": 5_000, "day": 90_000}},
            "keys": {"ci": {"month": 3_000}}}
 PRICES = {MODEL: {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}
 
-
-@pytest.fixture(autouse=True)
-def clear_of_a_minute_edge() -> None:
-    """These tests charge calendar-window budgets, then read them back: never across a minute edge."""
-    wait_clear_of_window_edge(60, 5)
+# Calendar-window budgets charged, then read back; the module's gateway has its own fake upstream.
+pytestmark = [pytest.mark.usefixtures("clear_of_a_minute_edge"),
+              pytest.mark.upstream_default(Reply(content="fine", usage=USAGE))]
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with FakeUpstream(default=Reply(content="fine", usage=USAGE)) as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def gateway(upstream: FakeUpstream) -> Iterator[GatewayServer]:
-    settings = Settings(upstream_base_url=upstream.base_url, admin_key=ADMIN_KEY, budgets=BUDGETS, prices=PRICES,
+def gateway(module_upstream_server: FakeUpstream) -> Iterator[GatewayServer]:
+    settings = Settings(upstream_base_url=module_upstream_server.base_url, admin_key=ADMIN_KEY, budgets=BUDGETS,
+                        prices=PRICES,
                         virtual_keys=({"key": "sk-file-key", "org": "acme", "team": "search", "name": "file"},))
     with GatewayServer(settings) as gw:
         yield gw
 
 
 def chat(gw: GatewayServer, key: str) -> openai.types.chat.ChatCompletion:
-    llm = openai.OpenAI(base_url=gw.base_url + "/v1", api_key=key, max_retries=0, default_headers=NO_PRUNING)
+    llm = openai_client(gw, key, headers=NO_PRUNING)
     return llm.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=10)
 
 
@@ -61,8 +54,8 @@ def test_admin_routes_need_the_admin_key(gateway: GatewayServer) -> None:
                         json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]}).status_code == 401
 
 
-def test_admin_routes_do_not_exist_without_an_admin_key(upstream: FakeUpstream) -> None:
-    settings = Settings(upstream_base_url=upstream.base_url, virtual_keys=({"key": "sk-k", "org": "o"},))
+def test_admin_routes_do_not_exist_without_an_admin_key(module_upstream: FakeUpstream) -> None:
+    settings = Settings(upstream_base_url=module_upstream.base_url, virtual_keys=({"key": "sk-k", "org": "o"},))
     with GatewayServer(settings) as gw:
         response = gw.get("/admin/budgets/o", headers=admin_headers())
         assert response.status_code == 404

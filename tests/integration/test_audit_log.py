@@ -18,6 +18,7 @@ import pytest
 from gateway.telemetry.pricing import load_litellm_model_cost
 from tests.conversations import GOAL, agent_history
 from tests.fake_upstream import Reply
+from tests.support import openai_client, read_jsonl
 
 ACME_KEY = "sk-sieve-acme-PLANTED-0123456789abcdef"
 BETA_KEY = "sk-sieve-beta-PLANTED-fedcba9876543210"
@@ -33,9 +34,8 @@ USAGE = {"prompt_tokens": 2000, "completion_tokens": 30, "total_tokens": 2030,
 
 def read_lines(gw, path: Path) -> list[dict]:
     gw.wait_idle()
-    raw = path.read_bytes()
-    assert raw.endswith(b"\n")
-    return [json.loads(line) for line in raw.splitlines()]
+    assert path.read_bytes().endswith(b"\n")
+    return read_jsonl(path)
 
 
 def assert_no_secrets(path: Path) -> None:
@@ -44,10 +44,6 @@ def assert_no_secrets(path: Path) -> None:
         assert secret not in text, f"{secret} leaked into the audit log"
     for fragment in ("PLANTED", "Bearer", "authorization", "x-api-key"):
         assert fragment.lower() not in text.lower(), f"{fragment!r} in the audit log"
-
-
-def client(gw, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.base_url + "/v1", api_key=key, max_retries=0)
 
 
 @pytest.fixture
@@ -72,7 +68,7 @@ def keyed_gateway(start_gateway, policies: Path, tmp_path: Path):
 
 def test_one_line_per_request_with_ids_tokens_decisions_costs_and_timings(keyed_gateway, upstream):
     gw, path = keyed_gateway
-    beta = client(gw, BETA_KEY)
+    beta = openai_client(gw, BETA_KEY)
     history = agent_history(24, output_lines=25)
     conv = {"x-sieve-target-tokens": "4000", "x-sieve-conversation-id": "audit-1"}
     dry = gw.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": history},
@@ -152,8 +148,8 @@ def test_content_only_when_the_policy_opts_in_and_still_scrubbed(keyed_gateway, 
                 {"role": "user", "content": f"Order #W77 is late. My OpenAI key is {PASTED_KEY}, use it."}]
     extra = {"metadata": {"api_key": BODY_SECRET, "ticket": "T-9"}}
     for key in (ACME_KEY, BETA_KEY):
-        client(gw, key).chat.completions.create(model="gpt-4o-mini", messages=messages, extra_body=extra,
-                                                extra_headers={"x-api-key": PROVIDER_KEY})
+        openai_client(gw, key).chat.completions.create(model="gpt-4o-mini", messages=messages, extra_body=extra,
+                                                       extra_headers={"x-api-key": PROVIDER_KEY})
     acme, beta = read_lines(gw, path)
     assert (acme["org"], acme["team"], beta["org"]) == ("acme", "search", "beta")
     assert "request" not in beta
@@ -171,8 +167,8 @@ def test_open_gateway_never_writes_the_forwarded_provider_key(start_gateway, ups
     path = tmp_path / "audit.jsonl"
     gw = start_gateway(audit_log=str(path))
     upstream.enqueue(Reply(usage=USAGE), Reply(usage=USAGE))
-    client(gw, PROVIDER_KEY).chat.completions.create(model="gpt-4o-mini",
-                                                     messages=[{"role": "user", "content": "hi"}])
+    openai_client(gw, PROVIDER_KEY).chat.completions.create(model="gpt-4o-mini",
+                                                            messages=[{"role": "user", "content": "hi"}])
     r = httpx.post(gw.base_url + "/v1/chat/completions", timeout=30,
                    headers={"x-api-key": PROVIDER_KEY, "authorization": f"Bearer {PROVIDER_KEY}"},
                    json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "stream": True})
@@ -188,9 +184,9 @@ def test_audit_file_is_appended_across_restarts(start_gateway, upstream, tmp_pat
     path = tmp_path / "audit.jsonl"
     for _ in range(2):
         gw = start_gateway(audit_log=str(path))
-        client(gw, PROVIDER_KEY).chat.completions.create(model="gpt-4o-mini",
-                                                         messages=[{"role": "user", "content": "hi"}])
+        openai_client(gw, PROVIDER_KEY).chat.completions.create(model="gpt-4o-mini",
+                                                                messages=[{"role": "user", "content": "hi"}])
         gw.wait_idle()
         gw.stop()
-    lines = [json.loads(line) for line in path.read_bytes().splitlines()]
+    lines = read_jsonl(path)
     assert len(lines) == 2 and lines[0]["request_id"] != lines[1]["request_id"]

@@ -17,8 +17,8 @@ import pytest
 from gateway.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import (ADMIN_KEY, MODEL, NO_PRUNING, admin_headers, chat_body, org_counter,
-                                              wait_clear_of_window_edge)
+from tests.integration.budget_helpers import ADMIN_KEY, MODEL, admin_headers, chat_body, org_counter
+from tests.support import NO_PRUNING, openai_client
 
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 KEYS = {
@@ -35,30 +35,17 @@ BUDGETS = {
     "keys": {"bot": {"month": 20_000}},
 }
 
-
-@pytest.fixture(autouse=True)
-def clear_of_a_minute_edge() -> None:
-    """These tests charge calendar-window budgets, then read them back: never across a minute edge."""
-    wait_clear_of_window_edge(60, 5)
+# Calendar-window budgets charged, then read back; the module's gateway has its own fake upstream.
+pytestmark = [pytest.mark.usefixtures("clear_of_a_minute_edge"),
+              pytest.mark.upstream_default(Reply(content="hello", usage=USAGE))]
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with FakeUpstream(default=Reply(content="hello", usage=USAGE)) as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def gateway(upstream: FakeUpstream) -> Iterator[GatewayServer]:
-    settings = Settings(upstream_base_url=upstream.base_url, admin_key=ADMIN_KEY, budgets=BUDGETS,
+def gateway(module_upstream_server: FakeUpstream) -> Iterator[GatewayServer]:
+    settings = Settings(upstream_base_url=module_upstream_server.base_url, admin_key=ADMIN_KEY, budgets=BUDGETS,
                         virtual_keys=tuple({"key": k, **v} for k, v in KEYS.items()))
     with GatewayServer(settings) as gw:
         yield gw
-
-
-def client(gw: GatewayServer, key: str) -> openai.OpenAI:
-    # max_retries=0: the client would otherwise retry a 429 and hide what the gateway answered.
-    return openai.OpenAI(base_url=gw.base_url + "/v1", api_key=key, max_retries=0, default_headers=NO_PRUNING)
 
 
 def counters(gw: GatewayServer, org: str) -> list[dict]:
@@ -69,7 +56,7 @@ def counters(gw: GatewayServer, org: str) -> list[dict]:
 
 
 def test_virtual_key_maps_to_org_team_and_key(gateway: GatewayServer) -> None:
-    reply = client(gateway, "sk-acme-bot").chat.completions.create(
+    reply = openai_client(gateway, "sk-acme-bot", headers=NO_PRUNING).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "who am I?"}], max_tokens=32)
     assert reply.choices[0].message.content == "hello"
     found = {c["budget"]: c for c in counters(gateway, "acme")}
@@ -78,24 +65,24 @@ def test_virtual_key_maps_to_org_team_and_key(gateway: GatewayServer) -> None:
     assert all(c["settled"] == USAGE["total_tokens"] and c["reserved"] == 0 for c in found.values())
 
 
-def test_missing_or_bad_key_is_401(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    before = len(upstream.requests)
+def test_missing_or_bad_key_is_401(gateway: GatewayServer, module_upstream: FakeUpstream) -> None:
+    before = len(module_upstream.requests)
     missing = gateway.post("/v1/chat/completions", json=chat_body())
     assert missing.status_code == 401
     assert missing.json()["error"]["type"] == "authentication_error"
     assert "Missing API key" in missing.json()["error"]["message"]
     with pytest.raises(openai.AuthenticationError) as bad:
-        client(gateway, "sk-not-a-key").chat.completions.create(
+        openai_client(gateway, "sk-not-a-key", headers=NO_PRUNING).chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}])
     assert bad.value.status_code == 401
     assert bad.value.body["type"] == "authentication_error"
-    assert len(upstream.requests) == before  # nothing was forwarded
+    assert len(module_upstream.requests) == before  # nothing was forwarded
 
 
-def test_budget_exceeded_is_a_429_naming_the_budget(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    before = len(upstream.requests)
+def test_budget_exceeded_is_a_429_naming_the_budget(gateway: GatewayServer, module_upstream: FakeUpstream) -> None:
+    before = len(module_upstream.requests)
     with pytest.raises(openai.RateLimitError) as caught:
-        client(gateway, "sk-tight").chat.completions.create(
+        openai_client(gateway, "sk-tight", headers=NO_PRUNING).chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=200)
     error = caught.value.body
     assert caught.value.status_code == 429
@@ -109,12 +96,12 @@ def test_budget_exceeded_is_a_429_naming_the_budget(gateway: GatewayServer, upst
     headers = caught.value.response.headers
     assert headers["x-sieve-budget-remaining-tokens"] == "100"
     assert int(headers["retry-after"]) >= 1
-    assert len(upstream.requests) == before  # rejected before forwarding
+    assert len(module_upstream.requests) == before  # rejected before forwarding
     assert counters(gateway, "tight") == []  # nothing held
 
 
 def test_remaining_tokens_header_follows_reservation_and_settlement(gateway: GatewayServer) -> None:
-    llm = client(gateway, "sk-meter")
+    llm = openai_client(gateway, "sk-meter", headers=NO_PRUNING)
     first = llm.chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "count me"}], max_tokens=100)
     forwarded = int(first.headers["x-sieve-forwarded-tokens"])
@@ -125,7 +112,7 @@ def test_remaining_tokens_header_follows_reservation_and_settlement(gateway: Gat
         model=MODEL, messages=[{"role": "user", "content": "count me"}], max_tokens=100)
     # The first request settled to the provider's usage (18), not to its reservation.
     assert int(second.headers["x-sieve-budget-remaining-tokens"]) == 10_000 - 18 - (forwarded + 100)
-    free = client(gateway, "sk-free").chat.completions.with_raw_response.create(
+    free = openai_client(gateway, "sk-free", headers=NO_PRUNING).chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}])
     assert "x-sieve-budget-remaining-tokens" not in free.headers  # no budget applies to this org
     status = org_counter(counters(gateway, "meter"), "org:meter:day")
@@ -133,23 +120,23 @@ def test_remaining_tokens_header_follows_reservation_and_settlement(gateway: Gat
 
 
 def test_stream_settles_from_usage_chunk_the_client_never_sees(gateway: GatewayServer,
-                                                               upstream: FakeUpstream) -> None:
-    upstream.enqueue(Reply(chunks=["a", "b", "c", "d"], usage=USAGE))
-    stream = client(gateway, "sk-stream").chat.completions.create(
+                                                               module_upstream: FakeUpstream) -> None:
+    module_upstream.enqueue(Reply(chunks=["a", "b", "c", "d"], usage=USAGE))
+    stream = openai_client(gateway, "sk-stream", headers=NO_PRUNING).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "stream please"}], max_tokens=500, stream=True)
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "abcd"
     assert all(c.usage is None and c.choices for c in chunks)  # the usage-only chunk was stripped
-    sent = upstream.requests[-1].json
+    sent = module_upstream.requests[-1].json
     assert sent["stream_options"] == {"include_usage": True}  # asked for on the client's behalf
     status = org_counter(counters(gateway, "stream"), "org:stream:hour")
     assert status["settled"] == USAGE["total_tokens"] and status["reserved"] == 0
 
 
-def test_stream_client_that_asked_for_usage_gets_it(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    upstream.enqueue(Reply(chunks=["x", "y"], usage=USAGE))
+def test_stream_client_that_asked_for_usage_gets_it(gateway: GatewayServer, module_upstream: FakeUpstream) -> None:
+    module_upstream.enqueue(Reply(chunks=["x", "y"], usage=USAGE))
     before = org_counter(counters(gateway, "stream"), "org:stream:hour")["settled"]
-    stream = client(gateway, "sk-stream").chat.completions.create(
+    stream = openai_client(gateway, "sk-stream", headers=NO_PRUNING).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "stream please"}], max_tokens=500, stream=True,
         stream_options={"include_usage": True})
     chunks = list(stream)
@@ -158,9 +145,10 @@ def test_stream_client_that_asked_for_usage_gets_it(gateway: GatewayServer, upst
     assert after["settled"] - before == 18 and after["reserved"] == 0
 
 
-def test_upstream_error_status_passes_through_and_releases(gateway: GatewayServer, upstream: FakeUpstream) -> None:
+def test_upstream_error_status_passes_through_and_releases(gateway: GatewayServer,
+                                                           module_upstream: FakeUpstream) -> None:
     body = {"error": {"message": "model overloaded", "type": "server_error", "param": None, "code": None}}
-    upstream.enqueue(Reply(status=503, json_body=body))
+    module_upstream.enqueue(Reply(status=503, json_body=body))
     before = org_counter(counters(gateway, "meter"), "org:meter:day")
     response = httpx.post(gateway.base_url + "/v1/chat/completions", json=chat_body(max_tokens=50),
                           headers={"authorization": "Bearer sk-meter", **NO_PRUNING}, timeout=10)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import openai
 import orjson
 
 from gateway.pruning.compression import is_omission_marker
 from tests.conversations import agent_history
+from tests.support import openai_client
 
 
 def _forwarded_prefix(raw: bytes) -> bytes:
@@ -18,7 +18,7 @@ def _forwarded_prefix(raw: bytes) -> bytes:
 
 def test_agent_loop_keeps_a_byte_identical_prefix_between_epochs(gateway, upstream):
     history = agent_history(40, output_lines=25)
-    client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="sk-x", max_retries=0)
+    client = openai_client(gateway, "sk-x")
     # Each step of the agent resends everything so far; the request ends where the model answers.
     cuts = [i for i in range(3, len(history) + 1) if history[i - 1]["role"] in ("user", "tool")
             and (i == len(history) or history[i]["role"] == "assistant")]
@@ -52,7 +52,7 @@ def test_agent_loop_keeps_a_byte_identical_prefix_between_epochs(gateway, upstre
 
 def test_history_edit_gets_a_fresh_prune(gateway, upstream):
     history = agent_history(30)
-    client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="sk-x", max_retries=0)
+    client = openai_client(gateway, "sk-x")
     headers = {"x-sieve-conversation-id": "edit-1", "x-sieve-target-tokens": "4000"}
     client.chat.completions.create(model="gpt-4o-mini", messages=history, extra_headers=headers)
     edited = [dict(m) for m in history]

@@ -14,14 +14,13 @@ from gateway.pruning.messages import message_token_text
 from gateway.pruning.normalize import structural_problems
 from tests.conversations import GOAL, agent_history
 from tests.fake_upstream import Reply
+from tests.support import async_openai_client, openai_client
 
-
-def client(gw, key: str = "sk-client-key") -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.base_url + "/v1", api_key=key, max_retries=0)
+KEY = "sk-client-key"
 
 
 def test_sync_completion_passes_fields_and_key_through(gateway, upstream):
-    resp = client(gateway).chat.completions.with_raw_response.create(
+    resp = openai_client(gateway, KEY).chat.completions.with_raw_response.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "hello"}], temperature=0.2,
         extra_body={"vendor_flag": {"x": 1}}, extra_headers={"OpenAI-Beta": "assistants=v2"})
     completion = resp.parse()
@@ -40,12 +39,13 @@ def test_sync_completion_passes_fields_and_key_through(gateway, upstream):
 
 def test_configured_key_replaces_client_key(start_gateway, upstream):
     gw = start_gateway(upstream_api_key="sk-provider")
-    client(gw).chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    openai_client(gw, KEY).chat.completions.create(model="gpt-4o-mini",
+                                                   messages=[{"role": "user", "content": "hi"}])
     assert upstream.requests[-1].headers["authorization"] == "Bearer sk-provider"
 
 
 async def test_async_client(gateway, upstream):
-    aclient = openai.AsyncOpenAI(base_url=gateway.base_url + "/v1", api_key="sk-a", max_retries=0)
+    aclient = async_openai_client(gateway, "sk-a")
     results = await asyncio.gather(*[
         aclient.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": f"q{i}"}])
         for i in range(8)])
@@ -56,7 +56,7 @@ async def test_async_client(gateway, upstream):
 
 def test_stream_relays_chunks_and_hides_usage_it_asked_for(gateway, upstream):
     upstream.enqueue(Reply(chunks=["Hel", "lo", " world"]))
-    chunks = list(client(gateway).chat.completions.create(
+    chunks = list(openai_client(gateway, KEY).chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "Hello world"
@@ -65,7 +65,7 @@ def test_stream_relays_chunks_and_hides_usage_it_asked_for(gateway, upstream):
 
 
 def test_stream_keeps_usage_when_client_asks(gateway, upstream):
-    chunks = list(client(gateway).chat.completions.create(
+    chunks = list(openai_client(gateway, KEY).chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True,
         stream_options={"include_usage": True}))
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
@@ -76,7 +76,7 @@ def test_tool_calls_come_back_to_the_client(gateway, upstream):
              {"id": "call_b", "type": "function", "function": {"name": "lookup", "arguments": '{"id": 2}'}}]
     upstream.enqueue(Reply(tool_calls=calls))
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
-    out = client(gateway).chat.completions.create(
+    out = openai_client(gateway, KEY).chat.completions.create(
         model="gpt-4o-mini", messages=[{"role": "user", "content": "look up 1 and 2"}], tools=tools,
         parallel_tool_calls=True)
     assert [c.id for c in out.choices[0].message.tool_calls] == ["call_a", "call_b"]
@@ -87,7 +87,7 @@ def test_tool_calls_come_back_to_the_client(gateway, upstream):
 def test_long_agent_history_arrives_trimmed_valid_with_goal(gateway, upstream):
     history = agent_history(30)
     tools = [{"type": "function", "function": {"name": "get_order_details", "parameters": {"type": "object"}}}]
-    resp = client(gateway).chat.completions.with_raw_response.create(
+    resp = openai_client(gateway, KEY).chat.completions.with_raw_response.create(
         model="gpt-4o-mini", messages=history, tools=tools, extra_headers={"x-sieve-target-tokens": "6000"})
     sent = upstream.requests[-1].json["messages"]
     original, forwarded = int(resp.headers["x-sieve-original-tokens"]), int(resp.headers["x-sieve-forwarded-tokens"])
@@ -132,7 +132,7 @@ def test_headers_count_in_the_models_encoding_and_the_cap_under_the_stricter_one
     assert report["original_tokens"] == count(o200k, history) < count(cl100k, history)
     assert report["forwarded_tokens"] == count(o200k, sent)
     assert report["cap_tokens"] == sum(max(count(o200k, [m]), count(cl100k, [m])) for m in sent) <= 3000
-    resp = client(gateway).chat.completions.with_raw_response.create(
+    resp = openai_client(gateway, KEY).chat.completions.with_raw_response.create(
         model="gpt-4o-mini", messages=history, extra_headers={"x-sieve-target-tokens": "3000"})
     assert int(resp.headers["x-sieve-original-tokens"]) == report["original_tokens"]
     assert int(resp.headers["x-sieve-forwarded-tokens"]) == count(o200k, upstream.requests[-1].json["messages"])
@@ -140,8 +140,9 @@ def test_headers_count_in_the_models_encoding_and_the_cap_under_the_stricter_one
 
 def test_strategy_none_forwards_unchanged(gateway, upstream):
     history = agent_history(20)
-    client(gateway).chat.completions.create(model="gpt-4o-mini", messages=history,
-                                            extra_headers={"x-sieve-strategy": "none", "x-sieve-target-tokens": "2000"})
+    openai_client(gateway, KEY).chat.completions.create(
+        model="gpt-4o-mini", messages=history,
+        extra_headers={"x-sieve-strategy": "none", "x-sieve-target-tokens": "2000"})
     assert upstream.requests[-1].json["messages"] == history
 
 
@@ -200,7 +201,7 @@ def test_body_too_large(start_gateway):
 def test_unknown_model_without_default_upstream(start_gateway):
     gw = start_gateway(upstream_base_url=None)
     with pytest.raises(openai.NotFoundError) as err:
-        client(gw).chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+        openai_client(gw, KEY).chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
     assert "not routed" in str(err.value)
 
 
@@ -229,8 +230,8 @@ def test_health_models_and_metrics(gateway, upstream):
     assert gateway.get("/healthz").json() == {"status": "ok"}
     assert gateway.get("/readyz").status_code == 200
     assert gateway.get("/v1/models").json()["object"] == "list"
-    client(gateway).chat.completions.create(model="gpt-4o-mini", messages=agent_history(20),
-                                            extra_headers={"x-sieve-target-tokens": "3000"})
+    openai_client(gateway, KEY).chat.completions.create(model="gpt-4o-mini", messages=agent_history(20),
+                                                        extra_headers={"x-sieve-target-tokens": "3000"})
     gateway.wait_idle()
     text = gateway.get("/metrics").text
     assert 'sieve_requests_total{model="gpt-4o-mini",org="anonymous",outcome="pruned"} 1.0' in text
@@ -255,7 +256,7 @@ def test_readyz_lists_no_problem_without_redis(gateway):
 def test_models_lists_configured_and_upstream_models(start_gateway, upstream):
     from gateway.settings import ModelRoute
     gw = start_gateway(models={"house-model": ModelRoute(name="house-model", api_base=upstream.base_url)})
-    ids = [m.id for m in client(gw).models.list().data]
+    ids = [m.id for m in openai_client(gw, KEY).models.list().data]
     assert "house-model" in ids and "gpt-4o-mini" in ids
 
 
@@ -263,8 +264,8 @@ def test_dashboard_queries_only_use_live_metrics(gateway, upstream):
     """Every metric the Grafana dashboard queries is in the live /metrics output."""
     import pathlib
     import re
-    client(gateway).chat.completions.create(model="gpt-4o-mini", messages=agent_history(10),
-                                            extra_headers={"x-sieve-target-tokens": "1500"})
+    openai_client(gateway, KEY).chat.completions.create(model="gpt-4o-mini", messages=agent_history(10),
+                                                        extra_headers={"x-sieve-target-tokens": "1500"})
     gateway.wait_idle()
     live = set(re.findall(r"^# TYPE (\w+)", gateway.get("/metrics").text, re.M))
     dashboard = json.loads(pathlib.Path("helm/sieve/dashboards/sieve-overview.json").read_text())

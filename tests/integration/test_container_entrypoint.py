@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+
+from tests.support import free_port
 
 with warnings.catch_warnings():
     # "slow" may not be registered in pyproject.toml yet; the mark (and -m
@@ -74,12 +75,6 @@ def healthcheck_command(instructions: list[tuple[str, str]]) -> list[str]:
     args = [a for n, a in instructions if n == "HEALTHCHECK"]
     assert args, "Dockerfile has no HEALTHCHECK"
     return json.loads(args[-1].split(" CMD ", 1)[1])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def build_context(dest: Path) -> Path:

@@ -18,35 +18,14 @@ import aiohttp
 import httpx
 import pytest
 
-from gateway.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import (
-    ADMIN_KEY, NO_PRUNING, admin_headers, chat_body, org_counter, redis_usage, wait_until, write_yaml,
-)
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.integration.budget_helpers import admin_headers, chat_body, org_counter, redis_day_counter, write_yaml
+from tests.integration.fault_helpers import AUTH, USAGE, budget_settings, fail_open
+from tests.redis_server import RedisServer, needs_redis
+from tests.support import metric_value, wait_until
 
-pytestmark = pytest.mark.redis
-
-USAGE = {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}
-LIMIT = 1_000_000
-AUTH = {"authorization": "Bearer sk-acme", **NO_PRUNING}
-
-
-@pytest.fixture(autouse=True)
-def _needs_redis() -> None:
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed")
-
-
-def gateway_settings(upstream: FakeUpstream, redis: RedisServer, **changes) -> Settings:
-    base = dict(upstream_base_url=upstream.base_url, redis_url=redis.url, admin_key=ADMIN_KEY,
-                budgets={"orgs": {"acme": {"day": LIMIT}}}, virtual_keys=({"key": "sk-acme", "org": "acme"},))
-    return Settings(**{**base, **changes})
-
-
-def fail_open_served(gw: GatewayServer) -> float:
-    return gw.metrics.registry.get_sample_value("sieve_fail_open_total", {"reason": "budget_store"}) or 0.0
+pytestmark = [pytest.mark.redis, needs_redis, pytest.mark.upstream_default(Reply(content="ok", usage=USAGE))]
 
 
 # -- Redis outage -------------------------------------------------------------------------------------
@@ -71,13 +50,13 @@ async def load_with_outage(url: str, total: int, kill_after: int, kill) -> list[
 
 def test_redis_killed_mid_load_fail_open_serves_and_reconciles() -> None:
     with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE, delay_s=0.02)) as up, \
-            GatewayServer(gateway_settings(up, redis)) as gw:
+            GatewayServer(budget_settings(up, redis)) as gw:
         results = asyncio.run(load_with_outage(gw.base_url + "/v1/chat/completions", 60, 20, redis.kill))
         gw.wait_idle()
         assert [status for status, _ in results] == [200] * 60  # served throughout: no 503, no 500
         unmetered_requests = [h for _, h in results if "x-sieve-budget-remaining-tokens" not in h]
         assert len(unmetered_requests) >= 20  # at least the third after the kill ran unmetered
-        assert fail_open_served(gw) == len(unmetered_requests)
+        assert fail_open(gw, "budget_store") == len(unmetered_requests)
         # Unmetered tokens are remembered at the usage the provider reported (40 each), including
         # requests that reserved before the kill and could not settle after it.
         pending = gw.services.budget_guard.unmetered_tokens("acme")
@@ -91,7 +70,7 @@ def test_redis_killed_mid_load_fail_open_serves_and_reconciles() -> None:
         assert after.status_code == 200 and "x-sieve-budget-remaining-tokens" in after.headers
         gw.wait_idle()
         assert gw.services.budget_guard.unmetered_tokens("acme") == 0
-        day = org_counter(redis_usage(redis.url, "acme"), "org:acme:day")
+        day = redis_day_counter(redis.url, "acme")
         assert (day.settled, day.reserved) == (pending + 40, 0)  # reconciled, plus the request itself
 
 
@@ -100,7 +79,7 @@ def test_redis_down_fail_closed_is_a_503_and_not_ready(tmp_path: Path) -> None:
     policies.mkdir()
     write_yaml(policies / "default.yaml", {"store_fail_open": False})
     with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
-            GatewayServer(gateway_settings(up, redis, policies_dir=policies)) as gw:
+            GatewayServer(budget_settings(up, redis, policies_dir=policies)) as gw:
         url = gw.base_url + "/v1/chat/completions"
         assert httpx.post(url, json=chat_body(), headers=AUTH).status_code == 200
         assert gw.get("/readyz").status_code == 200
@@ -115,8 +94,8 @@ def test_redis_down_fail_closed_is_a_503_and_not_ready(tmp_path: Path) -> None:
         assert "Traceback" not in refused.text
         assert len(up.requests) == forwarded  # nothing reached the provider unmetered
         gw.wait_idle()
-        assert gw.metrics.registry.get_sample_value(
-            "sieve_requests_total", {"org": "acme", "model": "gpt-4o-mini", "outcome": "fail_closed"}) == 1
+        assert metric_value(gw.metrics, "sieve_requests_total", org="acme", model="gpt-4o-mini",
+                            outcome="fail_closed") == 1
         not_ready = gw.get("/readyz")
         assert not_ready.status_code == 503 and "redis unreachable" in not_ready.json()["error"]["message"]
 
@@ -128,14 +107,8 @@ def test_redis_down_fail_closed_is_a_503_and_not_ready(tmp_path: Path) -> None:
 # -- upstream failures and client disconnects (one Redis-backed gateway) ------------------------------
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up:
-        yield up
-
-
-@pytest.fixture(scope="module")
-def gateway(upstream: FakeUpstream, redis: RedisServer) -> Iterator[GatewayServer]:
-    with GatewayServer(gateway_settings(upstream, redis, upstream_timeout_s=1.0)) as gw:
+def gateway(module_upstream_server: FakeUpstream, redis: RedisServer) -> Iterator[GatewayServer]:
+    with GatewayServer(budget_settings(module_upstream_server, redis, upstream_timeout_s=1.0)) as gw:
         yield gw
 
 
@@ -146,9 +119,9 @@ def remaining(gw: GatewayServer) -> int:
 
 
 def test_upstream_stalling_mid_stream_releases_the_reservation(gateway: GatewayServer,
-                                                               upstream: FakeUpstream) -> None:
+                                                               module_upstream: FakeUpstream) -> None:
     before = remaining(gateway)
-    upstream.enqueue(Reply(chunks=["a", "b", "c", "d"], chunk_delay_s=3.0))
+    module_upstream.enqueue(Reply(chunks=["a", "b", "c", "d"], chunk_delay_s=3.0))
     with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
                       json=chat_body(max_tokens=5000, stream=True)) as response:
         text = response.read().decode()
@@ -156,10 +129,10 @@ def test_upstream_stalling_mid_stream_releases_the_reservation(gateway: GatewayS
     assert remaining(gateway) == before
 
 
-def test_client_disconnect_mid_stream_leaves_nothing_reserved(gateway: GatewayServer, upstream: FakeUpstream,
+def test_client_disconnect_mid_stream_leaves_nothing_reserved(gateway: GatewayServer, module_upstream: FakeUpstream,
                                                               redis: RedisServer) -> None:
     before = remaining(gateway)
-    upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(40)], chunk_delay_s=0.05, usage=USAGE))
+    module_upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(40)], chunk_delay_s=0.05, usage=USAGE))
     with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,
                       json=chat_body(max_tokens=5000, stream=True)) as response:
         assert response.status_code == 200
@@ -172,6 +145,6 @@ def test_client_disconnect_mid_stream_leaves_nothing_reserved(gateway: GatewaySe
                 break  # walk away mid-stream: the context manager closes the connection
     # The deferred accounting settles what was streamed (prompt + deltas so far) or releases: no leak.
     assert wait_until(lambda: gateway.services.deferred.pending == 0 and
-                      org_counter(redis_usage(redis.url, "acme"), "org:acme:day").reserved == 0, timeout_s=10)
+                      redis_day_counter(redis.url, "acme").reserved == 0, timeout_s=10)
     spent = before - remaining(gateway)
     assert 0 <= spent < 5000 + 100  # the prompt and a few deltas, never the whole reservation kept

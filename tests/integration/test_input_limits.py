@@ -13,9 +13,10 @@ import httpx
 import pytest
 
 from tests.fake_upstream import Reply
+from tests.support import bearer, metric_value
 
 KEY = "sk-sieve-limits-0123456789"
-AUTH = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+AUTH = {**bearer(KEY), "content-type": "application/json"}
 LIMITS = dict(max_messages=50, max_content_parts=8, max_message_chars=10_000, max_header_bytes=8_192,
               max_json_depth=16, max_body_bytes=200_000)
 
@@ -46,8 +47,7 @@ def assert_error(resp: httpx.Response, status: int, *fragments: str) -> dict:
 
 
 def client_errors(gw) -> float:
-    return gw.metrics.registry.get_sample_value(
-        "sieve_requests_total", {"org": "acme", "model": "gpt-4o-mini", "outcome": "client_error"}) or 0.0
+    return metric_value(gw.metrics, "sieve_requests_total", org="acme", model="gpt-4o-mini", outcome="client_error")
 
 
 def test_too_many_messages(gw, upstream) -> None:

@@ -28,6 +28,7 @@ from gateway.telemetry.pricing import PriceBook
 from tests.fake_scorer import ScorerModel, answer, batch_ids
 from tests.fake_upstream import Reply, estimate_prompt_tokens
 from tests.gateway_server import GatewayServer
+from tests.support import metric_value, scorer_failures
 
 MODEL = "gpt-4o-mini"
 TARGET = 900
@@ -36,7 +37,6 @@ COUNTERS = TokenCounters()
 TOPICS = ["the weather in Porto last spring", "a recipe for custard tarts", "the football results of Sunday",
           "my neighbour's new bicycle", "a documentary about whales", "the price of coffee beans",
           "a crossword clue about rivers", "the history of tram line 28", "a podcast on gardening"]
-REASONS = ("timeout", "deadline", "http_error", "connection", "bad_response", "parse", "id_mismatch", "error")
 
 
 def chat_history() -> list[dict]:
@@ -131,15 +131,6 @@ def expected_messages(policy: Policy, llm: dict[int, int] | None, body: dict = B
                  scores=scores).request["messages"]
 
 
-def failures(gw: GatewayServer) -> dict[str, float]:
-    out = {}
-    for reason in REASONS:
-        value = gw.metrics.registry.get_sample_value("sieve_scorer_failures_total", {"reason": reason})
-        if value:
-            out[reason] = value
-    return out
-
-
 def forwarded(upstream) -> list[dict]:
     return upstream.requests[-1].json["messages"]
 
@@ -173,7 +164,7 @@ def test_answer_shapes_are_read_and_drive_the_forwarded_request(policy_gateway, 
     assert sent != expected_messages(policy, None)                       # the model changed the outcome
     contents = [m["content"] for m in sent]
     assert all(BODY["messages"][i]["content"] in contents for i in KEY_UNITS)
-    assert failures(gw) == {}
+    assert scorer_failures(gw.metrics) == {}
     req = model.requests[0].json
     assert req["temperature"] == 0 and req["response_format"] == {"type": "json_object"}
     assert req["model"] == MODEL and req["messages"][0]["role"] == "system"
@@ -200,7 +191,7 @@ def test_a_malformed_answer_is_retried_once(policy_gateway, upstream, model, bad
     n_batches = -(-len(local_request(policy).candidates) // policy.scorer_batch_size)
     assert len(model.requests) == 2 * n_batches
     assert forwarded(upstream) == expected_messages(policy, key_scores(local_request(policy).candidates))
-    assert failures(gw) == {}
+    assert scorer_failures(gw.metrics) == {}
 
 
 @pytest.mark.parametrize("bad,reason", [(_missing, "id_mismatch"), (_extra, "id_mismatch"),
@@ -213,7 +204,7 @@ def test_a_batch_still_malformed_after_the_retry_falls_back_to_local(policy_gate
     send(gw)
     assert len(model.requests) == 2                    # one batch, asked twice
     assert forwarded(upstream) == expected_messages(policy, None)
-    assert failures(gw) == {reason: 1}
+    assert scorer_failures(gw.metrics) == {reason: 1}
 
 
 def test_slow_answer_times_out_and_falls_back(policy_gateway, upstream, model):
@@ -223,7 +214,7 @@ def test_slow_answer_times_out_and_falls_back(policy_gateway, upstream, model):
     send(gw)
     assert time.perf_counter() - t0 < 1.2
     assert forwarded(upstream) == expected_messages(policy, None)
-    assert failures(gw) == {"timeout": 1}
+    assert scorer_failures(gw.metrics) == {"timeout": 1}
     assert len(model.requests) == 1                    # a timeout is not retried
 
 
@@ -235,7 +226,7 @@ def test_deadline_bounds_the_whole_round(policy_gateway, upstream, model):
     assert time.perf_counter() - t0 < 1.2
     n_batches = -(-len(local_request(policy).candidates) // 6)
     assert forwarded(upstream) == expected_messages(policy, None)
-    assert failures(gw) == {"deadline": n_batches}
+    assert scorer_failures(gw.metrics) == {"deadline": n_batches}
 
 
 @pytest.mark.parametrize("fallback", ["local", "keep"])
@@ -244,7 +235,7 @@ def test_server_errors_fall_back_by_policy(policy_gateway, upstream, model, fall
     gw, policy = policy_gateway(scorer_batch_size=100, scorer_fallback=fallback)
     resp = send(gw)
     assert forwarded(upstream) == expected_messages(policy, None, keep=fallback == "keep")
-    assert failures(gw) == {"http_error": 1}
+    assert scorer_failures(gw.metrics) == {"http_error": 1}
     assert len(model.requests) == 1
     assert int(resp.headers["x-sieve-forwarded-tokens"]) <= TARGET
 
@@ -264,14 +255,14 @@ def test_one_failed_batch_falls_back_alone(policy_gateway, upstream, model):
     failed = set(first[0])
     llm = {i: s for i, s in key_scores(local_request(policy).candidates).items() if i not in failed}
     assert forwarded(upstream) == expected_messages(policy, llm)
-    assert failures(gw) == {"http_error": 1}
+    assert scorer_failures(gw.metrics) == {"http_error": 1}
 
 
 def test_unreachable_scorer_never_fails_the_request(policy_gateway, upstream, model):
     gw, policy = policy_gateway(scorer_api_base="http://127.0.0.1:9/v1", scorer_batch_size=100)
     send(gw)
     assert forwarded(upstream) == expected_messages(policy, None)
-    assert failures(gw) == {"connection": 1}
+    assert scorer_failures(gw.metrics) == {"connection": 1}
 
 
 def test_batches_run_concurrently(policy_gateway, upstream, model):
@@ -283,7 +274,7 @@ def test_batches_run_concurrently(policy_gateway, upstream, model):
     n_batches = len(model.batches())
     assert n_batches == 3
     assert 0.6 <= elapsed < 1.1, elapsed              # one batch's delay, not 3 x 0.6 s
-    scorer_sum = gw.metrics.registry.get_sample_value("sieve_scorer_seconds_sum")
+    scorer_sum = metric_value(gw.metrics, "sieve_scorer_seconds_sum")
     assert 0.6 <= scorer_sum < 1.0
     assert forwarded(upstream) == expected_messages(policy, key_scores(local_request(policy).candidates))
 
@@ -333,8 +324,7 @@ def test_scorer_tokens_are_priced_into_savings(policy_gateway, upstream, model):
         prompt = estimate_prompt_tokens(r.json["messages"])
         completion = len(answer(key_scores(batch_ids(r.json)))) // 4
         expected += prompt * price.base.input + completion * price.base.output
-    got = gw.metrics.registry.get_sample_value(
-        "sieve_cost_usd_total", {"org": "anonymous", "model": MODEL, "kind": "scorer"})
+    got = metric_value(gw.metrics, "sieve_cost_usd_total", org="anonymous", model=MODEL, kind="scorer")
     assert got == pytest.approx(expected, rel=1e-9) and got > 0
 
 

@@ -30,9 +30,10 @@ import pytest
 
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.integration.budget_helpers import (
-    ADMIN_KEY, MODEL, NO_PRUNING, GatewayProcess, admin_headers, org_counter, redis_usage, write_yaml,
+    ADMIN_KEY, MODEL, GatewayProcess, admin_headers, redis_day_counter, write_yaml,
 )
 from tests.redis_server import RedisServer
+from tests.support import NO_PRUNING, bearer, wait_until
 
 pytestmark = pytest.mark.redis
 
@@ -52,7 +53,7 @@ async def fire(requests: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[in
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                      timeout=aiohttp.ClientTimeout(total=120)) as session:
         async def one(url: str, key: str, body: dict[str, Any]) -> tuple[int, dict[str, str], dict]:
-            headers = {"authorization": f"Bearer {key}", **NO_PRUNING}
+            headers = {**bearer(key), **NO_PRUNING}
             async with session.post(url + "/v1/chat/completions", json=body, headers=headers) as resp:
                 return resp.status, dict(resp.headers), await resp.json()
 
@@ -134,13 +135,8 @@ def body_max_tokens(org: str) -> int:
 
 def wait_settled(url: str, org: str):
     """Accounting is deferred a moment past the response: wait until nothing is held."""
-    status = None
-    for _ in range(100):
-        status = org_counter(redis_usage(url, org), f"org:{org}:day")
-        if status.reserved == 0:
-            break
-        asyncio.run(asyncio.sleep(0.05))
-    return status
+    wait_until(lambda: redis_day_counter(url, org).reserved == 0, timeout_s=5.0, interval_s=0.05)
+    return redis_day_counter(url, org)
 
 
 def keys_are_shared(a: GatewayProcess, b: GatewayProcess) -> None:
@@ -150,7 +146,7 @@ def keys_are_shared(a: GatewayProcess, b: GatewayProcess) -> None:
     assert created.status_code == 201, created.text
     key, digest = created.json()["key"], created.json()["key_sha256"]
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
-    auth = {"authorization": f"Bearer {key}", **NO_PRUNING}
+    auth = {**bearer(key), **NO_PRUNING}
     assert httpx.post(b.base_url + "/v1/chat/completions", json=body, headers=auth, timeout=10).status_code == 200
     assert httpx.delete(f"{b.base_url}/admin/keys/{digest}", headers=admin_headers(), timeout=10).status_code == 200
     refused = httpx.post(a.base_url + "/v1/chat/completions", json=body, headers=auth, timeout=10)

@@ -33,6 +33,7 @@ from tests.conversations import agent_history
 from tests.fake_scorer import ScorerModel, answer
 from tests.fake_upstream import PromptCache, Reply
 from tests.gateway_server import GatewayServer
+from tests.support import openai_client
 
 ORG = "anonymous"  # an open gateway's callers
 OPENAI_MODEL, ANTHROPIC_MODEL = "gpt-4o-mini", "claude-haiku-4-5"
@@ -102,13 +103,9 @@ def anthropic_usage(prompt: int, completion: int, read: int, write: int) -> dict
             "cache_read_input_tokens": read, "cache_creation_input_tokens": write}
 
 
-def client(gw) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.base_url + "/v1", api_key="sk-savings-test", max_retries=0)
-
-
 def ask(gw, model: str, messages: list[dict], *, stream: bool = False, headers: dict | None = None):
     """One chat call; returns (response headers, usage as the client saw it or None)."""
-    c = client(gw)
+    c = openai_client(gw, "sk-savings-test")
     if not stream:
         raw = c.chat.completions.with_raw_response.create(model=model, messages=messages,
                                                           extra_headers=headers or {})

@@ -21,14 +21,13 @@ from tests.fake_scorer import ScorerModel, answer
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import MODEL
-from tests.integration.fault_helpers import USAGE, metered_settings, outcomes, sample, settle_down
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.integration.fault_helpers import USAGE, metered_settings, outcomes, settle_down
+from tests.redis_server import RedisServer, needs_redis
+from tests.support import scorer_failures
 
-pytestmark = [pytest.mark.redis,
-              pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")]
+pytestmark = [pytest.mark.redis, needs_redis, pytest.mark.upstream_default(Reply(content="ok", usage=USAGE))]
 
 DEADLINE_S = 0.5
-REASONS = ("timeout", "deadline", "http_error", "connection", "bad_response", "parse", "id_mismatch", "error")
 
 
 @pytest.fixture(scope="module")
@@ -38,20 +37,15 @@ def model() -> Iterator[ScorerModel]:
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory, model: ScorerModel) -> Iterator[GatewayServer]:
+def gw(tmp_path_factory, model: ScorerModel, module_upstream_server: FakeUpstream,
+       redis: RedisServer) -> Iterator[GatewayServer]:
     policies: Path = tmp_path_factory.mktemp("policies")
     policy = {"scorer": "llm", "scorer_api_base": model.base_url, "scorer_min_history_tokens": 0,
               "scorer_cost_check": False, "scorer_batch_size": 100, "scorer_batch_timeout_s": 0.3,
               "scorer_deadline_s": DEADLINE_S, "scorer_cache_ttl_s": 0}
     (policies / "default.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in policy.items()))
-    with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
-            GatewayServer(metered_settings(up, redis, policies_dir=policies)) as server:
-        server.redis = redis  # type: ignore[attr-defined]
+    with GatewayServer(metered_settings(module_upstream_server, redis, policies_dir=policies)) as server:
         yield server
-
-
-def failures(gw: GatewayServer) -> dict[str, float]:
-    return {r: v for r in REASONS if (v := sample(gw, "sieve_scorer_failures_total", reason=r))}
 
 
 SCORES = answer({i: 3 for i in range(100)}).encode()
@@ -65,13 +59,13 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_scorer_fault_serves_with_local_scores(gw: GatewayServer, model: ScorerModel, fault: str) -> None:
+def test_scorer_fault_serves_with_local_scores(gw: GatewayServer, model: ScorerModel, redis: RedisServer,
+                                              fault: str) -> None:
     reply, reason = FAULTS[fault]
     model.clear()
     model.responder = lambda ids, attempt, req: reply
-    redis: RedisServer = gw.redis  # type: ignore[attr-defined]
     _, settled = settle_down(gw, redis)
-    seen, counted = failures(gw), outcomes(gw)
+    seen, counted = scorer_failures(gw.metrics), outcomes(gw)
     started = time.monotonic()
     response = gw.post("/v1/chat/completions", json={"model": MODEL, "messages": agent_history(6)},
                        headers={"authorization": "Bearer sk-acme", "x-sieve-target-tokens": "3000",
@@ -82,6 +76,7 @@ def test_scorer_fault_serves_with_local_scores(gw: GatewayServer, model: ScorerM
     assert int(response.headers["x-sieve-saved-tokens"]) > 0  # pruned all the same, on local scores
     assert len(model.requests) == 1  # the model was asked (once: failures other than parse are not retried)
     gw.wait_idle()
-    assert {r: v - seen.get(r, 0) for r, v in failures(gw).items() if v != seen.get(r, 0)} == {reason: 1}
+    moved = {r: v - seen.get(r, 0) for r, v in scorer_failures(gw.metrics).items() if v != seen.get(r, 0)}
+    assert moved == {reason: 1}
     assert outcomes(gw).get("pruned", 0) == counted.get("pruned", 0) + 1
     assert settle_down(gw, redis) == (0, settled + USAGE["total_tokens"])

@@ -24,7 +24,8 @@ from tests.conversations import agent_history
 from tests.fake_scorer import ScorerModel
 from tests.fake_upstream import Reply
 from tests.gateway_server import GatewayServer
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.redis_server import RedisServer, skip_without_redis
+from tests.support import bearer, scorer_failures
 
 UPSTREAM_KEY = "sk-upstream-PLANTED-0123456789abcdef"
 ADMIN_KEY = "admin-PLANTED-key-0123456789"
@@ -33,10 +34,6 @@ ACME, BETA = "sk-sieve-acme-0123456789abcdef", "sk-sieve-beta-0123456789abcdef"
 KEYS = ({"key": ACME, "org": "acme"}, {"key": BETA, "org": "beta"})
 SECRETS = (UPSTREAM_KEY, ADMIN_KEY, METRICS_KEY, ACME, BETA)
 ROUTES = create_app(Settings()).routes  # the route table as the app serves it
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
 
 
 def chat(content: str = "hello") -> dict:
@@ -176,10 +173,8 @@ def test_request_content_is_never_logged(tmp_path: Path, upstream, all_logs) -> 
             assert served.status_code == 200
             gw.wait_idle()
             assert scorer.batches(), "the scorer model was asked"
-            failures = gw.metrics.registry.get_sample_value("sieve_scorer_failures_total", {"reason": "parse"}) or 0
-            failures += gw.metrics.registry.get_sample_value("sieve_scorer_failures_total",
-                                                             {"reason": "http_error"}) or 0
-            assert failures > 0
+            failures = scorer_failures(gw.metrics)
+            assert failures.get("parse", 0) + failures.get("http_error", 0) > 0
     assert all_logs.records, "the failures were logged"
     assert SENTINEL not in logged_text(all_logs)
     assert SENTINEL not in audit.read_text()
@@ -189,8 +184,7 @@ def test_request_content_is_never_logged(tmp_path: Path, upstream, all_logs) -> 
 
 @pytest.fixture
 def redis_url(tmp_path: Path):
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not installed")
+    skip_without_redis()
     with RedisServer() as server:
         yield server.url
 

@@ -22,29 +22,22 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 import httpx
-import orjson
 import pytest
 
 from tests.fake_upstream import FakeUpstream, Reply
-from tests.integration.budget_helpers import (
-    NO_PRUNING, GatewayProcess, chat_body, org_counter, redis_usage, wait_until, write_yaml,
-)
+from tests.integration.budget_helpers import GatewayProcess, chat_body, redis_day_counter, write_yaml
+from tests.integration.fault_helpers import budget
 from tests.redis_server import RedisServer
+from tests.support import NO_PRUNING, bearer, read_jsonl, wait_until
 
 pytestmark = pytest.mark.redis
 
 KEY = "sk-shutdown"
+AUTH = {**bearer(KEY), **NO_PRUNING}
 USAGE = {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}
 MAX_TOKENS = 5000  # reserved on top of the prompt: a leaked reservation is easy to see
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as up:
-        yield up
 
 
 def start_gateway(tmp_path: Path, upstream: FakeUpstream, redis: RedisServer, org: str,
@@ -59,46 +52,33 @@ def start_gateway(tmp_path: Path, upstream: FakeUpstream, redis: RedisServer, or
     return gateway.start(), audit
 
 
-def refused(port: int, within_s: float) -> bool:
-    """True once a new TCP connection to ``port`` is refused (the listener is closed)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                pass  # accepted: the signal may not have been acted on yet
-        except ConnectionRefusedError:
-            return True
-        time.sleep(0.02)
-    return False
+def refuses(port: int) -> bool:
+    """Whether a new TCP connection to ``port`` is refused (the listener is closed)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return False  # accepted: the signal may not have been acted on yet
+    except ConnectionRefusedError:
+        return True
 
 
-def reserved(redis: RedisServer, org: str) -> int:
-    statuses = redis_usage(redis.url, org)
-    return org_counter(statuses, f"org:{org}:day").reserved if statuses else 0
-
-
-def audit_lines(path: Path) -> list[dict]:
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-
-
-def test_sigterm_lets_the_stream_finish_then_settles_and_exits(tmp_path: Path, upstream: FakeUpstream,
-                                                              redis: RedisServer) -> None:
+def test_sigterm_lets_the_stream_finish_then_settles_and_exits(tmp_path: Path, module_upstream: FakeUpstream,
+                                                               redis: RedisServer) -> None:
     grace_s = 15.0
     pieces = [f"tok{i} " for i in range(12)]
-    upstream.enqueue(Reply(chunks=pieces, chunk_delay_s=0.3, usage=USAGE))  # ~3.6 s of stream
-    gateway, audit = start_gateway(tmp_path, upstream, redis, "drain", grace_s)
+    module_upstream.enqueue(Reply(chunks=pieces, chunk_delay_s=0.3, usage=USAGE))  # ~3.6 s of stream
+    gateway, audit = start_gateway(tmp_path, module_upstream, redis, "drain", grace_s)
     try:
-        with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", timeout=30,
-                          headers={"authorization": f"Bearer {KEY}", **NO_PRUNING},
+        with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", timeout=30, headers=AUTH,
                           json=chat_body(max_tokens=MAX_TOKENS, stream=True)) as response:
             assert response.status_code == 200
             request_id = response.headers["x-sieve-request-id"]
             chunks = response.iter_raw()
             body = next(chunks)  # the stream is under way
-            assert org_counter(redis_usage(redis.url, "drain"), "org:drain:day").reserved > MAX_TOKENS
+            assert redis_day_counter(redis.url, "drain").reserved > MAX_TOKENS
             signalled = time.monotonic()
             gateway.proc.send_signal(signal.SIGTERM)
-            assert refused(gateway.port, within_s=2.0), "a new connection was still accepted after SIGTERM"
+            assert wait_until(lambda: refuses(gateway.port), timeout_s=2.0), \
+                "a new connection was still accepted after SIGTERM"
             assert gateway.proc.poll() is None  # ...while the in-flight stream is still being served
             for chunk in chunks:
                 body += chunk
@@ -110,25 +90,24 @@ def test_sigterm_lets_the_stream_finish_then_settles_and_exits(tmp_path: Path, u
     finally:
         gateway.stop()
     assert took < grace_s
-    lines = [line for line in audit_lines(audit) if line["request_id"] == request_id]
+    lines = [line for line in read_jsonl(audit) if line["request_id"] == request_id]
     assert len(lines) == 1 and lines[0]["org"] == "drain", audit.read_text()
-    counter = org_counter(redis_usage(redis.url, "drain"), "org:drain:day")
+    counter = redis_day_counter(redis.url, "drain")
     assert (counter.reserved, counter.settled) == (0, USAGE["total_tokens"])
 
 
-def test_grace_ending_while_the_provider_thinks_releases_the_hold(tmp_path: Path, upstream: FakeUpstream,
+def test_grace_ending_while_the_provider_thinks_releases_the_hold(tmp_path: Path, module_upstream: FakeUpstream,
                                                                   redis: RedisServer) -> None:
     """A non-streamed request still waiting for the provider's answer when the grace ends."""
     grace_s = 1.0
     # Long past the grace, yet over before this module's upstream stops (no task left pending).
-    upstream.enqueue(Reply(delay_s=4.0, usage=USAGE))
-    gateway, audit = start_gateway(tmp_path, upstream, redis, "thinking", grace_s)
+    module_upstream.enqueue(Reply(delay_s=4.0, usage=USAGE))
+    gateway, audit = start_gateway(tmp_path, module_upstream, redis, "thinking", grace_s)
     try:
         with ThreadPoolExecutor(1) as pool:
-            pending = pool.submit(httpx.post, gateway.base_url + "/v1/chat/completions", timeout=30,
-                                  headers={"authorization": f"Bearer {KEY}", **NO_PRUNING},
+            pending = pool.submit(httpx.post, gateway.base_url + "/v1/chat/completions", timeout=30, headers=AUTH,
                                   json=chat_body(max_tokens=MAX_TOKENS))
-            assert wait_until(lambda: reserved(redis, "thinking") > MAX_TOKENS, timeout_s=10)
+            assert wait_until(lambda: budget(redis, "thinking")[0] > MAX_TOKENS, timeout_s=10)
             signalled = time.monotonic()
             gateway.proc.send_signal(signal.SIGTERM)
             # Cut before its response began: an OpenAI-shaped 503 (uvicorn alone would
@@ -147,19 +126,18 @@ def test_grace_ending_while_the_provider_thinks_releases_the_hold(tmp_path: Path
     # Prompt: the cut request is accounted by its own task, not found later by the
     # shutdown's sweep for requests left open (which waits seconds before acting).
     assert took < grace_s + 3, f"exit took {took:.1f} s after SIGTERM"
-    counter = org_counter(redis_usage(redis.url, "thinking"), "org:thinking:day")
+    counter = redis_day_counter(redis.url, "thinking")
     assert (counter.reserved, counter.settled) == (0, 0)  # no answer, nothing charged
-    assert [line["outcome"] for line in audit_lines(audit)] == ["upstream_error"]
+    assert [line["outcome"] for line in read_jsonl(audit)] == ["upstream_error"]
 
 
-def test_grace_shorter_than_the_stream_cuts_it_and_releases_the_hold(tmp_path: Path, upstream: FakeUpstream,
+def test_grace_shorter_than_the_stream_cuts_it_and_releases_the_hold(tmp_path: Path, module_upstream: FakeUpstream,
                                                                      redis: RedisServer) -> None:
     grace_s = 1.0
-    upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(30)], chunk_delay_s=0.5, usage=USAGE))  # ~15 s
-    gateway, audit = start_gateway(tmp_path, upstream, redis, "cut", grace_s)
+    module_upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(30)], chunk_delay_s=0.5, usage=USAGE))  # ~15 s
+    gateway, audit = start_gateway(tmp_path, module_upstream, redis, "cut", grace_s)
     try:
-        with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", timeout=30,
-                          headers={"authorization": f"Bearer {KEY}", **NO_PRUNING},
+        with httpx.stream("POST", gateway.base_url + "/v1/chat/completions", timeout=30, headers=AUTH,
                           json=chat_body(max_tokens=MAX_TOKENS, stream=True)) as response:
             assert response.status_code == 200
             request_id = response.headers["x-sieve-request-id"]
@@ -180,9 +158,9 @@ def test_grace_shorter_than_the_stream_cuts_it_and_releases_the_hold(tmp_path: P
     assert took < grace_s + 5, f"exit took {took:.1f} s after SIGTERM"
     # Nothing stays reserved: the cut stream is charged what it used (prompt + the deltas
     # relayed, as for a client that walks away), never the 5,000-token reservation.
-    counter = org_counter(redis_usage(redis.url, "cut"), "org:cut:day")
+    counter = redis_day_counter(redis.url, "cut")
     assert counter.reserved == 0
     relayed = body.count(b'"delta"')
     assert forwarded + 1 <= counter.settled <= forwarded + relayed + 2, (counter, forwarded, relayed)
-    lines = [line for line in audit_lines(audit) if line["request_id"] == request_id]
+    lines = [line for line in read_jsonl(audit) if line["request_id"] == request_id]
     assert len(lines) == 1, audit.read_text()

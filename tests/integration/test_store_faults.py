@@ -17,13 +17,13 @@ import redis as redis_py
 from tests.conversations import agent_history
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import MODEL, chat_body, wait_until
+from tests.integration.budget_helpers import MODEL, chat_body
 from tests.integration.fault_helpers import (
-    AUTH, ORG, USAGE, assert_openai_error, budget, fail_open, metered_settings, outcomes, sample, settle_down,
+    AUTH, ORG, USAGE, assert_openai_error, budget, fail_open, metered_settings, outcomes, settle_down,
 )
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.redis_server import RedisServer, needs_redis
+from tests.support import metric_value, wait_until
 
-needs_redis = pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")
 TOTAL = USAGE["total_tokens"]
 
 
@@ -71,7 +71,7 @@ def test_redis_goes_away_and_comes_back() -> None:
         assert_openai_error(refused.json(), type="budget_exceeded", code="budget_exceeded",
                             says="Budget exceeded: org 'acme' day budget of 400 tokens")
         gw.wait_idle()
-        assert sample(gw, "sieve_budget_rejections_total", org=ORG) == 1
+        assert metric_value(gw.metrics, "sieve_budget_rejections_total", org=ORG) == 1
         assert outcomes(gw).get("budget_rejected") == 1
         assert budget(redis) == (0, 4 * TOTAL)
 

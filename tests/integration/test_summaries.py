@@ -17,9 +17,9 @@ HEADERS = {"x-sieve-conversation-id": "sum-1", "x-sieve-target-tokens": "4000"}
 
 
 @pytest.fixture
-def scorer_model():
-    with FakeUpstream() as model:
-        yield model
+def scorer_model(module_upstream: FakeUpstream) -> FakeUpstream:
+    """The model that writes summaries: this module's own fake, beside the shared one the gateway forwards to."""
+    return module_upstream
 
 
 @pytest.fixture

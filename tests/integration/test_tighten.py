@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import openai
-
 from gateway.pruning.policy import Policy
 from tests.conversations import agent_history
 from tests.fake_upstream import Reply
+from tests.support import openai_client
 
 
 def test_tightened_cap_steps_in_quarters():
@@ -25,7 +24,7 @@ def test_low_budget_prunes_harder(start_gateway, upstream, tmp_path):
                        virtual_keys=({"key": "sk-acme", "org": "acme"},))
     history = agent_history(30)
     sizes = []
-    with openai.OpenAI(base_url=gw.base_url + "/v1", api_key="sk-acme", max_retries=0) as client:
+    with openai_client(gw, "sk-acme") as client:
         for _ in range(3):
             upstream.enqueue(Reply(usage=usage))
             resp = client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=history)

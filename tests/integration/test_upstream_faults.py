@@ -28,28 +28,16 @@ from tests.integration.budget_helpers import MODEL, chat_body
 from tests.integration.fault_helpers import (
     AUTH, DEAD_MODEL, LIMIT, USAGE, assert_openai_error, metered_settings, outcomes, settle_down,
 )
-from tests.redis_server import RedisServer, redis_server_binary
+from tests.redis_server import RedisServer, needs_redis
+from tests.support import NO_PRUNING, openai_client
 
-pytestmark = [pytest.mark.redis,
-              pytest.mark.skipif(redis_server_binary() is None, reason="redis-server is not installed")]
-
-
-@pytest.fixture(scope="module")
-def upstream_fake() -> Iterator[FakeUpstream]:
-    with FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up:
-        yield up
+pytestmark = [pytest.mark.redis, needs_redis, pytest.mark.upstream_default(Reply(content="ok", usage=USAGE))]
 
 
 @pytest.fixture(scope="module")
-def gw(upstream_fake: FakeUpstream, redis: RedisServer) -> Iterator[GatewayServer]:
-    with GatewayServer(metered_settings(upstream_fake, redis)) as server:
+def gw(module_upstream_server: FakeUpstream, redis: RedisServer) -> Iterator[GatewayServer]:
+    with GatewayServer(metered_settings(module_upstream_server, redis)) as server:
         yield server
-
-
-@pytest.fixture
-def up(upstream_fake: FakeUpstream) -> FakeUpstream:
-    upstream_fake.clear()
-    return upstream_fake
 
 
 @pytest.fixture
@@ -77,11 +65,6 @@ def sse_events(raw: bytes) -> list[bytes]:
     return [e for e in raw.replace(b"\r\n", b"\n").split(b"\n\n") if e.strip()]
 
 
-def openai_client(gw: GatewayServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.base_url + "/v1", api_key="sk-acme", max_retries=0, timeout=10,
-                         default_headers={"x-sieve-strategy": "none"})
-
-
 # -- no answer -------------------------------------------------------------------------------------
 
 def test_refused_connection_is_a_502_and_releases(gw, redis, before) -> None:
@@ -96,8 +79,8 @@ def test_refused_connection_is_a_502_and_releases(gw, redis, before) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_hang_before_headers_is_a_504(gw, up, redis, before, stream) -> None:
-    up.enqueue(Reply(delay_s=1.5))
+def test_hang_before_headers_is_a_504(gw, module_upstream, redis, before, stream) -> None:
+    module_upstream.enqueue(Reply(delay_s=1.5))
     seen = outcomes(gw)
     started = time.monotonic()
     response = post(gw, stream=stream)
@@ -109,8 +92,8 @@ def test_hang_before_headers_is_a_504(gw, up, redis, before, stream) -> None:
     assert settle_down(gw, redis) == before
 
 
-def test_hang_mid_body_is_a_504(gw, up, redis, before) -> None:
-    up.enqueue(Reply(stall_mid_body_s=1.5, usage=USAGE))
+def test_hang_mid_body_is_a_504(gw, module_upstream, redis, before) -> None:
+    module_upstream.enqueue(Reply(stall_mid_body_s=1.5, usage=USAGE))
     seen = outcomes(gw)
     response = post(gw)
     assert response.status_code == 504
@@ -131,8 +114,9 @@ def test_hang_mid_body_is_a_504(gw, up, redis, before) -> None:
                "param": "messages", "code": None}),
 ])
 @pytest.mark.parametrize("stream", [False, True])
-def test_provider_errors_pass_through_unchanged(gw, up, redis, before, status, headers, error, stream) -> None:
-    up.enqueue(Reply(status=status, json_body={"error": error}, headers=headers))
+def test_provider_errors_pass_through_unchanged(gw, module_upstream, redis, before, status, headers, error,
+                                                stream) -> None:
+    module_upstream.enqueue(Reply(status=status, json_body={"error": error}, headers=headers))
     seen = outcomes(gw)
     response = post(gw, stream=stream)
     assert response.status_code == status
@@ -145,9 +129,9 @@ def test_provider_errors_pass_through_unchanged(gw, up, redis, before, status, h
     assert settle_down(gw, redis) == before
 
 
-def test_non_json_error_page_becomes_an_openai_error(gw, up, redis, before) -> None:
+def test_non_json_error_page_becomes_an_openai_error(gw, module_upstream, redis, before) -> None:
     page = b"<html><head><title>503 Service Temporarily Unavailable</title></head><body>nginx</body></html>"
-    up.enqueue(Reply(status=503, raw_body=page, headers={"retry-after": "30"}))
+    module_upstream.enqueue(Reply(status=503, raw_body=page, headers={"retry-after": "30"}))
     seen = outcomes(gw)
     response = post(gw)
     assert response.status_code == 503  # the provider's status stays
@@ -161,9 +145,10 @@ def test_non_json_error_page_becomes_an_openai_error(gw, up, redis, before) -> N
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_provider_that_compresses_never_reaches_the_client_undeclared(gw, up, redis, before, stream) -> None:
+def test_a_provider_that_compresses_never_reaches_the_client_undeclared(gw, module_upstream, redis, before,
+                                                                        stream) -> None:
     """Providers gzip whatever the request accepts; the gateway relays bytes as they come."""
-    up.enqueue(Reply(content="hello", usage=USAGE, compress=True))
+    module_upstream.enqueue(Reply(content="hello", usage=USAGE, compress=True))
     extra = {"stream_options": {"include_usage": True}} if stream else {}
     response = post(gw, stream=stream, **extra)
     assert response.status_code == 200
@@ -181,9 +166,9 @@ def test_a_provider_that_compresses_never_reaches_the_client_undeclared(gw, up, 
      "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [
          {"id": "t", "type": "function", "function": {"name": "f", "arguments": "y" * 399}}]}}]},
 ], ids=["content", "tool_call"])
-def test_an_answer_without_usage_is_charged_at_an_estimate(gw, up, redis, before, body) -> None:
+def test_an_answer_without_usage_is_charged_at_an_estimate(gw, module_upstream, redis, before, body) -> None:
     """Served is spent: a provider that reports no usage must not make requests free."""
-    up.enqueue(Reply(json_body=body))
+    module_upstream.enqueue(Reply(json_body=body))
     seen = outcomes(gw)
     response = post(gw)
     assert response.status_code == 200 and response.json() == body
@@ -220,9 +205,9 @@ def assert_ends_with_error(raw: bytes, says: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("include_usage", [False, True])
-def test_stream_cut_mid_event_ends_with_an_openai_error(gw, up, redis, before, include_usage) -> None:
+def test_stream_cut_mid_event_ends_with_an_openai_error(gw, module_upstream, redis, before, include_usage) -> None:
     torn = chunk({"content": " world"})[:25]  # half an event, then the connection drops
-    up.enqueue(Reply(sse_frames=[*HEAD, torn], drop_after=4))
+    module_upstream.enqueue(Reply(sse_frames=[*HEAD, torn], drop_after=4))
     seen = outcomes(gw)
     status, raw = stream_raw(gw, include_usage)
     assert status == 200
@@ -232,9 +217,9 @@ def test_stream_cut_mid_event_ends_with_an_openai_error(gw, up, redis, before, i
     assert settle_down(gw, redis) == before  # no usage was reported: released
 
 
-def test_stream_cut_is_an_error_for_the_openai_client(gw, up, redis, before) -> None:
-    up.enqueue(Reply(sse_frames=HEAD + [chunk({"content": "!"})], drop_after=3))
-    stream = openai_client(gw).chat.completions.create(
+def test_stream_cut_is_an_error_for_the_openai_client(gw, module_upstream, redis, before) -> None:
+    module_upstream.enqueue(Reply(sse_frames=HEAD + [chunk({"content": "!"})], drop_after=3))
+    stream = openai_client(gw, "sk-acme", headers=NO_PRUNING, timeout=10).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5000, stream=True)
     got = []
     with pytest.raises(openai.APIError, match="upstream stream broke"):
@@ -244,8 +229,9 @@ def test_stream_cut_is_an_error_for_the_openai_client(gw, up, redis, before) -> 
     assert settle_down(gw, redis) == before
 
 
-def test_stream_cut_after_the_usage_settles_it(gw, up, redis, before) -> None:
-    up.enqueue(Reply(sse_frames=[*HEAD, chunk(finish="stop"), USAGE_CHUNK, b"data: [DONE]\n\n"], drop_after=5))
+def test_stream_cut_after_the_usage_settles_it(gw, module_upstream, redis, before) -> None:
+    module_upstream.enqueue(Reply(sse_frames=[*HEAD, chunk(finish="stop"), USAGE_CHUNK, b"data: [DONE]\n\n"],
+                                  drop_after=5))
     seen = outcomes(gw)
     status, raw = stream_raw(gw, include_usage=False)
     assert status == 200 and b'"usage"' not in raw  # still stripped: the client did not ask for it
@@ -259,9 +245,9 @@ def test_stream_cut_after_the_usage_settles_it(gw, up, redis, before) -> None:
     ([*HEAD, chunk(finish="stop"), USAGE_CHUNK], True),           # finished, only [DONE] missing
     ([*HEAD, chunk(finish="stop"), USAGE_CHUNK, b"data: [DONE]\n\n"], True),
 ], ids=["cut", "no-done", "whole"])
-def test_stream_ending_in_a_clean_close(gw, up, redis, before, frames, complete) -> None:
+def test_stream_ending_in_a_clean_close(gw, module_upstream, redis, before, frames, complete) -> None:
     """Without chunked framing a cut stream ends like a whole one: [DONE] or a finish_reason tells."""
-    up.enqueue(Reply(sse_frames=frames, eof_framing=True))
+    module_upstream.enqueue(Reply(sse_frames=frames, eof_framing=True))
     seen = outcomes(gw)
     status, raw = stream_raw(gw, include_usage=True)
     assert status == 200
@@ -280,9 +266,9 @@ PROVIDER_ERROR = {"message": "The server had an error while processing your requ
 
 
 @pytest.mark.parametrize("then", [[], [b"data: [DONE]\n\n"]], ids=["closed", "done"])
-def test_an_error_event_from_the_provider_is_relayed_and_counted(gw, up, redis, before, then) -> None:
+def test_an_error_event_from_the_provider_is_relayed_and_counted(gw, module_upstream, redis, before, then) -> None:
     frames = [*HEAD, b"data: " + orjson.dumps({"error": PROVIDER_ERROR}) + b"\n\n", *then]
-    up.enqueue(Reply(sse_frames=frames))
+    module_upstream.enqueue(Reply(sse_frames=frames))
     seen = outcomes(gw)
     status, raw = stream_raw(gw, include_usage=True)
     assert status == 200 and raw == b"".join(frames)  # the provider's own error, once, unchanged
@@ -303,8 +289,8 @@ MALFORMED = [
 
 
 @pytest.mark.parametrize("include_usage", [False, True])
-def test_malformed_sse_is_relayed_and_its_usage_still_read(gw, up, redis, before, include_usage) -> None:
-    up.enqueue(Reply(sse_frames=MALFORMED))
+def test_malformed_sse_is_relayed_and_its_usage_still_read(gw, module_upstream, redis, before, include_usage) -> None:
+    module_upstream.enqueue(Reply(sse_frames=MALFORMED))
     seen = outcomes(gw)
     status, raw = stream_raw(gw, include_usage)
     assert status == 200
@@ -314,10 +300,10 @@ def test_malformed_sse_is_relayed_and_its_usage_still_read(gw, up, redis, before
     assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])
 
 
-def test_crlf_events_stream_as_they_come(gw, up, redis, before) -> None:
+def test_crlf_events_stream_as_they_come(gw, module_upstream, redis, before) -> None:
     """SSE allows CRLF line ends; events must still go out one by one, and usage be read."""
     frames = [f.replace(b"\n", b"\r\n") for f in [*HEAD, chunk(finish="stop"), USAGE_CHUNK, b"data: [DONE]\n\n"]]
-    up.enqueue(Reply(sse_frames=frames, chunk_delay_s=0.15))
+    module_upstream.enqueue(Reply(sse_frames=frames, chunk_delay_s=0.15))
     arrivals = []
     started = time.monotonic()
     with httpx.stream("POST", gw.base_url + "/v1/chat/completions", headers=AUTH, timeout=10,

@@ -8,20 +8,14 @@ import openai
 import pytest
 
 from gateway.telemetry.usage import Usage, usage_from_provider
-from tests.fake_upstream import FakeUpstream, PromptCache, Reply, estimate_prompt_tokens, estimate_tools_tokens
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    with FakeUpstream() as up:
-        yield up
+from tests.fake_upstream import PromptCache, Reply, estimate_prompt_tokens, estimate_tools_tokens
+from tests.support import openai_client
 
 
 @pytest.fixture
 def client(upstream):
-    upstream.clear()
-    upstream.default = Reply()
-    with openai.OpenAI(base_url=upstream.base_url, api_key="sk-test", max_retries=0) as c:
+    """The official client, straight to the fake (the shared one, cleared for each test)."""
+    with openai_client(upstream, "sk-test") as c:
         yield c
 
 
