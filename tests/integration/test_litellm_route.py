@@ -15,6 +15,7 @@ from gateway.pruning.normalize import structural_problems
 from gateway.settings import ModelRoute, RouteKind
 from tests.conversations import agent_history
 from tests.fake_upstream import Reply
+from tests.support import openai_client
 
 ROUTED = "house-llm"
 
@@ -26,13 +27,9 @@ def gateway(start_gateway, upstream):
     return start_gateway(models={ROUTED: route}, budgets={"orgs": {"anonymous": {"day": 10**9}}})
 
 
-def client(gw) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.base_url + "/v1", api_key="sk-client", max_retries=0, timeout=60)
-
-
 def test_a_pruned_request_goes_through_litellm_and_back_as_openai_json(gateway, upstream):
     history = agent_history(30)
-    resp = client(gateway).chat.completions.with_raw_response.create(
+    resp = openai_client(gateway, "sk-client").chat.completions.with_raw_response.create(
         model=ROUTED, messages=history, extra_headers={"x-sieve-target-tokens": "6000"})
     completion = resp.parse()
     assert completion.choices[0].message.content == "ok"
@@ -50,7 +47,7 @@ def test_a_pruned_request_goes_through_litellm_and_back_as_openai_json(gateway, 
 
 def test_a_stream_through_litellm_is_relayed_as_openai_sse(gateway, upstream):
     upstream.enqueue(Reply(chunks=["Hel", "lo"]))
-    chunks = list(client(gateway).chat.completions.create(
+    chunks = list(openai_client(gateway, "sk-client").chat.completions.create(
         model=ROUTED, messages=[{"role": "user", "content": "hi"}], stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hello"
     assert upstream.requests[-1].json["stream"] is True
@@ -59,6 +56,6 @@ def test_a_stream_through_litellm_is_relayed_as_openai_sse(gateway, upstream):
 def test_a_provider_error_through_litellm_keeps_its_status(gateway, upstream):
     upstream.enqueue(Reply(status=429, json_body={"error": {"message": "slow down", "type": "rate_limit"}}))
     with pytest.raises(openai.RateLimitError) as caught:
-        client(gateway).chat.completions.create(model=ROUTED, messages=[{"role": "user", "content": "hi"}])
+        openai_client(gateway, "sk-client").chat.completions.create(model=ROUTED, messages=[{"role": "user", "content": "hi"}])
     assert caught.value.status_code == 429
     assert "sk-routed-key" not in str(caught.value.body)
