@@ -95,10 +95,18 @@ NO_TOOL_CALLS = Field(OMITTED, description="Tool calls belong to assistant messa
 
 
 class SystemMessage(Wire):
-    role: Literal["system", "developer"]
+    role: Literal["system"]
     content: Content
     name: Any = NAME
     tool_calls: None = NO_TOOL_CALLS
+
+
+# A schema of its own, though it checks the same: the discriminator's mapping stays one-to-one
+# (tools read a schema named by two roles as one role's only).
+class DeveloperMessage(SystemMessage):
+    """A system message under its newer name."""
+
+    role: Literal["developer"]  # type: ignore[assignment]
 
 
 class UserMessage(Wire):
@@ -143,13 +151,15 @@ class FunctionMessage(Wire):
     tool_calls: None = NO_TOOL_CALLS
 
 
-class Message(RootModel[SystemMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage]):
+AnyMessage = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage
+
+
+class Message(RootModel[AnyMessage]):
     """One chat message; which fields apply depends on its role."""
 
     model_config = ConfigDict(json_schema_extra=_plain)
 
-    root: SystemMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage = Field(
-        discriminator="role")
+    root: AnyMessage = Field(discriminator="role")
 
 
 class StreamOptions(Wire):
