@@ -24,13 +24,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
 from gateway.api.access import AdminRoute
+from gateway.api.schemas import answers
 from gateway.budgets import BudgetStatus, utc_iso
 from gateway.identity import hash_key
 from gateway.services import Services
 from gateway.state.protocols import KeyRecord
 
 KEY_PREFIX = "sk-sieve-"
-NonEmpty = Annotated[str, Field(min_length=1)]
+NonEmpty = Annotated[str, Field(min_length=1, pattern=r"\S")]  # after stripping whitespace
+SHA256 = r"^[0-9a-f]{64}$"
 
 
 class BudgetState(BaseModel):
@@ -45,7 +47,7 @@ class BudgetState(BaseModel):
     reserved: int = Field(description="Held by requests still under way.")
     settled: int
     used: int = Field(description="reserved + settled")
-    remaining: int
+    remaining: int = Field(ge=0)
     reset_at: str = Field(description="When the window rolls over (ISO 8601, UTC).")
 
     @classmethod
@@ -103,7 +105,7 @@ class NewKey(BaseModel):
 
 
 class Key(BaseModel):
-    key_sha256: str
+    key_sha256: str = Field(pattern=SHA256)
     org: str
     team: str | None = None
     name: str | None = None
@@ -111,7 +113,7 @@ class Key(BaseModel):
 
 
 class CreatedKey(Key):
-    key: str = Field(description="The key, shown this once; only its SHA-256 is kept.")
+    key: str = Field(pattern=f"^{KEY_PREFIX}", description="The key, shown this once; only its SHA-256 is kept.")
 
 
 class KeyList(BaseModel):
@@ -120,7 +122,7 @@ class KeyList(BaseModel):
 
 
 class RevokedKey(BaseModel):
-    key_sha256: str
+    key_sha256: str = Field(pattern=SHA256)
     revoked: Literal[True] = True
 
 
@@ -128,7 +130,7 @@ def _services(request: Request) -> Services:
     return request.app.state.services  # the guard has checked the admin key
 
 
-OrgPath = Annotated[str, Path(description="The org, as the keys file and budgets name it.")]
+OrgPath = Annotated[str, Path(min_length=1, description="The org, as the keys file and budgets name it.")]
 Sha256Path = Annotated[str, Path(pattern=r"^[0-9a-fA-F]{64}$",
                                  description="The 64 hex characters of the key's SHA-256.")]
 
@@ -158,7 +160,8 @@ async def create_key(request: Request, new: NewKey) -> CreatedKey:
     return CreatedKey(key=plaintext, **record.to_dict())
 
 
-async def list_keys(request: Request, org: Annotated[str | None, Query()] = None) -> KeyList:
+async def list_keys(request: Request,
+                    org: Annotated[str | None, Query(description="Only the keys of this org.")] = None) -> KeyList:
     records = await _services(request).stores.keys.list(org or None)
     return KeyList(data=[Key(**r.to_dict()) for r in records])
 
@@ -169,11 +172,29 @@ async def revoke_key(request: Request, key_sha256: Sha256Path) -> RevokedKey:
     return RevokedKey(key_sha256=digest)
 
 
+ADMIN = dict(tags=["admin"])
+STORE = answers("ServiceUnavailable")  # the budget store or the key store is down
+
 ADMIN_ROUTES = [
-    AdminRoute("/admin/budgets/{org}", budgets, methods=["GET"], summary="The org's budgets, where each stands"),
-    AdminRoute("/admin/usage/{org}", usage, methods=["GET"], summary="Every budget counter of the org"),
-    AdminRoute("/admin/savings/{org}", savings, methods=["GET"], summary="This replica's savings for the org"),
-    AdminRoute("/admin/keys", list_keys, methods=["GET"], summary="Virtual keys added through this API"),
-    AdminRoute("/admin/keys", create_key, methods=["POST"], status_code=201, summary="Create a virtual key"),
-    AdminRoute("/admin/keys/{key_sha256}", revoke_key, methods=["DELETE"], summary="Revoke a virtual key"),
+    AdminRoute("/admin/budgets/{org}", budgets, methods=["GET"], operation_id="orgBudgets",
+               summary="Every budget configured for an org, where it stands in its current window.",
+               response_description="The org's budgets (empty when none is configured).", openapi_extra=STORE,
+               **ADMIN),
+    AdminRoute("/admin/usage/{org}", usage, methods=["GET"], operation_id="orgUsage",
+               summary="Every counter the budget store holds for an org in its current windows.",
+               response_description="The org's counters.", openapi_extra=STORE, **ADMIN),
+    AdminRoute("/admin/savings/{org}", savings, methods=["GET"], operation_id="orgSavings",
+               summary="This replica's savings counters for an org (Prometheus sums them across replicas).",
+               response_description="Dollars and tokens, counted since this process started.", **ADMIN),
+    AdminRoute("/admin/keys", list_keys, methods=["GET"], operation_id="listKeys",
+               summary="Virtual keys added through the admin API (their hashes; never the keys).",
+               response_description="The keys.", openapi_extra=STORE, **ADMIN),
+    AdminRoute("/admin/keys", create_key, methods=["POST"], status_code=201, operation_id="createKey",
+               summary="Add a virtual key; the key itself is returned once and stored only as its SHA-256.",
+               response_description="The new key (shown this once) and its record.",
+               openapi_extra=answers("InvalidRequest", "ServiceUnavailable"), **ADMIN),
+    AdminRoute("/admin/keys/{key_sha256}", revoke_key, methods=["DELETE"], operation_id="revokeKey",
+               summary="Revoke a virtual key by its SHA-256 (idempotent; an unknown hash is recorded as revoked).",
+               response_description="Revoked.", openapi_extra=answers("InvalidRequest", "ServiceUnavailable"),
+               **ADMIN),
 ]

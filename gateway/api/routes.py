@@ -17,10 +17,12 @@ import orjson
 from fastapi.openapi.docs import get_swagger_ui_html
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from gateway.api.access import ClientRoute, OpsRoute
 from gateway.api.responses import json_response, reply_response
+from gateway.api.schemas import (ChatCompletion, Health, ModelList, OpenAPIDocument, PruneResponse, Readiness, answers,
+                                 steered)
 from gateway.errors import StoreUnavailable
 from gateway.health import readiness_problems
 from gateway.proxy import sieve_headers
@@ -90,14 +92,44 @@ async def docs(request: Request) -> HTMLResponse:
     return get_swagger_ui_html(openapi_url="/openapi.json", title="Sieve API")
 
 
+CHAT = dict(
+    tags=["openai"], response_model=ChatCompletion,
+    description="Stream and non-stream. With `\"stream\": true` the provider's server-sent events are relayed "
+                "chunk by chunk. Every body field Sieve does not know is forwarded untouched.",
+    response_description="The provider's answer, relayed unchanged: a chat completion, or (with `\"stream\": true`) "
+                         "its server-sent events ending with `data: [DONE]`.",
+    openapi_extra=steered("InvalidRequest", "Forbidden", "NotFound", "RequestTimeout", "BodyTooLarge",
+                          "BudgetExceeded", "UpstreamUnavailable", "ServiceUnavailable", "UpstreamTimeout",
+                          stream=True, budget=True))
+OPS = dict(tags=["operations"])
+
 ROUTES = [
-    ClientRoute("/v1/chat/completions", chat_completions, methods=["POST"]),
-    ClientRoute("/chat/completions", chat_completions, methods=["POST"]),
-    ClientRoute("/v1/prune", prune, methods=["POST"]),
-    ClientRoute("/v1/models", models, methods=["GET"]),
-    OpsRoute("/healthz", healthz, methods=["GET"]),
-    OpsRoute("/readyz", readyz, methods=["GET"]),
-    OpsRoute("/metrics", metrics, methods=["GET"]),
-    OpsRoute("/openapi.json", openapi, methods=["GET"]),
-    OpsRoute("/docs", docs, methods=["GET"]),
+    ClientRoute("/v1/chat/completions", chat_completions, methods=["POST"], operation_id="createChatCompletion",
+                summary="Prune the history, forward to the provider, relay the answer.", **CHAT),
+    ClientRoute("/chat/completions", chat_completions, methods=["POST"],
+                operation_id="createChatCompletionUnversioned",
+                summary="The same as `POST /v1/chat/completions`, for clients whose base URL has no `/v1`.", **CHAT),
+    ClientRoute("/v1/prune", prune, methods=["POST"], tags=["sieve"], operation_id="prune",
+                summary="What Sieve would forward for this body, and why; nothing is forwarded, no budget is spent.",
+                description="Takes the same body and headers as a chat completion. Any model name is accepted "
+                            "(no provider is asked).",
+                response_model=PruneResponse, response_description="The request Sieve would forward, and the "
+                                                                   "prune report.",
+                openapi_extra=steered("InvalidRequest", "Forbidden", "RequestTimeout", "BodyTooLarge")),
+    ClientRoute("/v1/models", models, methods=["GET"], tags=["openai"], operation_id="listModels",
+                summary="The models this gateway routes (configured ones, plus what the default upstream lists).",
+                response_model=ModelList, response_description="A list of models, as OpenAI lists them."),
+    OpsRoute("/healthz", healthz, methods=["GET"], operation_id="healthz", summary="Liveness.",
+             response_model=Health, response_description="The process is serving.", **OPS),
+    OpsRoute("/readyz", readyz, methods=["GET"], operation_id="readyz",
+             summary="Readiness; not ready when a fail-closed policy cannot reach Redis.",
+             response_model=Readiness, response_description="Ready to serve.",
+             openapi_extra=answers("ServiceUnavailable"), **OPS),
+    OpsRoute("/metrics", metrics, methods=["GET"], operation_id="metrics",
+             summary="Prometheus exposition (`sieve_*` metrics).", response_class=PlainTextResponse,
+             response_description=f"Prometheus text format (`{CONTENT_TYPE_LATEST}`).", **OPS),
+    OpsRoute("/openapi.json", openapi, methods=["GET"], operation_id="openapi", summary="This document, as JSON.",
+             response_model=OpenAPIDocument, response_description="The OpenAPI document of this gateway.", **OPS),
+    OpsRoute("/docs", docs, methods=["GET"], operation_id="docs", summary="This document, as a Swagger UI page.",
+             response_class=HTMLResponse, response_description="An HTML page that loads `/openapi.json`.", **OPS),
 ]
