@@ -30,6 +30,7 @@ from gateway.pruning.pipeline import PruneResult, prune
 from gateway.pruning.policy import OVERRIDES, Policy
 from gateway.pruning.scoring import Scorer
 from gateway.pruning.tokens import TokenCounters
+from gateway.pruning.vocabulary import Mode, Strategy
 from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
 from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
@@ -112,10 +113,10 @@ class Pruner:
         except Exception as exc:  # noqa: BLE001 - a pruning bug must not fail the request
             log.exception("pruning failed (%s); forwarding unpruned", type(exc).__name__)
             self._metrics.fail_open.labels(reason="pruning_error").inc()
-            result = prune(body, policy, scorer=self._scorer, counter=counter, strategy="none")
+            result = prune(body, policy, scorer=self._scorer, counter=counter, strategy=Strategy.NONE)
             failed = "pruning_error"
         summary_run = None
-        if policy.summaries and self._summarizer is not None and result.mode in ("epoch", "stateless"):
+        if policy.summaries and self._summarizer is not None and result.mode in (Mode.EPOCH, Mode.STATELESS):
             try:
                 summary_run = await self._summarizer.summarize(
                     result, body["messages"], goal or _first_user_text(body), policy, counter, result.state.cap)

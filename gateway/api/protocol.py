@@ -19,6 +19,7 @@ from starlette.requests import Request
 
 from gateway.errors import BodyTooLarge, InvalidRequest, RequestTimeout
 from gateway.pruning.policy import STRATEGIES
+from gateway.pruning.vocabulary import Strategy
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_TARGET_TOKENS = 10_000_000
@@ -44,7 +45,7 @@ class SieveHeaders:
     """The optional ``x-sieve-*`` request headers, validated."""
 
     target_tokens: int | None = None
-    strategy: str | None = None
+    strategy: Strategy | None = None
     goal: str | None = None
     conversation_id: str | None = None
 
@@ -226,6 +227,7 @@ def parse_sieve_headers(headers: Mapping[str, str]) -> SieveHeaders:
         if strategy not in STRATEGIES:
             raise InvalidRequest(f"x-sieve-strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}",
                                  param="x-sieve-strategy")
+        strategy = Strategy(strategy)
     goal = headers.get("x-sieve-goal") or None
     if goal is not None and len(goal) > MAX_GOAL_CHARS:
         raise InvalidRequest(f"x-sieve-goal is longer than {MAX_GOAL_CHARS} characters", param="x-sieve-goal")

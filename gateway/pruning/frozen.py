@@ -7,7 +7,10 @@ are stored and replayed as they are for as long as the client's history still
 starts with the messages they were taken on.
 
 Stored as compact bytes (orjson) in whatever ``ConversationStore`` the gateway
-runs: in-memory by default, Redis when configured.
+runs: in-memory by default, Redis when configured. Replicas of two releases
+share that store during a rolling upgrade, so the bytes keep their version 2
+layout and keys whatever the names in code: an action is stored as "mask" or
+"drop", the target as "cap".
 """
 
 from __future__ import annotations
@@ -17,15 +20,18 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
+from gateway.pruning.vocabulary import Action
 
-MASK, DROP = "mask", "drop"
+# The stored spelling of the actions a plan holds (kept messages are not stored).
+_STORED_ACTIONS = {Action.MASKED: "mask", Action.DROPPED: "drop"}
+_ACTIONS_STORED = {stored: action for action, stored in _STORED_ACTIONS.items()}
 
 
 @dataclass(slots=True)
 class FrozenPlan:
     fingerprints: list[str]          # of every original message of the last request
     decided: int = 0                 # decisions cover original messages [0, decided)
-    actions: dict[int, str] = field(default_factory=dict)  # index -> mask | drop
+    actions: dict[int, Action] = field(default_factory=dict)  # index -> masked | dropped
     inserts: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (before index, message)
     masked: dict[int, str] = field(default_factory=dict)  # index -> the masked content, as forwarded
     epoch: int = 0
@@ -40,7 +46,7 @@ class FrozenPlan:
     def to_bytes(self) -> bytes:
         return orjson.dumps({
             "v": 2, "fp": self.fingerprints, "decided": self.decided,
-            "actions": [[i, a] for i, a in sorted(self.actions.items())],
+            "actions": [[i, _STORED_ACTIONS[a]] for i, a in sorted(self.actions.items())],
             "inserts": [[i, m] for i, m in self.inserts],
             "masked": [[i, t] for i, t in sorted(self.masked.items())],
             "epoch": self.epoch, "cap": self.cap, "tokens": self.tokens, "model_tokens": self.model_tokens,
@@ -56,7 +62,7 @@ class FrozenPlan:
                 return None
             return cls(
                 fingerprints=list(d["fp"]), decided=int(d["decided"]),
-                actions={int(i): str(a) for i, a in d["actions"]},
+                actions={int(i): _ACTIONS_STORED[a] for i, a in d["actions"]},
                 inserts=[(int(i), dict(m)) for i, m in d["inserts"]],
                 masked={int(i): str(t) for i, t in d["masked"]},
                 epoch=int(d["epoch"]), cap=int(d.get("cap", 0)),
@@ -100,9 +106,9 @@ class FrozenPlan:
                 sources.append(-1)
                 pending = next(inserts, None)
             action = self.actions.get(i) if i < self.decided else None
-            if action == DROP:
+            if action == Action.DROPPED:
                 continue
-            if action == MASK:
+            if action == Action.MASKED:
                 replaced = dict(message)
                 replaced["content"] = self.masked[i]
                 out.append(replaced)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 from gateway.pruning import selection as sel
 from gateway.pruning.compression import MASKED_PREFIX, goal_reminder, is_maskable, is_marker, masked_message
 from gateway.pruning.conversation import KIND_SYSTEM, KIND_USER, Conversation, build_conversation
-from gateway.pruning.frozen import DROP, MASK, FrozenPlan
+from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.markers import omitted_ids_reserve, place_markers, with_omitted_ids
 from gateway.pruning.messages import fingerprint
 from gateway.pruning.normalize import check_no_new_problems
@@ -39,6 +39,7 @@ from gateway.pruning.policy import Policy
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.tokens import TokenCounter
+from gateway.pruning.vocabulary import Action, Mode, Strategy
 
 MARKER_RESERVE = 12  # tokens held back for the drop marker
 
@@ -51,7 +52,7 @@ def prune(
     counter: TokenCounter,
     state: FrozenPlan | None = None,
     target: int | None = None,
-    strategy: str | None = None,
+    strategy: Strategy | None = None,
     goal: str | None = None,
     scores: Mapping[int, UnitScore] | None = None,
 ) -> PruneResult:
@@ -73,19 +74,19 @@ def prune(
 
 
 def _prune(body, messages, fps, tokens, model_tokens, policy: Policy, scorer: Scorer, counter: TokenCounter,
-           state: FrozenPlan | None, target: int | None, strategy: str | None, goal: str | None,
+           state: FrozenPlan | None, target: int | None, strategy: Strategy | None, goal: str | None,
            scores: Mapping[int, UnitScore] | None) -> PruneResult:
     # Decisions run on the cap rule's counts (``tokens``); the result reports the
     # model's own (``model_tokens``): what the provider bills.
     original = sum(tokens)
     reported_original = sum(model_tokens)
-    strategy = strategy or policy.strategy
+    strategy = Strategy(strategy or policy.strategy)
     goal_source = "explicit" if goal else "derived"
 
-    def unchanged(mode: str, plan: FrozenPlan) -> PruneResult:
+    def unchanged(mode: Mode, plan: FrozenPlan) -> PruneResult:
         plan.fingerprints = fps
         return PruneResult(dict(body), mode, strategy, reported_original, reported_original, target,
-                           ["kept"] * len(messages), [None] * len(messages), plan,
+                           [Action.KEPT] * len(messages), [None] * len(messages), plan,
                            goal_source=goal_source, epoch=plan.epoch, cap_tokens=original)
 
     def reported(result: PruneResult) -> PruneResult:
@@ -94,8 +95,8 @@ def _prune(body, messages, fps, tokens, model_tokens, policy: Policy, scorer: Sc
                                                    counter.model_tokens)
         return result
 
-    if strategy == "none":
-        return unchanged("none", FrozenPlan(fps))
+    if strategy == Strategy.NONE:
+        return unchanged(Mode.NONE, FrozenPlan(fps))
     high_water = target if target is not None else policy.target_tokens
     if state is not None and state.cap not in (0, high_water):
         # Decisions hold for the cap they were taken under; a client that asks
@@ -115,7 +116,7 @@ def _prune(body, messages, fps, tokens, model_tokens, policy: Policy, scorer: Sc
     ):
         plan = state if state is not None and state.continues(fps) and state.decided == 0 else FrozenPlan(fps)
         plan.cap = high_water
-        return unchanged("under", plan)
+        return unchanged(Mode.UNDER, plan)
 
     continuing = usable or (state is not None and state.continues(fps))
     prior = dict(state.actions) if usable else {}
@@ -133,8 +134,8 @@ def _prune(body, messages, fps, tokens, model_tokens, policy: Policy, scorer: Sc
         # sent, by either count.
         plan = FrozenPlan(fps)
         plan.cap = high_water
-        return unchanged("no_gain", plan)
-    result.mode = "epoch" if continuing else "stateless"
+        return unchanged(Mode.NO_GAIN, plan)
+    result.mode = Mode.EPOCH if continuing else Mode.STATELESS
     result.state.cap = high_water
     result.target_tokens = target
     result.goal_source = goal_source
@@ -142,7 +143,7 @@ def _prune(body, messages, fps, tokens, model_tokens, policy: Policy, scorer: Sc
 
 
 def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: TokenCounter,
-            strategy: str, budget: int, cap: int, forced: dict[int, str],
+            strategy: Strategy, budget: int, cap: int, forced: dict[int, Action],
             scores: Mapping[int, UnitScore] | None, epoch: int, boundary: int = 0,
             prior_inserts: Sequence[tuple[int, dict[str, Any]]] = ()) -> PruneResult:
     units = conv.units
@@ -187,7 +188,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         for i, act in settled.items():
             forced[i] = act
         candidates = [i for i in candidates if i not in settled]
-    if strategy == "window":
+    if strategy == Strategy.WINDOW:
         unit_scores = {i: UnitScore(3, 0.0, "older than the window") for i in candidates}
     elif scores is not None:
         unit_scores = {i: scores[i] for i in candidates if i in scores}
@@ -197,8 +198,8 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     else:
         unit_scores = scorer.score(conv, candidates, window) if candidates else {}
     hard = {i for i, s in unit_scores.items() if s.hard}
-    locked_keep = {i for i, a in (settled or {}).items() if a == sel.KEEP}
-    locked_mask = {i for i, a in (settled or {}).items() if a == sel.MASK}
+    locked_keep = {i for i, a in (settled or {}).items() if a == Action.KEPT}
+    locked_mask = {i for i, a in (settled or {}).items() if a == Action.MASKED}
     pinned = hard_pins | set(soft_pins) | hard | locked_keep
     pinned_tokens = sum(cost(i) for i in pinned) + sum(masked_cost[i] for i in locked_mask)
     reminder = _reminder(conv, policy)
@@ -207,17 +208,17 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     reserve += sum(carried) if settled else max(carried, default=0)  # a re-decision keeps one at most
     reserve += min(ids_reserve, max(0, budget - pinned_tokens - reserve))
     rules = sel.SelectionRules(budget - pinned_tokens - reserve, policy.keep_threshold,
-                               policy.compress_threshold, policy.fill_budget and strategy != "window",
+                               policy.compress_threshold, policy.fill_budget and strategy != Strategy.WINDOW,
                                policy.mask_tool_outputs, policy.mask_min_tokens)
     scored = {i: s for i, s in unit_scores.items() if i not in pinned}
     actions = sel.select(conv, scored, pinned, masked_cost, rules, forced)
     for i in hard:
-        actions[i] = sel.KEEP
+        actions[i] = Action.KEPT
     for i, act in (settled or {}).items():
         actions[i] = act
     whole = set()
     if squeezed is not None:
-        actions[last], whole = sel.MASK, {units[last].stop - 1}
+        actions[last], whole = Action.MASKED, {units[last].stop - 1}
     excess = pinned_tokens + reserve - budget
     if excess > 0 and attainable:  # the protected window itself is over: give up its oldest units
         release = sorted(soft_pins) + sorted(hard - hard_pins)
@@ -225,7 +226,7 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
 
     # Each epoch's omitted span gets a marker of its own when it carries something
     # of its own: a summary, or the span's ids.
-    earlier_drops = {i for i, a in forced.items() if a == sel.DROP}
+    earlier_drops = {i for i, a in forced.items() if a == Action.DROPPED}
     marker_args = (prior_inserts, settled_end, bool(settled), policy.summaries or policy.omitted_ids_tokens > 0,
                    earlier_drops)
     markers, fresh = place_markers(conv, actions, *marker_args)
@@ -244,26 +245,26 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter.count_message)
     check_no_new_problems(conv.messages, forwarded)
 
-    per_message_actions = ["kept"] * len(conv.messages)
+    per_message_actions = [Action.KEPT] * len(conv.messages)
     per_message_scores: list[UnitScore | None] = [None] * len(conv.messages)
     for u in units:
-        act = actions.get(u.index, sel.KEEP)
+        act = actions.get(u.index, Action.KEPT)
         score = unit_scores.get(u.index) or _pin_score(u.index, hard_pins, in_window)
         for j in u.indices:
             per_message_scores[j] = score
-            if act == sel.DROP:
-                per_message_actions[j] = "dropped"
-            elif act == sel.MASK and conv.messages[j].get("role") in ("tool", "function") and j not in whole:
-                per_message_actions[j] = "masked"
+            if act == Action.DROPPED:
+                per_message_actions[j] = Action.DROPPED
+            elif act == Action.MASKED and conv.messages[j].get("role") in ("tool", "function") and j not in whole:
+                per_message_actions[j] = Action.MASKED
     out = dict(body)
     out["messages"] = forwarded
-    return PruneResult(out, "epoch", strategy, conv.total_tokens, fwd_tokens, None,
+    return PruneResult(out, Mode.EPOCH, strategy, conv.total_tokens, fwd_tokens, None,
                        per_message_actions, per_message_scores, plan, list(conv.problems),
                        scored_units=len(unit_scores), epoch=epoch, sources=sources, cap_tokens=fwd_tokens)
 
 
-def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, str],
-                    masked_cost: Mapping[int, int], protected: set[int], room: int) -> tuple[dict[int, str], int]:
+def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, Action],
+                    masked_cost: Mapping[int, int], protected: set[int], room: int) -> tuple[dict[int, Action], int]:
     """The longest prefix of the previously decided units whose decisions can stay
     exactly as they were within ``room`` tokens (what the protected units leave).
 
@@ -273,7 +274,7 @@ def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, str]
     anew only after it. Returns the settled unit actions and the index of the
     first original message after the settled prefix.
     """
-    settled: dict[int, str] = {}
+    settled: dict[int, Action] = {}
     end = 0
     if boundary <= 0:
         return settled, end
@@ -283,8 +284,8 @@ def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, str]
         if u.index in protected:  # the system prompt and the goal: kept as before anyway
             end = u.stop
             continue
-        act = forced.get(u.index, sel.KEEP)
-        cost = u.tokens if act == sel.KEEP else masked_cost.get(u.index, 0) if act == sel.MASK else 0
+        act = forced.get(u.index, Action.KEPT)
+        cost = u.tokens if act == Action.KEPT else masked_cost.get(u.index, 0) if act == Action.MASKED else 0
         if cost > room:
             break
         room -= cost
@@ -313,7 +314,7 @@ def _window(conv: Conversation, policy: Policy) -> list[int]:
     return [i for i in range(start, n) if conv.units[i].kind != KIND_SYSTEM]
 
 
-def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: list[int],
+def _assemble(conv: Conversation, actions: dict[int, Action], reminder, window: list[int],
               masked_forms: Mapping[int, dict[str, Any]], epoch: int, markers: Mapping[int, dict[str, Any]],
               whole: set[int] = frozenset()) -> tuple[list[dict], list[int], FrozenPlan]:
     """The forwarded messages. ``whole``: messages a masked unit leaves whole (the
@@ -321,7 +322,7 @@ def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: lis
     out: list[dict[str, Any]] = []
     sources: list[int] = []
     plan = FrozenPlan(list(conv.fingerprints), decided=len(conv.messages), epoch=epoch)
-    removed = bool(markers) or any(a == sel.MASK for a in actions.values())
+    removed = bool(markers) or any(a == Action.MASKED for a in actions.values())
     reminder_at = conv.units[window[0]].start if (reminder and removed and window) else None
     for u in conv.units:
         marker = markers.get(u.start)
@@ -329,14 +330,14 @@ def _assemble(conv: Conversation, actions: dict[int, str], reminder, window: lis
             out.append(marker), sources.append(-1), plan.inserts.append((u.start, marker))
         if u.start == reminder_at:
             out.append(reminder), sources.append(-1), plan.inserts.append((u.start, reminder))
-        act = actions.get(u.index, sel.KEEP)
+        act = actions.get(u.index, Action.KEPT)
         for j in u.indices:
             m = conv.messages[j]
-            if act == sel.DROP:
-                plan.actions[j] = DROP
+            if act == Action.DROPPED:
+                plan.actions[j] = Action.DROPPED
                 continue
-            if act == sel.MASK and is_maskable(m) and j not in whole:
-                plan.actions[j] = MASK
+            if act == Action.MASKED and is_maskable(m) and j not in whole:
+                plan.actions[j] = Action.MASKED
                 m = masked_forms[j]
                 plan.masked[j] = m["content"]
             out.append(m)
@@ -399,17 +400,17 @@ def _squeeze(conv: Conversation, index: int, masked_forms: Mapping[int, dict[str
     return unit.tokens - gain, forms
 
 
-def _forced_unit_actions(conv: Conversation, prior: Mapping[int, str]) -> dict[int, str]:
+def _forced_unit_actions(conv: Conversation, prior: Mapping[int, Action]) -> dict[int, Action]:
     """Earlier epochs' drops and masks (per message) as unit actions."""
-    forced: dict[int, str] = {}
+    forced: dict[int, Action] = {}
     if not prior:
         return forced
     for u in conv.units:
         acts = {prior[j] for j in u.indices if j in prior}
-        if DROP in acts:
-            forced[u.index] = sel.DROP
-        elif MASK in acts:
-            forced[u.index] = sel.MASK
+        if Action.DROPPED in acts:
+            forced[u.index] = Action.DROPPED
+        elif Action.MASKED in acts:
+            forced[u.index] = Action.MASKED
     return forced
 
 
@@ -433,13 +434,13 @@ def _pin_score(index: int, hard_pins: set[int], window: set[int]) -> UnitScore:
 
 def _frozen_result(body, forwarded, sources, plan: FrozenPlan, strategy, original, fwd_tokens, target,
                    goal_source, n_messages) -> PruneResult:
-    actions = ["kept"] * n_messages
+    actions = [Action.KEPT] * n_messages
     for i, a in plan.actions.items():
         if i < n_messages:
-            actions[i] = "dropped" if a == DROP else "masked"
+            actions[i] = a
     out = dict(body)
     out["messages"] = forwarded
-    return PruneResult(out, "frozen", strategy, original, fwd_tokens, target, actions,
+    return PruneResult(out, Mode.FROZEN, strategy, original, fwd_tokens, target, actions,
                        [None] * n_messages, plan, goal_source=goal_source, epoch=plan.epoch, sources=sources,
                        cap_tokens=fwd_tokens)
 

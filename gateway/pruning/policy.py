@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-STRATEGIES = ("none", "window", "relevance")
+from gateway.pruning.vocabulary import Strategy
+
+STRATEGIES = tuple(Strategy)  # what a policy file or x-sieve-strategy may name
 SCORERS = ("local", "llm", "hybrid")
 SCORER_FALLBACKS = ("local", "keep")
 # The request headers a client may use to steer pruning (x-sieve-<name with dashes>).
@@ -19,7 +21,7 @@ OVERRIDES = ("target_tokens", "strategy", "goal")
 @dataclass(frozen=True, slots=True)
 class Policy:
     name: str = "default"
-    strategy: str = "relevance"
+    strategy: Strategy = Strategy.RELEVANCE
     # Cap on the forwarded messages when the request names none. It is the
     # high-water mark: an epoch prunes down to the system prompt plus
     # low_water_ratio of the rest, so the next turns share a cached prefix.

@@ -10,17 +10,18 @@ from typing import Any, Mapping, Sequence
 
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.scoring import UnitScore
+from gateway.pruning.vocabulary import Action, Mode, Strategy
 
 
 @dataclass(slots=True)
 class PruneResult:
     request: dict[str, Any]
-    mode: str
-    strategy: str
+    mode: Mode
+    strategy: Strategy
     original_tokens: int   # in the model's own encoding: what is reported and billed
     forwarded_tokens: int  # likewise (the decision itself runs on cap_tokens' count)
     target_tokens: int | None
-    message_actions: list[str]          # per original message: kept | masked | dropped
+    message_actions: list[Action]       # per original message
     message_scores: list[UnitScore | None]
     state: FrozenPlan
     problems: list[str] = field(default_factory=list)
@@ -37,7 +38,7 @@ class PruneResult:
     def changed(self) -> bool:
         """True when the forwarded messages differ from the original ones."""
         return self.request.get("messages") is not None and (
-            any(a != "kept" for a in self.message_actions)
+            any(a != Action.KEPT for a in self.message_actions)
             or len(self.request["messages"]) != len(self.message_actions))
 
     @property
@@ -45,8 +46,8 @@ class PruneResult:
         return self.original_tokens - self.forwarded_tokens
 
     def action_counts(self) -> dict[str, int]:
-        """Per original message."""
-        counts = {"kept": 0, "masked": 0, "dropped": 0}
+        """Per original message (keyed by the actions' values: JSON and metric labels)."""
+        counts = {a.value: 0 for a in Action}
         for a in self.message_actions:
             counts[a] += 1
         return counts
@@ -54,12 +55,12 @@ class PruneResult:
     def unit_action_counts(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, int]:
         """Per unit of ``messages`` (the original ones): a tool call and its results
         count once, as dropped if dropped, masked if any result was masked."""
-        counts = {"kept": 0, "masked": 0, "dropped": 0}
+        counts = {a.value: 0 for a in Action}
         current = None
         for m, action in zip(messages, self.message_actions):
             if m.get("role") in ("tool", "function") and current is not None:
-                if action == "masked" and current == "kept":
-                    current = "masked"
+                if action == Action.MASKED and current == Action.KEPT:
+                    current = Action.MASKED
                 continue
             if current is not None:
                 counts[current] += 1
@@ -86,8 +87,12 @@ class PruneResult:
         }
 
 
-def _mode_reason(mode: str, action: str) -> str:
-    if mode in ("none", "under", "no_gain"):
-        return {"none": "strategy none", "under": "below the pruning trigger",
-                "no_gain": "pruning would not make this request smaller"}[mode]
-    return f"{action} by an earlier epoch (frozen)" if action != "kept" else "kept (frozen prefix)"
+_UNCHANGED_REASONS = {Mode.NONE: "strategy none", Mode.UNDER: "below the pruning trigger",
+                      Mode.NO_GAIN: "pruning would not make this request smaller"}
+
+
+def _mode_reason(mode: Mode, action: Action) -> str:
+    """Why a message without a score of this prune ended as it did."""
+    if mode in _UNCHANGED_REASONS:
+        return _UNCHANGED_REASONS[mode]
+    return f"{action} by an earlier epoch (frozen)" if action != Action.KEPT else "kept (frozen prefix)"

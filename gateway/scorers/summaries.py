@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.pruning.compression import is_omission_marker, marker_ids, summary_message
-from gateway.pruning.frozen import DROP
 from gateway.pruning.messages import content_text, message_token_text
 from gateway.pruning.pipeline import PruneResult
 from gateway.pruning.policy import Policy
 from gateway.pruning.tokens import TokenCounter
+from gateway.pruning.vocabulary import Action
 from gateway.scorers.clients import ScorerCallError
 from gateway.scorers.llm import LLMScorer
 from gateway.telemetry.metrics import Metrics
@@ -71,7 +71,7 @@ class Summarizer:
             if not is_omission_marker(marker):
                 continue
             end = positions[k + 1] if k + 1 < len(positions) else plan.decided
-            span = [j for j in range(pos, end) if plan.actions.get(j) == DROP]
+            span = [j for j in range(pos, end) if plan.actions.get(j) == Action.DROPPED]
             if not span:
                 continue
             try:

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.pruning.vocabulary import Action
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 # fail_open: served although a dependency failed; fail_closed: refused because one did
 # (a store outage under a fail-closed policy).
 OUTCOMES = ("ok", "pruned", "passthrough", "client_error", "upstream_error", "budget_rejected",
             "fail_open", "fail_closed", "unauthorized")
-UNIT_ACTIONS = ("kept", "masked", "dropped", "summarised")
+# sieve_units_total{action}: pruning's actions, and "summarised", which the dashboard shows beside them.
+UNIT_ACTIONS = (*(a.value for a in Action), "summarised")
 COST_KINDS = ("counterfactual", "actual", "scorer")
 
 
