@@ -7,7 +7,7 @@ sessions (tool chains, real tool outputs) and times ``prune()``:
 
 * cold: a fresh process state (empty token and feature caches, no conversation
   state) pruning to 30 % of the history;
-* epoch: the next turn of the same conversation, which goes over the cap: a
+* epoch: the next turn of the same conversation, which goes over the target: a
   new epoch, decided anew down to the low-water mark (warm caches);
 * warm: the turn after that, which fits: the frozen decisions are replayed and
   the new messages pass (the common case of an agent loop).
@@ -24,7 +24,7 @@ and every other text of the conversation is new.
 
 Where a cold prune's time goes, by subtraction: the same cold prune, the
 variants interleaved, with one part left out at a time (counting only the
-model's own encoding instead of the cap rule's two; no masked forms; no ids in
+model's own encoding instead of the target rule's two; no masked forms; no ids in
 omission markers; the scorer's text features replaced by empty ones). The
 parts interact, so the savings are approximate and do not add up exactly.
 """
@@ -104,7 +104,7 @@ def timed(fn) -> tuple[float, object]:
 
 def cold_counter(model_encoding_only: bool = False, engine: str | None = None) -> TokenCounter:
     """A cold process: the per-word and per-text id caches emptied, and an empty counter
-    for gpt-4o-mini; optionally counting o200k alone (no cap rule)."""
+    for gpt-4o-mini; optionally counting o200k alone (no target rule)."""
     text_features.clear_word_cache()
     ids.clear_ids_memo()
     counter = TokenCounters(engine=engine).for_model("gpt-4o-mini")
@@ -124,7 +124,7 @@ def breakdown(size: int, repeats: int) -> None:
     analyse = text_features.analyse
     variants = {
         "full cold prune": (Policy(), False, False),
-        "  counting o200k only (no cap rule)": (Policy(), True, False),
+        "  counting o200k only (no target rule)": (Policy(), True, False),
         "  no masked forms": (Policy(mask_tool_outputs=False), False, False),
         "  no ids in omission markers": (Policy(omitted_ids_tokens=0), False, False),
         "  empty text features": (Policy(), False, True),
@@ -168,8 +168,8 @@ def main() -> int:
         body = {"model": "gpt-4o-mini", "messages": messages}
         actual = base_counter.count_messages(messages)
         target = max(500, int(actual * 0.3))
-        # The next turn brings a bulky tool output (a tenth of the cap): it goes over the
-        # cap whatever room the first decision left, so the second call is an epoch.
+        # The next turn brings a bulky tool output (a tenth of the target): it goes over the
+        # target whatever room the first decision left, so the second call is an epoch.
         rows = "\n".join(f"item {i}: sku {800000 + i}, status pending" for i in range(max(10, target // 100)))
         bulky = [{"role": "assistant", "content": None, "tool_calls": [
                      {"id": "bench_call", "type": "function",
@@ -191,7 +191,7 @@ def main() -> int:
             ms, first = timed(lambda: prune(body, policy, scorer=scorer, counter=counter, target=target))
             cold.append(ms)
             raw = first.state.to_bytes()
-            # The next turn goes over the cap: a new epoch, down to the low-water mark.
+            # The next turn goes over the target: a new epoch, down to the low-water mark.
             ms, second = timed(lambda: prune(extended, policy, scorer=scorer, counter=counter,
                                              state=FrozenPlan.from_bytes(raw), target=target))
             assert second.mode == "epoch" or len(messages) == 1, second.mode

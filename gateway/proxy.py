@@ -77,14 +77,14 @@ class ChatProxy:
 
     async def complete(self, call: ChatCall) -> Response:
         route = self._router.resolve(call.body["model"])
-        cap = None
+        target_tokens = None
         left = await self._budgets.budget_left(call)
         if left is not None:
             base = call.sieve.target_tokens or call.policy.target_tokens
-            tightened = call.policy.tightened_cap(base, left)
-            cap = tightened if tightened != base else None
+            tightened = call.policy.tightened_target(base, left)
+            target_tokens = tightened if tightened != base else None
         outcome = await self._pruner.prune(call.body, call.identity.org, call.sieve, call.policy,
-                                           call.body_bytes, cap=cap)
+                                           call.body_bytes, target_tokens=target_tokens)
         forwarded = outcome.result.request
         stream = forwarded.get("stream") is True
         strip_usage = False

@@ -70,9 +70,9 @@ class Pruner:
         self._summarizer = summarizer
 
     async def prune(self, body: dict[str, Any], org: str, headers: SieveHeaders, policy: Policy,
-                    body_bytes: int, cap: int | None = None) -> PruneOutcome:
-        """``cap``, when given, is a cap Sieve itself imposes (a budget running low):
-        it replaces the request's target and is no client override."""
+                    body_bytes: int, target_tokens: int | None = None) -> PruneOutcome:
+        """``target_tokens``, when given, is a target Sieve itself imposes (a budget running
+        low): it replaces the request's target and is no client override."""
         check_overrides(headers, policy)
         key = conversation_key(org, body, headers.conversation_id)
         failed = None
@@ -93,7 +93,7 @@ class Pruner:
         scorer_run = None
 
         def call(plan: FrozenPlan | None, scorer: Scorer, scores=None) -> PruneResult:
-            return prune(body, policy, scorer=scorer, counter=counter, state=plan, target=cap or headers.target_tokens,
+            return prune(body, policy, scorer=scorer, counter=counter, state=plan, target=target_tokens or headers.target_tokens,
                          strategy=headers.strategy, goal=goal, scores=scores)
 
         async def run(plan: FrozenPlan | None, scorer: Scorer, scores=None) -> PruneResult:
@@ -119,7 +119,7 @@ class Pruner:
         if policy.summaries and self._summarizer is not None and result.mode in (Mode.EPOCH, Mode.STATELESS):
             try:
                 summary_run = await self._summarizer.summarize(
-                    result, body["messages"], goal or _first_user_text(body), policy, counter, result.state.cap)
+                    result, body["messages"], goal or _first_user_text(body), policy, counter, result.state.target_tokens)
             except Exception as exc:  # noqa: BLE001 - the plain markers stand
                 log.exception("summaries failed (%s); keeping the plain markers", type(exc).__name__)
         prune_s = time.perf_counter() - t0

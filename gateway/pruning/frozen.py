@@ -35,8 +35,8 @@ class FrozenPlan:
     inserts: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (before index, message)
     masked: dict[int, str] = field(default_factory=dict)  # index -> the masked content, as forwarded
     epoch: int = 0
-    cap: int = 0                     # the high-water mark the decisions were taken under
-    # Token counts of the messages behind ``fingerprints`` (under the cap rule, and
+    target_tokens: int = 0           # the target the decisions were taken under (stored as "cap")
+    # Token counts of the messages behind ``fingerprints`` (under the target rule, and
     # in the model's own encoding), and that encoding: a replica that never saw
     # this conversation reuses them instead of tokenizing the whole history again.
     tokens: list[int] = field(default_factory=list)
@@ -49,7 +49,7 @@ class FrozenPlan:
             "actions": [[i, _STORED_ACTIONS[a]] for i, a in sorted(self.actions.items())],
             "inserts": [[i, m] for i, m in self.inserts],
             "masked": [[i, t] for i, t in sorted(self.masked.items())],
-            "epoch": self.epoch, "cap": self.cap, "tokens": self.tokens, "model_tokens": self.model_tokens,
+            "epoch": self.epoch, "cap": self.target_tokens, "tokens": self.tokens, "model_tokens": self.model_tokens,
             "encoding": self.encoding,
         })
 
@@ -65,7 +65,7 @@ class FrozenPlan:
                 actions={int(i): _ACTIONS_STORED[a] for i, a in d["actions"]},
                 inserts=[(int(i), dict(m)) for i, m in d["inserts"]],
                 masked={int(i): str(t) for i, t in d["masked"]},
-                epoch=int(d["epoch"]), cap=int(d.get("cap", 0)),
+                epoch=int(d["epoch"]), target_tokens=int(d.get("cap", 0)),
                 tokens=[int(t) for t in d.get("tokens", ())],
                 model_tokens=[int(t) for t in d.get("model_tokens", ())], encoding=str(d.get("encoding", "")),
             )
@@ -73,7 +73,7 @@ class FrozenPlan:
             return None
 
     def known_tokens(self, fingerprints: Sequence[str], encoding: str) -> tuple[list[int], list[int]]:
-        """Stored token counts (cap rule, model encoding) of the leading messages that are unchanged."""
+        """Stored token counts (target rule, model encoding) of the leading messages that are unchanged."""
         n_fps = len(self.fingerprints)
         if encoding != self.encoding or len(self.tokens) != n_fps or len(self.model_tokens) != n_fps:
             return [], []

@@ -94,7 +94,7 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
         ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
         plain = counter.count_message(markers[pos])
         while ids and counter.count_message(dropped_marker(ids)) - plain > room:
-            ids.pop()  # the per-id estimate is close, the cap is exact
+            ids.pop()  # the per-id estimate is close, the target is exact
         if ids:
             marker = dropped_marker(ids)
             room -= counter.count_message(marker) - plain

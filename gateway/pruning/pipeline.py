@@ -13,11 +13,11 @@ Modes (``result.mode``):
 * ``none``       strategy none: forwarded unchanged.
 * ``under``      below the target or the policy's minimum size: unchanged.
 * ``frozen``     the stored decisions replayed; new messages pass unchanged.
-* ``epoch``      over the high-water mark: down to the low-water mark. The
+* ``epoch``      over the target: down to the low-water mark. The
                  longest old prefix that still fits is kept byte for byte (the
                  provider has it cached) and only what follows is decided anew;
                  earlier masks and drops never come back.
-* ``stateless``  no usable state (first sight, another cap, or the client edited
+* ``stateless``  no usable state (first sight, another target, or the client edited
                  its history): pruned straight to the target.
 * ``no_gain``    a decision was taken but would not have made the request smaller
                  (the omission marker or the reminder costs more than what it
@@ -56,14 +56,14 @@ def prune(
     goal: str | None = None,
     scores: Mapping[int, UnitScore] | None = None,
 ) -> PruneResult:
-    """Prune ``body['messages']``. ``target`` (explicit) is a hard cap that overrides the
+    """Prune ``body['messages']``. ``target`` (explicit) is a hard target that overrides the
     minimum-size triggers; ``scores`` are precomputed unit scores (an async scorer's)."""
     messages: list[dict[str, Any]] = body["messages"]
     fps = [fingerprint(m) for m in messages]
     tokens, model_tokens = state.known_tokens(fps, counter.encoding_name) if state is not None else ([], [])
     for m in messages[len(tokens):]:
-        cap, model = counter.message_counts(m)
-        tokens.append(cap)
+        target_rule, model = counter.message_counts(m)
+        tokens.append(target_rule)
         model_tokens.append(model)
     result = _prune(body, messages, fps, tokens, model_tokens, policy, scorer, counter, state, target, strategy,
                     goal, scores)
@@ -76,18 +76,19 @@ def prune(
 def _prune(body, messages, fps, tokens, model_tokens, policy: Policy, scorer: Scorer, counter: TokenCounter,
            state: FrozenPlan | None, target: int | None, strategy: Strategy | None, goal: str | None,
            scores: Mapping[int, UnitScore] | None) -> PruneResult:
-    # Decisions run on the cap rule's counts (``tokens``); the result reports the
+    # Decisions run on the target rule's counts (``tokens``); the result reports the
     # model's own (``model_tokens``): what the provider bills.
     original = sum(tokens)
     reported_original = sum(model_tokens)
     strategy = Strategy(strategy or policy.strategy)
     goal_source = "explicit" if goal else "derived"
+    target_tokens = target if target is not None else policy.target_tokens
 
     def unchanged(mode: Mode, plan: FrozenPlan) -> PruneResult:
         plan.fingerprints = fps
-        return PruneResult(dict(body), mode, strategy, reported_original, reported_original, target,
+        return PruneResult(dict(body), mode, strategy, reported_original, reported_original, target_tokens,
                            [Action.KEPT] * len(messages), [None] * len(messages), plan,
-                           goal_source=goal_source, epoch=plan.epoch, cap_tokens=original)
+                           goal_source=goal_source, epoch=plan.epoch, target_rule_tokens=original)
 
     def reported(result: PruneResult) -> PruneResult:
         result.original_tokens = reported_original
@@ -97,53 +98,52 @@ def _prune(body, messages, fps, tokens, model_tokens, policy: Policy, scorer: Sc
 
     if strategy == Strategy.NONE:
         return unchanged(Mode.NONE, FrozenPlan(fps))
-    high_water = target if target is not None else policy.target_tokens
-    if state is not None and state.cap not in (0, high_water):
-        # Decisions hold for the cap they were taken under; a client that asks
-        # for another cap gets a fresh decision.
+    if state is not None and state.target_tokens not in (0, target_tokens):
+        # Decisions hold for the target they were taken under; a client that asks
+        # for another target gets a fresh decision.
         state = None
     usable = state is not None and state.decided > 0 and state.prefix_matches(fps)
 
     if usable:
         forwarded, sources = state.replay(messages)
         fwd_tokens = _count_forwarded(forwarded, sources, tokens, counter.count_message)
-        if fwd_tokens <= high_water:
+        if fwd_tokens <= target_tokens:
             state.fingerprints = fps
             return reported(_frozen_result(body, forwarded, sources, state, strategy, original, fwd_tokens,
-                                           target, goal_source, len(messages)))
-    elif original <= high_water or (
+                                           target_tokens, goal_source, len(messages)))
+    elif original <= target_tokens or (
         target is None and (original < policy.min_prompt_tokens or len(messages) < policy.min_messages)
     ):
         plan = state if state is not None and state.continues(fps) and state.decided == 0 else FrozenPlan(fps)
-        plan.cap = high_water
+        plan.target_tokens = target_tokens
         return unchanged(Mode.UNDER, plan)
 
     continuing = usable or (state is not None and state.continues(fps))
     prior = dict(state.actions) if usable else {}
     conv = build_conversation(messages, counter.count_message, explicit_goal=goal,
                               fingerprints=fps, tokens=tokens)
-    budget = _low_water(conv, high_water, policy.low_water_ratio) if continuing else high_water
+    budget = _low_water(conv, target_tokens, policy.low_water_ratio) if continuing else target_tokens
     plan_epoch = (state.epoch + 1) if (state is not None and continuing) else 1
     boundary = state.decided if usable else 0
-    result = reported(_decide(body, conv, policy, scorer, counter, strategy, budget, high_water,
+    result = reported(_decide(body, conv, policy, scorer, counter, strategy, budget, target_tokens,
                               _forced_unit_actions(conv, prior), scores, plan_epoch, boundary,
                               state.inserts if usable else ()))
-    if result.cap_tokens >= original or result.forwarded_tokens >= reported_original:
+    if result.target_rule_tokens >= original or result.forwarded_tokens >= reported_original:
         # Markers and reminders cost tokens too: dropping a few tiny units under a marker
         # larger than them would forward more than the client sent. Never worse than as
         # sent, by either count.
         plan = FrozenPlan(fps)
-        plan.cap = high_water
+        plan.target_tokens = target_tokens
         return unchanged(Mode.NO_GAIN, plan)
     result.mode = Mode.EPOCH if continuing else Mode.STATELESS
-    result.state.cap = high_water
-    result.target_tokens = target
+    result.state.target_tokens = target_tokens
+    result.target_tokens = target_tokens
     result.goal_source = goal_source
     return result
 
 
 def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: TokenCounter,
-            strategy: Strategy, budget: int, cap: int, forced: dict[int, Action],
+            strategy: Strategy, budget: int, target_tokens: int, forced: dict[int, Action],
             scores: Mapping[int, UnitScore] | None, epoch: int, boundary: int = 0,
             prior_inserts: Sequence[tuple[int, dict[str, Any]]] = ()) -> PruneResult:
     units = conv.units
@@ -153,18 +153,18 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     in_window = set(window)  # the window can hold every unit: list membership made this quadratic
     soft_pins = [i for i in window if i not in hard_pins]
     candidates = [u.index for u in units if u.index not in hard_pins and u.index not in in_window]
-    # The cap is attainable when the units never given up (system prompt, goal,
+    # The target is attainable when the units never given up (system prompt, goal,
     # current step) fit in it; then the rest of the protected window yields, oldest
     # first, to meet it. When they do not, shedding the window would harm the agent
-    # and still miss the cap: every pinned unit goes whole, everything else is
-    # omitted (the request comes as close to the cap as the pins allow), and the
+    # and still miss the target: every pinned unit goes whole, everything else is
+    # omitted (the request comes as close to the target as the pins allow), and the
     # omission marker lists the ids of what it stands for: an exact id costs a few
     # tokens, and the next call is likely to reuse one.
     masked_forms = _masked_forms(conv) if policy.mask_tool_outputs else {}
     masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
                    if u.tool_result_tokens and policy.mask_tool_outputs}
-    pins_over = sum(units[i].tokens for i in hard_pins) - cap
-    # A current step of many parallel results can be what breaks the cap: then its
+    pins_over = sum(units[i].tokens for i in hard_pins) - target_tokens
+    # A current step of many parallel results can be what breaks the target: then its
     # earlier results are masked (every call still answered), the newest stays
     # whole, and the unit stays pinned, not dropped.
     squeezed = _squeeze(conv, last, masked_forms, counter, pins_over) if pins_over > 0 and masked_forms else None
@@ -232,9 +232,9 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     markers, fresh = place_markers(conv, actions, *marker_args)
     forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
     fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter.count_message)
-    if fwd_tokens > cap and attainable:  # the markers cost more than was reserved for them
+    if fwd_tokens > target_tokens and attainable:  # the markers cost more than was reserved for them
         order = sorted(candidates, key=lambda i: (unit_scores[i].score, unit_scores[i].relevance, i))
-        sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - cap)
+        sel.shrink_to_fit(conv, actions, order + sorted(soft_pins), masked_cost, fwd_tokens - target_tokens)
         markers, fresh = place_markers(conv, actions, *marker_args)
         forwarded, sources, plan = _assemble(conv, actions, reminder, window, masked_forms, epoch, markers, whole)
         fwd_tokens = _count_forwarded(forwarded, sources, conv.tokens, counter.count_message)
@@ -260,7 +260,8 @@ def _decide(body, conv: Conversation, policy: Policy, scorer: Scorer, counter: T
     out["messages"] = forwarded
     return PruneResult(out, Mode.EPOCH, strategy, conv.total_tokens, fwd_tokens, None,
                        per_message_actions, per_message_scores, plan, list(conv.problems),
-                       scored_units=len(unit_scores), epoch=epoch, sources=sources, cap_tokens=fwd_tokens)
+                       scored_units=len(unit_scores), epoch=epoch, sources=sources,
+                       target_rule_tokens=fwd_tokens)
 
 
 def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, Action],
@@ -294,14 +295,14 @@ def _settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, Acti
     return settled, end
 
 
-def _low_water(conv: Conversation, high_water: int, ratio: float) -> int:
+def _low_water(conv: Conversation, target_tokens: int, ratio: float) -> int:
     """The epoch's budget. Hysteresis applies to the history: the system prompt is a
     fixed, always-cached cost, so the low-water mark leaves it whole and takes
     ``ratio`` of what remains for everything else."""
     system = sum(u.tokens for u in conv.units if u.kind == KIND_SYSTEM)
-    if system >= high_water:
-        return high_water
-    return system + int((high_water - system) * ratio)
+    if system >= target_tokens:
+        return target_tokens
+    return system + int((target_tokens - system) * ratio)
 
 
 def _window(conv: Conversation, policy: Policy) -> list[int]:
@@ -379,7 +380,7 @@ def _masked_tokens(conv: Conversation, unit_index: int, counter: TokenCounter,
 def _squeeze(conv: Conversation, index: int, masked_forms: Mapping[int, dict[str, Any]], counter: TokenCounter,
              over: int) -> tuple[int, dict[int, dict[str, Any]]] | None:
     """Unit ``index`` with every result but its newest masked, if that frees ``over``
-    tokens: masks with their ids first, else without (the cap is the client's hard
+    tokens: masks with their ids first, else without (the target is the client's hard
     limit). Returns the unit's tokens and the masked forms used; None if neither
     fits, or the unit has nothing to mask but its newest result."""
     unit = conv.units[index]
@@ -442,7 +443,7 @@ def _frozen_result(body, forwarded, sources, plan: FrozenPlan, strategy, origina
     out["messages"] = forwarded
     return PruneResult(out, Mode.FROZEN, strategy, original, fwd_tokens, target, actions,
                        [None] * n_messages, plan, goal_source=goal_source, epoch=plan.epoch, sources=sources,
-                       cap_tokens=fwd_tokens)
+                       target_rule_tokens=fwd_tokens)
 
 
 __all__ = ["PruneResult", "prune"]

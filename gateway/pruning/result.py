@@ -19,8 +19,8 @@ class PruneResult:
     mode: Mode
     strategy: Strategy
     original_tokens: int   # in the model's own encoding: what is reported and billed
-    forwarded_tokens: int  # likewise (the decision itself runs on cap_tokens' count)
-    target_tokens: int | None
+    forwarded_tokens: int  # likewise (the decision itself runs on target_rule_tokens' count)
+    target_tokens: int     # the target in force: the request's own, else the policy's
     message_actions: list[Action]       # per original message
     message_scores: list[UnitScore | None]
     state: FrozenPlan
@@ -29,7 +29,7 @@ class PruneResult:
     scored_units: int = 0
     epoch: int = 0
     message_tokens: list[int] = field(default_factory=list)  # per original message, model encoding
-    cap_tokens: int = 0  # the forwarded messages under the cap rule: what x-sieve-target-tokens bounds
+    target_rule_tokens: int = 0  # the forwarded messages under the target rule: what x-sieve-target-tokens bounds
     # Per forwarded message, the original message it is (or masks), -1 for an inserted
     # marker: the forwarded count reuses the originals' known counts.
     sources: list[int] = field(default_factory=list, repr=False)
@@ -80,7 +80,8 @@ class PruneResult:
         return {
             "mode": self.mode, "strategy": self.strategy, "epoch": self.epoch,
             "original_tokens": self.original_tokens, "forwarded_tokens": self.forwarded_tokens,
-            "saved_tokens": self.saved_tokens, "target_tokens": self.target_tokens, "cap_tokens": self.cap_tokens,
+            "saved_tokens": self.saved_tokens, "target_tokens": self.target_tokens,
+            "target_rule_tokens": self.target_rule_tokens,
             "messages_in": len(self.message_actions), "messages_out": len(self.request.get("messages", [])),
             "actions": self.action_counts(), "scored_units": self.scored_units,
             "goal_source": self.goal_source, "problems": self.problems, "messages": messages,

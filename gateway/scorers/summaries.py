@@ -59,9 +59,9 @@ class Summarizer:
         self._metrics = metrics
 
     async def summarize(self, result: PruneResult, messages: list[dict[str, Any]], goal: str,
-                        policy: Policy, counter: TokenCounter, cap: int) -> SummaryRun:
+                        policy: Policy, counter: TokenCounter, target_tokens: int) -> SummaryRun:
         """Replace the fresh omission markers of ``result`` by summaries, in place (the
-        forwarded request and the plan alike), as far as the cap leaves room."""
+        forwarded request and the plan alike), as far as ``target_tokens`` leaves room."""
         run = SummaryRun()
         started = time.perf_counter()
         plan = result.state
@@ -88,7 +88,7 @@ class Summarizer:
             # a summary cut to fit loses its last lines first.
             missing = [v for v in marker_ids(marker) if v not in answer.text]
             text = (f"Ids: {' '.join(missing)}\n" if missing else "") + answer.text
-            summary = _fit(text, counter, cap - result.cap_tokens + counter.count_message(marker))
+            summary = _fit(text, counter, target_tokens - result.target_rule_tokens + counter.count_message(marker))
             if summary is None:
                 continue
             _replace(result, k, marker, summary, counter)
@@ -136,5 +136,5 @@ def _replace(result: PruneResult, k: int, marker: dict[str, Any], summary: dict[
         if m is marker:
             forwarded[i] = summary
             break
-    result.cap_tokens += counter.count_message(summary) - counter.count_message(marker)
+    result.target_rule_tokens += counter.count_message(summary) - counter.count_message(marker)
     result.forwarded_tokens += counter.model_tokens(summary) - counter.model_tokens(marker)

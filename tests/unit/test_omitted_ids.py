@@ -53,11 +53,11 @@ def test_id_reading_matches_the_mask_and_skips_amounts_and_words():
     assert ids_in(["a" * 100_000 + " x1"]) == set()  # a long run of letters is read in linear time
 
 
-def test_a_dropped_tool_chain_leaves_its_ids_in_the_marker_within_the_cap():
+def test_a_dropped_tool_chain_leaves_its_ids_in_the_marker_within_the_target():
     messages = agent_history(12)
     target = 2500
     result = run(messages, target=target)
-    assert result.cap_tokens <= target
+    assert result.target_rule_tokens <= target
     found = markers(result)
     assert len(found) == 1 and found[0] != DROPPED_MARKER
     ids = listed(found[0])
@@ -91,14 +91,14 @@ def test_markers_are_frozen_and_each_epoch_adds_its_own():
         messages[-1] = {"role": "user", "content": f"And order {step}?"}
         result = run(messages, policy, state=state)
         state = FrozenPlan.from_bytes(result.state.to_bytes())
-        assert result.cap_tokens <= 3000
+        assert result.target_rule_tokens <= 3000
         now = markers(result)
         if result.mode == "frozen":
             assert now == seen[-1]  # replayed byte for byte
         elif result.mode == "epoch":
             # Down to the low-water mark, the markers carried over from earlier epochs included.
             system = COUNTER.count_message(messages[0])
-            assert result.cap_tokens <= system + (3000 - system) * policy.low_water_ratio
+            assert result.target_rule_tokens <= system + (3000 - system) * policy.low_water_ratio
             if seen and seen[-1]:
                 assert now[0] == seen[-1][0]  # the oldest marker keeps its bytes and place
             seen.append(now)
@@ -132,7 +132,7 @@ def _parallel_step(results: int, lines: int) -> list[dict]:
     return out
 
 
-def test_a_current_step_that_breaks_the_cap_masks_its_earlier_results():
+def test_a_current_step_that_breaks_the_target_masks_its_earlier_results():
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Check my orders."}]
     messages += _parallel_step(4, 30)
     step = messages[2:]
@@ -141,15 +141,15 @@ def test_a_current_step_that_breaks_the_cap_masks_its_earlier_results():
     for target in (full - 200, COUNTER.count_messages(messages[:3]) + newest + 3 * 60):
         result = run(messages, target=target)
         sent = result.request["messages"]
-        assert result.cap_tokens <= target
+        assert result.target_rule_tokens <= target
         assert sent[-5] == step[0] and sent[-1] == step[-1]  # every call, and the newest result whole
         masked = sent[-4:-1]
         assert all(m["content"].startswith("[sieve: masked") for m in masked)
         assert [m["tool_call_id"] for m in masked] == ["p0", "p1", "p2"]
         assert result.message_actions[2:] == ["kept", "masked", "masked", "masked", "kept"]
-    # With room, the masks keep their ids; without, they go bare rather than break the cap.
+    # With room, the masks keep their ids; without, they go bare rather than break the target.
     roomy = run(messages, target=full - 200).request["messages"]
     assert "; ids: #W5000000" in roomy[-4]["content"]
     tight = run(messages, target=COUNTER.count_messages(messages[:3]) + newest + 3 * 24)
-    assert tight.cap_tokens <= COUNTER.count_messages(messages[:3]) + newest + 3 * 24
+    assert tight.target_rule_tokens <= COUNTER.count_messages(messages[:3]) + newest + 3 * 24
     assert all("ids:" not in m["content"] for m in tight.request["messages"][-4:-1])

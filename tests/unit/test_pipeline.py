@@ -46,7 +46,7 @@ def test_token_count_contract():
            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"a":1}'}}]}
     assert counter.count_message(msg) == counter.count_text('lookup{"a":1}') + 4
     assert counter.count_message({"role": "user", "content": [{"type": "text", "text": "hi"}]}) == 1 + 4
-    # o200k models: the cap counts the larger of the two encodings, reports the model's own.
+    # o200k models: the target counts the larger of the two encodings, reports the model's own.
     text = "Quisiera cambiar la lámpara rota del pedido #W1000001 por una azul, por favor."
     o200k, cl100k = (len(tiktoken.get_encoding(n).encode_ordinary(text)) for n in ("o200k_base", "cl100k_base"))
     assert o200k < cl100k
@@ -96,8 +96,8 @@ def test_a_prune_that_saves_nothing_forwards_the_request_as_sent():
 
 
 def test_a_prune_that_saves_nothing_in_the_models_own_count_forwards_the_request_as_sent():
-    # Found by fuzzing: Russian text counts 15 tokens under the cap rule (cl100k) but 10
-    # in the model's o200k. Dropping it under the 12-token marker met the cap and sent
+    # Found by fuzzing: Russian text counts 15 tokens under the target rule (cl100k) but 10
+    # in the model's o200k. Dropping it under the 12-token marker met the target and sent
     # the provider more tokens than the client did.
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "goal"},
                 {"role": "user", "content": "Я хочу поменять лампу"},
@@ -110,9 +110,9 @@ def test_a_prune_that_saves_nothing_in_the_models_own_count_forwards_the_request
 def test_explicit_target_overrides_minimums_and_fits():
     history = agent_history(12)
     result = run(history, target=2500)
-    assert result.cap_tokens <= 2500 < result.original_tokens
-    # The cap holds under the cap rule; what is reported is the model's own encoding.
-    assert COUNTER.count_messages(result.request["messages"]) == result.cap_tokens
+    assert result.target_rule_tokens <= 2500 < result.original_tokens
+    # The target holds under the target rule; what is reported is the model's own encoding.
+    assert COUNTER.count_messages(result.request["messages"]) == result.target_rule_tokens
     assert sum(map(COUNTER.model_tokens, result.request["messages"])) == result.forwarded_tokens
     assert structural_problems(result.request["messages"]) == []
     sent = result.request["messages"]
@@ -146,9 +146,9 @@ def test_frozen_plan_replays_byte_identically_and_survives_serialization():
     history = agent_history(20)
     turn = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and then?"}]
     first = run(history, target=4000)
-    assert first.mode == "stateless"          # first sight: pruned to the cap itself
+    assert first.mode == "stateless"          # first sight: pruned to the target itself
     second = run(history + turn, target=4000, state=FrozenPlan.from_bytes(first.state.to_bytes()))
-    assert second.mode == "epoch"             # over the cap: down to the low-water mark
+    assert second.mode == "epoch"             # over the target: down to the low-water mark
     third = run(history + turn + turn, target=4000, state=FrozenPlan.from_bytes(second.state.to_bytes()))
     assert third.mode == "frozen"
     n = len(second.request["messages"])
@@ -156,11 +156,11 @@ def test_frozen_plan_replays_byte_identically_and_survives_serialization():
     assert third.request["messages"][n:] == turn
 
 
-def test_another_cap_gets_a_fresh_decision():
+def test_another_target_gets_a_fresh_decision():
     history = agent_history(20)
     first = run(history, target=4000)
     again = run(history, target=3000, state=first.state)
-    assert again.mode == "stateless" and again.cap_tokens <= 3000
+    assert again.mode == "stateless" and again.target_rule_tokens <= 3000
 
 
 def test_epoch_goes_to_low_water_and_keeps_earlier_drops():
@@ -171,7 +171,7 @@ def test_epoch_goes_to_low_water_and_keeps_earlier_drops():
     dropped_before = {i for i, a in enumerate(first.message_actions) if a == "dropped"}
     second = run(history, target=4000, state=state, policy=policy)
     assert second.mode == "epoch" and second.epoch == first.epoch + 1
-    assert second.cap_tokens <= 4000 * 0.5 + 200
+    assert second.target_rule_tokens <= 4000 * 0.5 + 200
     assert dropped_before <= {i for i, a in enumerate(second.message_actions) if a == "dropped"}
 
 
@@ -184,7 +184,7 @@ def test_window_strategy_keeps_newest():
     history = agent_history(20)
     result = run(history, target=3000, strategy="window")
     kept = [i for i, a in enumerate(result.message_actions) if a != "dropped"]
-    assert kept[-1] == len(history) - 1 and result.cap_tokens <= 3000
+    assert kept[-1] == len(history) - 1 and result.target_rule_tokens <= 3000
 
 
 @pytest.mark.parametrize("strategy", ["relevance", "window"])
@@ -195,11 +195,11 @@ def test_pinned_exceeding_target_still_valid(strategy):
     assert structural_problems(result.request["messages"]) == []
 
 
-def test_an_unattainable_cap_keeps_the_pins_and_lists_the_ids_of_the_rest():
-    # The current step alone is over the cap: the pinned units (system, goal, the
+def test_an_unattainable_target_keeps_the_pins_and_lists_the_ids_of_the_rest():
+    # The current step alone is over the target: the pinned units (system, goal, the
     # protected window) go whole, everything else is omitted, and the marker lists
     # the omitted ids within omitted_ids_tokens. It used to keep a share of the
-    # history, measured from the system prompt up: a request 50 % over a cap it
+    # history, measured from the system prompt up: a request 50 % over a target it
     # missed by a few tokens.
     history = agent_history(20)
     call = {"id": "big", "type": "function", "function": {"name": "get_order_details", "arguments": "{}"}}
@@ -220,14 +220,14 @@ def test_an_unattainable_cap_keeps_the_pins_and_lists_the_ids_of_the_rest():
     listed = marker_ids(markers[0])
     assert sum(i.startswith("#W10000") for i in listed) >= 5  # the dropped steps' order ids
     pinned_tokens = sum(conv.units[i].tokens for i in pinned)
-    assert pinned_tokens < result.cap_tokens <= pinned_tokens + policy.omitted_ids_tokens + 16
+    assert pinned_tokens < result.target_rule_tokens <= pinned_tokens + policy.omitted_ids_tokens + 16
     assert structural_problems(sent) == []
 
 
-def test_a_cap_that_only_dropping_the_goal_could_meet_is_unattainable():
-    # System prompt + current step fit the cap, the goal does not: the goal is never
-    # given up, so the cap cannot be met, and the protected window stays like every
-    # other pin (it used to be shed for a cap that was then missed all the same).
+def test_a_target_that_only_dropping_the_goal_could_meet_is_unattainable():
+    # System prompt + current step fit the target, the goal does not: the goal is never
+    # given up, so the target cannot be met, and the protected window stays like every
+    # other pin (it used to be shed for a target that was then missed all the same).
     history = agent_history(20)
     history[1] = {"role": "user", "content": GOAL + " Details: " + "the lamp is broken " * 150}
     policy = Policy()
