@@ -21,29 +21,36 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Runs in a fresh process with one tree first on sys.path.
+# Runs in a fresh process with one tree first on sys.path; older trees take
+# prune(..., target=N), newer ones prune(..., steering=Steering(target_tokens=N)).
 _ONE_SIDE = """
-import statistics, sys, time
+import inspect, statistics, sys, time
 from pathlib import Path
 tree, tokens = sys.argv[1], int(sys.argv[2])
 sys.path[:0] = [tree, tree + "/bench"]
+from gateway.settings import prepare_offline_environment
+prepare_offline_environment()
 import prune_speed
 prune_speed.SESSIONS = Path(sys.argv[3])
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning import policy
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 counter = TokenCounters().for_model("gpt-4o-mini")
 messages = prune_speed.history_of(tokens, counter)
 body = {"model": "gpt-4o-mini", "messages": messages}
 target = int(counter.count_messages(messages) * 0.3)
+if "steering" in inspect.signature(prune).parameters:
+    steer = {"steering": policy.Steering(target_tokens=target)}
+else:
+    steer = {"target": target}
 times = []
 from gateway.pruning import text_features
 for _ in range(8):
     cold = prune_speed.cold_counter()  # empties the word and id caches too
     text_features._WORD_TERMS.clear()  # which older revisions' cold_counter left warm
     started = time.perf_counter()
-    prune(body, Policy(), scorer=LocalScorer(), counter=cold, target=target)
+    prune(body, policy.Policy(), scorer=LocalScorer(), counter=cold, **steer)
     times.append((time.perf_counter() - started) * 1000)
 print(statistics.median(times[1:]))
 """

@@ -27,7 +27,7 @@ from gateway.api.protocol import SieveHeaders
 from gateway.errors import Forbidden
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pipeline import PruneResult, prune
-from gateway.pruning.policy import OVERRIDES, Policy
+from gateway.pruning.policy import OVERRIDES, Policy, Steering
 from gateway.pruning.scoring import Scorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.pruning.vocabulary import Mode, Strategy
@@ -91,10 +91,10 @@ class Pruner:
         t0 = time.perf_counter()
         capture = CapturingScorer(self._scorer) if self._llm is not None and policy.scorer != "local" else None
         scorer_run = None
+        steering = Steering(target_tokens=target_tokens or headers.target_tokens, strategy=headers.strategy, goal=goal)
 
         def call(plan: FrozenPlan | None, scorer: Scorer, scores=None) -> PruneResult:
-            return prune(body, policy, scorer=scorer, counter=counter, state=plan, target=target_tokens or headers.target_tokens,
-                         strategy=headers.strategy, goal=goal, scores=scores)
+            return prune(body, policy, scorer=scorer, counter=counter, state=plan, steering=steering, scores=scores)
 
         async def run(plan: FrozenPlan | None, scorer: Scorer, scores=None) -> PruneResult:
             if body_bytes > THREAD_THRESHOLD_BYTES:
@@ -113,7 +113,8 @@ class Pruner:
         except Exception as exc:  # noqa: BLE001 - a pruning bug must not fail the request
             log.exception("pruning failed (%s); forwarding unpruned", type(exc).__name__)
             self._metrics.fail_open.labels(reason="pruning_error").inc()
-            result = prune(body, policy, scorer=self._scorer, counter=counter, strategy=Strategy.NONE)
+            result = prune(body, policy, scorer=self._scorer, counter=counter,
+                           steering=Steering(strategy=Strategy.NONE))
             failed = "pruning_error"
         summary_run = None
         if policy.summaries and self._summarizer is not None and result.mode in (Mode.EPOCH, Mode.STATELESS):

@@ -3,7 +3,8 @@
 ::
 
     result = prune(body, policy, scorer=LocalScorer(), counter=counters.for_model(model),
-                   state=FrozenPlan.from_bytes(raw) if raw else None, target=8000)
+                   state=FrozenPlan.from_bytes(raw) if raw else None,
+                   steering=Steering(target_tokens=8000))
     result.request      # the body to forward (every unknown field untouched)
     result.report()     # per message: action, score, reason; totals
     result.state        # the frozen plan to store for this conversation
@@ -35,7 +36,7 @@ from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.markers import omitted_ids_reserve, place_markers, with_omitted_ids
 from gateway.pruning.messages import fingerprint
 from gateway.pruning.normalize import check_no_new_problems
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.tokens import TokenCounter
@@ -51,13 +52,12 @@ def prune(
     scorer: Scorer,
     counter: TokenCounter,
     state: FrozenPlan | None = None,
-    target: int | None = None,
-    strategy: Strategy | None = None,
-    goal: str | None = None,
+    steering: Steering = Steering(),
     scores: Mapping[int, UnitScore] | None = None,
 ) -> PruneResult:
-    """Prune ``body['messages']``. ``target`` (explicit) is a hard target that overrides the
-    minimum-size triggers; ``scores`` are precomputed unit scores (an async scorer's)."""
+    """Prune ``body['messages']``. ``steering`` is what the request asks beyond the policy
+    (an explicit target is a hard one: it overrides the minimum-size triggers); ``scores``
+    are precomputed unit scores (an async scorer's)."""
     messages: list[dict[str, Any]] = body["messages"]
     fps = [fingerprint(m) for m in messages]
     tokens, model_tokens = state.known_tokens(fps, counter.encoding_name) if state is not None else ([], [])
@@ -65,8 +65,8 @@ def prune(
         target_rule, model = counter.message_counts(m)
         tokens.append(target_rule)
         model_tokens.append(model)
-    result = _prune(body, messages, fps, tokens, model_tokens, policy, scorer, counter, state, target, strategy,
-                    goal, scores)
+    result = _prune(body, messages, fps, tokens, model_tokens, policy, scorer, counter, state,
+                    steering.target_tokens, steering.strategy, steering.goal, scores)
     result.message_tokens = model_tokens
     plan = result.state
     plan.tokens, plan.model_tokens, plan.encoding = tokens, model_tokens, counter.encoding_name

@@ -1,7 +1,11 @@
-"""A pruning policy: the knobs an org sets, as one frozen value.
+"""A pruning policy: the knobs an org sets, as one frozen value; and the steering of one request.
 
 Loaded from ``policies/*.yaml`` (strictly: unknown keys are start-up errors,
-see ``gateway.policies``); the pure pipeline only reads it.
+see ``gateway.policies``); the pure pipeline only reads it. A request may
+steer its own prune within what the policy allows (the ``x-sieve-*`` headers)::
+
+    prune(body, policy, scorer=scorer, counter=counter,
+          steering=Steering(target_tokens=8000, strategy=Strategy.WINDOW))
 """
 
 from __future__ import annotations
@@ -14,8 +18,19 @@ from gateway.pruning.vocabulary import Strategy
 STRATEGIES = tuple(Strategy)  # what a policy file or x-sieve-strategy may name
 SCORERS = ("local", "llm", "hybrid")
 SCORER_FALLBACKS = ("local", "keep")
+
+
+@dataclass(frozen=True, slots=True)
+class Steering:
+    """What one request asks of the pruner beyond its org's policy; None: the policy's."""
+
+    target_tokens: int | None = None  # a hard target: it overrides the policy's minimum sizes
+    strategy: Strategy | None = None
+    goal: str | None = None           # the task, when the client names it
+
+
 # The request headers a client may use to steer pruning (x-sieve-<name with dashes>).
-OVERRIDES = ("target_tokens", "strategy", "goal")
+OVERRIDES = tuple(f.name for f in fields(Steering))
 
 
 @dataclass(frozen=True, slots=True)

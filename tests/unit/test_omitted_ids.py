@@ -8,7 +8,7 @@ from gateway.pruning.compression import DROPPED_MARKER, OMITTED_PREFIX, kept_val
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.ids import ids_in, omitted_ids
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from tests.conversations import SYSTEM, agent_history
@@ -17,9 +17,10 @@ COUNTER = TokenCounters().for_model("gpt-4o-mini")
 SCORER = LocalScorer()
 
 
-def run(messages, policy=None, **kw):
+def run(messages, policy=None, state=None, **steering):
+    """Prune ``messages``; ``steering``: target_tokens, strategy, goal."""
     return prune({"model": "gpt-4o-mini", "messages": messages}, policy or Policy(), scorer=SCORER,
-                 counter=COUNTER, **kw)
+                 counter=COUNTER, state=state, steering=Steering(**steering))
 
 
 def markers(result) -> list[str]:
@@ -56,7 +57,7 @@ def test_id_reading_matches_the_mask_and_skips_amounts_and_words():
 def test_a_dropped_tool_chain_leaves_its_ids_in_the_marker_within_the_target():
     messages = agent_history(12)
     target = 2500
-    result = run(messages, target=target)
+    result = run(messages, target_tokens=target)
     assert result.target_rule_tokens <= target
     found = markers(result)
     assert len(found) == 1 and found[0] != DROPPED_MARKER
@@ -114,8 +115,8 @@ def test_a_chat_without_ids_keeps_what_a_plain_marker_would():
     for i in range(60):
         chat.append({"role": "user" if i % 2 == 0 else "assistant",
                      "content": f"Turn {i}: we talked about gardens, tomatoes and the weather again and again."})
-    with_ids = run(chat, target=600)
-    plain = run(chat, Policy(omitted_ids_tokens=0), target=600)
+    with_ids = run(chat, target_tokens=600)
+    plain = run(chat, Policy(omitted_ids_tokens=0), target_tokens=600)
     assert with_ids.request == plain.request
     assert markers(with_ids) == [DROPPED_MARKER]
 
@@ -139,7 +140,7 @@ def test_a_current_step_that_breaks_the_target_masks_its_earlier_results():
     full = COUNTER.count_messages(messages)
     newest = COUNTER.count_message(step[-1])
     for target in (full - 200, COUNTER.count_messages(messages[:3]) + newest + 3 * 60):
-        result = run(messages, target=target)
+        result = run(messages, target_tokens=target)
         sent = result.request["messages"]
         assert result.target_rule_tokens <= target
         assert sent[-5] == step[0] and sent[-1] == step[-1]  # every call, and the newest result whole
@@ -148,8 +149,8 @@ def test_a_current_step_that_breaks_the_target_masks_its_earlier_results():
         assert [m["tool_call_id"] for m in masked] == ["p0", "p1", "p2"]
         assert result.message_actions[2:] == ["kept", "masked", "masked", "masked", "kept"]
     # With room, the masks keep their ids; without, they go bare rather than break the target.
-    roomy = run(messages, target=full - 200).request["messages"]
+    roomy = run(messages, target_tokens=full - 200).request["messages"]
     assert "; ids: #W5000000" in roomy[-4]["content"]
-    tight = run(messages, target=COUNTER.count_messages(messages[:3]) + newest + 3 * 24)
+    tight = run(messages, target_tokens=COUNTER.count_messages(messages[:3]) + newest + 3 * 24)
     assert tight.target_rule_tokens <= COUNTER.count_messages(messages[:3]) + newest + 3 * 24
     assert all("ids:" not in m["content"] for m in tight.request["messages"][-4:-1])

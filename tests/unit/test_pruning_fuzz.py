@@ -37,7 +37,7 @@ from gateway.errors import InvalidRequest
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.normalize import structural_problems
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 
@@ -168,8 +168,8 @@ def _body(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
 
 
 def _run(body, policy, target, strategy, goal, state=None):
-    return prune(body, policy, scorer=SCORER, counter=COUNTER, state=state, target=target, strategy=strategy,
-                 goal=goal)
+    return prune(body, policy, scorer=SCORER, counter=COUNTER, state=state,
+                 steering=Steering(target_tokens=target, strategy=strategy, goal=goal))
 
 
 def _check(body: dict[str, Any], result) -> None:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gateway.pruning.normalize import structural_problems
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 
@@ -45,7 +45,7 @@ def conversations(draw):
 
 def _prune(messages, target, strategy="relevance"):
     return prune({"model": "gpt-4o-mini", "messages": messages}, Policy(), scorer=SCORER, counter=COUNTER,
-                 target=target, strategy=strategy)
+                 steering=Steering(target_tokens=target, strategy=strategy))
 
 
 def _last_unit_start(messages):
