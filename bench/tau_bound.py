@@ -42,7 +42,7 @@ import quality  # noqa: E402  (the shared evaluator: its token count and units)
 
 from gateway.pruning.compression import masked_message  # noqa: E402
 from gateway.pruning.messages import fingerprint  # noqa: E402
-from gateway.pruning.pipeline import MARKER_RESERVE  # noqa: E402
+from gateway.pruning.markers import MARKER_RESERVE  # noqa: E402
 from gateway.pruning.tokens import TokenCounter, TokenCounters  # noqa: E402
 
 TARGET_RULE = TokenCounters()  # Sieve's own counts: what it holds the target to

@@ -20,6 +20,7 @@ from gateway.pruning.text_features import query_words
 from gateway.pruning.tokens import TokenCounter
 from gateway.pruning.vocabulary import Action
 
+MARKER_RESERVE = 12  # tokens a decision holds back for the omission marker (a plain one costs 12)
 # At most this share of the room the pins leave is held back for the ids of what
 # is omitted (policy ``omitted_ids_tokens`` caps it in tokens).
 OMITTED_IDS_SHARE = 3
