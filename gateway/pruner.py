@@ -119,8 +119,8 @@ class Pruner:
         summary_run = None
         if policy.summaries and self._summarizer is not None and result.mode in (Mode.EPOCH, Mode.STATELESS):
             try:
-                summary_run = await self._summarizer.summarize(
-                    result, body["messages"], goal or _first_user_text(body), policy, counter, result.state.target_tokens)
+                summary_run = await self._summarizer.summarize(result, body["messages"], goal or _first_user_text(body),
+                                                               policy, counter, result.state.target_tokens)
             except Exception as exc:  # noqa: BLE001 - the plain markers stand
                 log.exception("summaries failed (%s); keeping the plain markers", type(exc).__name__)
         prune_s = time.perf_counter() - t0

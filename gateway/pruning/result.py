@@ -73,10 +73,9 @@ class PruneResult:
         messages = []
         for i, action in enumerate(self.message_actions):
             s = self.message_scores[i]
-            if s is not None:
-                messages.append({"index": i, "action": action, "score": s.score, "reason": s.reason})
-            else:
-                messages.append({"index": i, "action": action, "score": None, "reason": _mode_reason(self.mode, action)})
+            reason = s.reason if s is not None else _mode_reason(self.mode, action)
+            messages.append({"index": i, "action": action, "score": s.score if s is not None else None,
+                             "reason": reason})
         return {
             "mode": self.mode, "strategy": self.strategy, "epoch": self.epoch,
             "original_tokens": self.original_tokens, "forwarded_tokens": self.forwarded_tokens,
