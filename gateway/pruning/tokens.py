@@ -27,20 +27,22 @@ list: 2-3x faster than tiktoken on agent histories, with the same counts
 (``tests/unit/test_token_engines.py`` holds them equal on edge cases and fuzzed
 text; BENCHMARKS.md on every text of the dev data too). Where rs-bpe is not
 installed (it has wheels for Linux x86-64 and arm64 only), tiktoken counts;
-``SIEVE_TOKEN_ENGINE`` chooses one outright.
+``SIEVE_TOKEN_ENGINE`` chooses one outright (``ENGINES``).
+
+tiktoken must never download its vocabularies: the process points it at the
+files litellm ships before anything counts
+(``gateway.settings.prepare_offline_environment``: the CLI, the tests' conftest
+and the bench scripts call it first). This module stays pure and does not.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-import tiktoken
-
 from gateway.pruning.memo import TextMemo
 from gateway.pruning.messages import message_token_text
-from gateway.settings import TOKEN_ENGINES as ENGINES
-from gateway.settings import prepare_offline_environment
 
+ENGINES = ("rs-bpe", "tiktoken")  # how text is counted (SIEVE_TOKEN_ENGINE picks one)
 PER_MESSAGE_OVERHEAD = 4
 
 # Families tokenized with o200k_base; everything else falls back to cl100k_base.
@@ -80,8 +82,8 @@ def text_counter(encoding_name: str, engine: str) -> Callable[[str], int]:
 
 
 def _tiktoken_counter(encoding_name: str) -> Callable[[str], int]:
-    # Never download: point tiktoken at the files litellm ships first.
-    prepare_offline_environment()
+    import tiktoken  # noqa: PLC0415 - only the fallback engine needs it (and its import time)
+
     encode = tiktoken.get_encoding(encoding_name).encode_ordinary
     return lambda text: len(encode(text))
 
