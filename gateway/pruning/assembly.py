@@ -18,7 +18,7 @@ from gateway.pruning.conversation import Conversation
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.protection import Protection
 from gateway.pruning.tokens import TokenCounter
-from gateway.pruning.vocabulary import Action
+from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action
 
 
 @dataclass(slots=True)
@@ -41,7 +41,7 @@ def assemble(conv: Conversation, actions: Mapping[int, Action], protection: Prot
     out: list[dict[str, Any]] = []
     sources: list[int] = []
     plan = FrozenPlan(list(conv.fingerprints), decided=len(conv.messages), epoch=epoch)
-    removed = bool(markers) or any(a == Action.MASKED for a in actions.values())
+    removed = bool(markers) or any(a == MASKED for a in actions.values())
     window = protection.window
     reminder_at = conv.units[window[0]].start if (reminder and removed and window) else None
     whole = protection.whole
@@ -51,14 +51,14 @@ def assemble(conv: Conversation, actions: Mapping[int, Action], protection: Prot
             out.append(marker), sources.append(-1), plan.inserts.append((u.start, marker))
         if u.start == reminder_at:
             out.append(reminder), sources.append(-1), plan.inserts.append((u.start, reminder))
-        act = actions.get(u.index, Action.KEPT)
+        act = actions.get(u.index, KEPT)
         for j in u.indices:
             m = conv.messages[j]
-            if act == Action.DROPPED:
-                plan.actions[j] = Action.DROPPED
+            if act == DROPPED:
+                plan.actions[j] = DROPPED
                 continue
-            if act == Action.MASKED and is_maskable(m) and j not in whole:
-                plan.actions[j] = Action.MASKED
+            if act == MASKED and is_maskable(m) and j not in whole:
+                plan.actions[j] = MASKED
                 m = protection.masked_forms[j]
                 plan.masked[j] = m["content"]
             out.append(m)

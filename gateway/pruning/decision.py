@@ -28,7 +28,7 @@ from gateway.pruning.request import PruneRequest
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.selection import SelectionRules, select, shrink_to_fit
-from gateway.pruning.vocabulary import Action, Mode, Strategy
+from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action, Mode, Strategy
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +105,8 @@ def _selected(d: _Decision) -> dict[int, Action]:
     first when it alone is over an attainable budget."""
     task, p, policy = d.task, d.protection, d.task.request.policy
     hard = {i for i, s in d.scores.items() if s.hard}  # user constraints: pinned like the goal
-    locked_keep = {i for i, a in d.settled.items() if a == Action.KEPT}
-    locked_mask = {i for i, a in d.settled.items() if a == Action.MASKED}
+    locked_keep = {i for i, a in d.settled.items() if a == KEPT}
+    locked_mask = {i for i, a in d.settled.items() if a == MASKED}
     pinned = p.hard_pins | set(p.soft_pins) | hard | locked_keep
     pinned_tokens = p.tokens(pinned) + sum(p.masked_cost[i] for i in locked_mask)
     reserve = _reserve(d, pinned_tokens)
@@ -116,10 +116,10 @@ def _selected(d: _Decision) -> dict[int, Action]:
     scored = {i: s for i, s in d.scores.items() if i not in pinned}
     actions = select(task.conversation, scored, pinned, p.masked_cost, rules, d.forced)
     for i in hard:
-        actions[i] = Action.KEPT
+        actions[i] = KEPT
     actions.update(d.settled)
     if p.squeezed_tokens is not None:
-        actions[p.last] = Action.MASKED
+        actions[p.last] = MASKED
     excess = pinned_tokens + reserve - task.budget
     if excess > 0 and p.attainable:
         release = sorted(p.soft_pins) + sorted(hard - p.hard_pins)
@@ -166,7 +166,7 @@ def _markers(d: _Decision) -> tuple[dict[int, dict[str, Any]], list[int]]:
     """Where the omission markers go; each epoch's omitted span gets a marker of its own
     when it carries something of its own: a summary, or the span's ids."""
     policy = d.task.request.policy
-    earlier_drops = {i for i, a in d.forced.items() if a == Action.DROPPED}
+    earlier_drops = {i for i, a in d.forced.items() if a == DROPPED}
     per_epoch = policy.summaries or policy.omitted_ids_tokens > 0
     return place_markers(d.task.conversation, d.actions, d.task.prior_inserts, d.settled_end, bool(d.settled),
                          per_epoch, earlier_drops)
@@ -198,17 +198,17 @@ def _per_message(d: _Decision) -> tuple[list[Action], list[UnitScore | None]]:
     the result it leaves whole count as kept."""
     conv, p = d.task.conversation, d.protection
     whole = p.whole
-    actions = [Action.KEPT] * len(conv.messages)
+    actions = [KEPT] * len(conv.messages)
     scores: list[UnitScore | None] = [None] * len(conv.messages)
     for u in conv.units:
-        act = d.actions.get(u.index, Action.KEPT)
+        act = d.actions.get(u.index, KEPT)
         score = d.scores.get(u.index) or _pin_score(u.index, p.hard_pins, p.in_window)
         for j in u.indices:
             scores[j] = score
-            if act == Action.DROPPED:
-                actions[j] = Action.DROPPED
-            elif act == Action.MASKED and conv.messages[j].get("role") in ("tool", "function") and j not in whole:
-                actions[j] = Action.MASKED
+            if act == DROPPED:
+                actions[j] = DROPPED
+            elif act == MASKED and conv.messages[j].get("role") in ("tool", "function") and j not in whole:
+                actions[j] = MASKED
     return actions, scores
 
 

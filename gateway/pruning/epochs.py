@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from gateway.pruning.conversation import KIND_SYSTEM, Conversation
-from gateway.pruning.vocabulary import Action
+from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action
 
 
 def low_water(conv: Conversation, target_tokens: int, ratio: float) -> int:
@@ -37,10 +37,10 @@ def forced_unit_actions(conv: Conversation, prior: Mapping[int, Action]) -> dict
         return forced
     for u in conv.units:
         acts = {prior[j] for j in u.indices if j in prior}
-        if Action.DROPPED in acts:
-            forced[u.index] = Action.DROPPED
-        elif Action.MASKED in acts:
-            forced[u.index] = Action.MASKED
+        if DROPPED in acts:
+            forced[u.index] = DROPPED
+        elif MASKED in acts:
+            forced[u.index] = MASKED
     return forced
 
 
@@ -65,8 +65,8 @@ def settled_prefix(conv: Conversation, boundary: int, forced: Mapping[int, Actio
         if u.index in protected:  # the system prompt and the goal: kept as before anyway
             end = u.stop
             continue
-        act = forced.get(u.index, Action.KEPT)
-        cost = u.tokens if act == Action.KEPT else masked_cost.get(u.index, 0) if act == Action.MASKED else 0
+        act = forced.get(u.index, KEPT)
+        cost = u.tokens if act == KEPT else masked_cost.get(u.index, 0) if act == MASKED else 0
         if cost > room:
             break
         room -= cost

@@ -20,10 +20,10 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from gateway.pruning.vocabulary import Action
+from gateway.pruning.vocabulary import DROPPED, MASKED, Action
 
 # The stored spelling of the actions a plan holds (kept messages are not stored).
-_STORED_ACTIONS = {Action.MASKED: "mask", Action.DROPPED: "drop"}
+_STORED_ACTIONS = {MASKED: "mask", DROPPED: "drop"}
 _ACTIONS_STORED = {stored: action for action, stored in _STORED_ACTIONS.items()}
 
 
@@ -106,9 +106,9 @@ class FrozenPlan:
                 sources.append(-1)
                 pending = next(inserts, None)
             action = self.actions.get(i) if i < self.decided else None
-            if action == Action.DROPPED:
+            if action == DROPPED:
                 continue
-            if action == Action.MASKED:
+            if action == MASKED:
                 replaced = dict(message)
                 replaced["content"] = self.masked[i]
                 out.append(replaced)

@@ -18,7 +18,7 @@ from gateway.pruning.messages import message_token_text
 from gateway.pruning.policy import Policy
 from gateway.pruning.text_features import query_words
 from gateway.pruning.tokens import TokenCounter
-from gateway.pruning.vocabulary import Action
+from gateway.pruning.vocabulary import DROPPED, Action
 
 MARKER_RESERVE = 12  # tokens a decision holds back for the omission marker (a plain one costs 12)
 # At most this share of the room the pins leave is held back for the ids of what
@@ -51,7 +51,7 @@ def place_markers(conv: Conversation, actions: dict[int, Action], prior: Sequenc
     the positions of the markers made now (the ones that may still take ids).
     """
     prior_markers = {pos: m for pos, m in prior if is_marker(m)}
-    dropped = [u.start for u in conv.units if actions.get(u.index) == Action.DROPPED]
+    dropped = [u.start for u in conv.units if actions.get(u.index) == DROPPED]
     if not dropped:
         return {}, []
     if not locked:
@@ -61,7 +61,7 @@ def place_markers(conv: Conversation, actions: dict[int, Action], prior: Sequenc
             return {first: dropped_marker()}, [first]
         # The old marker stays (its bytes may be cached); from the first unit dropped
         # only now, the rest gets a marker of its own.
-        newly = [u.start for u in conv.units if actions.get(u.index) == Action.DROPPED and u.index not in earlier_drops]
+        newly = [u.start for u in conv.units if actions.get(u.index) == DROPPED and u.index not in earlier_drops]
         if per_epoch and newly and newly[0] > first:
             return {first: reused, newly[0]: dropped_marker()}, [newly[0]]
         return {first: reused}, []
@@ -90,7 +90,7 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     for pos in sorted(fresh, reverse=True):  # the newest span is the likeliest to be needed
         later = [p for p in positions if p > pos]
         end = later[0] if later else len(conv.messages)
-        span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == Action.DROPPED]
+        span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == DROPPED]
         texts = (_text_and_dialogue(conv.messages[j]) for u in reversed(span) for j in reversed(u.indices))
         ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
         plain = counter.count_message(markers[pos])

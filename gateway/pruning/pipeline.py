@@ -44,7 +44,7 @@ from gateway.pruning.request import PruneRequest
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.tokens import TokenCounter
-from gateway.pruning.vocabulary import Action, Mode, Strategy
+from gateway.pruning.vocabulary import KEPT, Mode, Strategy
 
 
 def prune(
@@ -144,7 +144,7 @@ def _unchanged(request: PruneRequest, mode: Mode, plan: FrozenPlan) -> PruneResu
     return PruneResult(
         request=dict(request.body), mode=mode, strategy=request.strategy, original_tokens=request.original_tokens,
         forwarded_tokens=request.original_tokens, target_tokens=request.target_tokens,
-        message_actions=[Action.KEPT] * n, message_scores=[None] * n, state=plan, goal_source=request.goal_source,
+        message_actions=[KEPT] * n, message_scores=[None] * n, state=plan, goal_source=request.goal_source,
         epoch=plan.epoch, target_rule_tokens=request.original_target_rule_tokens,
     )
 

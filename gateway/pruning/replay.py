@@ -14,7 +14,7 @@ from gateway.pruning.assembly import count_forwarded
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.request import PruneRequest
 from gateway.pruning.result import PruneResult
-from gateway.pruning.vocabulary import Action, Mode
+from gateway.pruning.vocabulary import KEPT, Mode
 
 
 def replay_plan(request: PruneRequest, plan: FrozenPlan) -> PruneResult | None:
@@ -26,7 +26,7 @@ def replay_plan(request: PruneRequest, plan: FrozenPlan) -> PruneResult | None:
         return None
     plan.fingerprints = request.fingerprints
     n = len(request.messages)
-    actions = [Action.KEPT] * n
+    actions = [KEPT] * n
     for i, action in plan.actions.items():
         if i < n:
             actions[i] = action

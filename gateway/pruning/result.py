@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.scoring import UnitScore
-from gateway.pruning.vocabulary import Action, Mode, Strategy
+from gateway.pruning.vocabulary import KEPT, MASKED, Action, Mode, Strategy
 
 
 @dataclass(slots=True)
@@ -38,7 +38,7 @@ class PruneResult:
     def changed(self) -> bool:
         """True when the forwarded messages differ from the original ones."""
         return self.request.get("messages") is not None and (
-            any(a != Action.KEPT for a in self.message_actions)
+            any(a != KEPT for a in self.message_actions)
             or len(self.request["messages"]) != len(self.message_actions))
 
     @property
@@ -59,8 +59,8 @@ class PruneResult:
         current = None
         for m, action in zip(messages, self.message_actions):
             if m.get("role") in ("tool", "function") and current is not None:
-                if action == Action.MASKED and current == Action.KEPT:
-                    current = Action.MASKED
+                if action == MASKED and current == KEPT:
+                    current = MASKED
                 continue
             if current is not None:
                 counts[current] += 1
@@ -95,4 +95,4 @@ def _mode_reason(mode: Mode, action: Action) -> str:
     """Why a message without a score of this prune ended as it did."""
     if mode in _UNCHANGED_REASONS:
         return _UNCHANGED_REASONS[mode]
-    return f"{action} by an earlier epoch (frozen)" if action != Action.KEPT else "kept (frozen prefix)"
+    return f"{action} by an earlier epoch (frozen)" if action != KEPT else "kept (frozen prefix)"

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.scoring import UnitScore
-from gateway.pruning.vocabulary import Action
+from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ def select(
     actions: dict[int, Action] = {}
     remaining = rules.budget
     for i in pinned:
-        actions[i] = Action.KEPT
+        actions[i] = KEPT
 
     ranked = _ranked(scores, pinned, rules)
     if rules.mask_before_drop:
@@ -58,23 +58,23 @@ def select(
         # calls and ids intact) while room allows: a later call is far more likely
         # to reuse an old id than an old sentence. Upgrades to full come below.
         for i, _ in ranked:
-            if i in masked_cost and forced.get(i) != Action.DROPPED and masked_cost[i] <= remaining:
-                actions[i], remaining = Action.MASKED, remaining - masked_cost[i]
+            if i in masked_cost and forced.get(i) != DROPPED and masked_cost[i] <= remaining:
+                actions[i], remaining = MASKED, remaining - masked_cost[i]
 
     def offer(i: int, prefer_mask: bool) -> None:
         nonlocal remaining
         unit = conversation.units[i]
         prior = forced.get(i)
-        held = masked_cost[i] if actions.get(i) == Action.MASKED else 0
+        held = masked_cost[i] if actions.get(i) == MASKED else 0
         full_allowed = prior is None and not prefer_mask
         if full_allowed and unit.tokens - held <= remaining:
-            actions[i], remaining = Action.KEPT, remaining - unit.tokens + held
+            actions[i], remaining = KEPT, remaining - unit.tokens + held
         elif held:
             return  # stays masked
-        elif i in masked_cost and prior != Action.DROPPED and masked_cost[i] <= remaining:
-            actions[i], remaining = Action.MASKED, remaining - masked_cost[i]
+        elif i in masked_cost and prior != DROPPED and masked_cost[i] <= remaining:
+            actions[i], remaining = MASKED, remaining - masked_cost[i]
         else:
-            actions[i] = Action.DROPPED
+            actions[i] = DROPPED
 
     for i, tier in ranked:
         unit = conversation.units[i]
@@ -87,7 +87,7 @@ def select(
             if i in masked_cost or rules.fill_budget:
                 offer(i, prefer_mask=i in masked_cost)
             else:
-                actions[i] = Action.DROPPED
+                actions[i] = DROPPED
     return actions
 
 
@@ -117,16 +117,16 @@ def shrink_to_fit(
     for i in order:
         if excess <= 0:
             return excess
-        if actions.get(i) == Action.KEPT and i in masked_cost:
+        if actions.get(i) == KEPT and i in masked_cost:
             gain = conversation.units[i].tokens - masked_cost[i]
             if gain > 0:
-                actions[i] = Action.MASKED
+                actions[i] = MASKED
                 excess -= gain
     for i in order:
         if excess <= 0:
             break
         current = actions.get(i)
-        if current in (Action.KEPT, Action.MASKED):
-            actions[i] = Action.DROPPED
-            excess -= masked_cost[i] if current == Action.MASKED else conversation.units[i].tokens
+        if current in (KEPT, MASKED):
+            actions[i] = DROPPED
+            excess -= masked_cost[i] if current == MASKED else conversation.units[i].tokens
     return excess
