@@ -70,6 +70,8 @@ def decide(task: DecisionTask) -> PruneResult:
     d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens), dict(task.forced),
                   carried=[counter.count_message(m) for _, m in task.prior_inserts if is_marker(m)])
     p = d.protection
+    # The room the protected units leave (and the markers the old prefix carries); part
+    # of it is held back for the ids the new markers list.
     room = task.budget - p.tokens(p.protected) - MARKER_RESERVE - sum(d.carried)
     d.ids_reserve = omitted_ids_reserve(conv, policy, p.candidates, d.forced, p.masked_forms, counter, room)
     d.settled, d.settled_end = settled_prefix(conv, task.boundary, d.forced, p.masked_cost, p.protected,
