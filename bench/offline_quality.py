@@ -23,7 +23,7 @@ prepare_offline_environment()
 import quality  # noqa: E402
 
 from gateway.pruning.pipeline import prune  # noqa: E402
-from gateway.pruning.policy import Policy  # noqa: E402
+from gateway.pruning.policy import Policy, Steering  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounters  # noqa: E402
 
@@ -48,7 +48,7 @@ def main() -> int:
             orig = case["meta"].get("orig_tokens") or quality.count_request(req)
             target = max(1, int(orig * ratio))
             res = prune(req, policy, scorer=scorer, counter=counters.for_model(req.get("model", "")),
-                        target=target)
+                        steering=Steering(target_tokens=target))
             row = quality.score_case(case, res.request, target, orig)
             by_source.setdefault(case["source"], []).append(row)
         dt = time.perf_counter() - t0

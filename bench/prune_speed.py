@@ -7,7 +7,7 @@ sessions (tool chains, real tool outputs) and times ``prune()``:
 
 * cold: a fresh process state (empty token and feature caches, no conversation
   state) pruning to 30 % of the history;
-* epoch: the next turn of the same conversation, which goes over the cap: a
+* epoch: the next turn of the same conversation, which goes over the target: a
   new epoch, decided anew down to the low-water mark (warm caches);
 * warm: the turn after that, which fits: the frozen decisions are replayed and
   the new messages pass (the common case of an agent loop).
@@ -24,7 +24,7 @@ and every other text of the conversation is new.
 
 Where a cold prune's time goes, by subtraction: the same cold prune, the
 variants interleaved, with one part left out at a time (counting only the
-model's own encoding instead of the cap rule's two; no masked forms; no ids in
+model's own encoding instead of the target rule's two; no masked forms; no ids in
 omission markers; the scorer's text features replaced by empty ones). The
 parts interact, so the savings are approximate and do not add up exactly.
 """
@@ -50,7 +50,7 @@ from gateway.pruning import ids, text_features  # noqa: E402
 from gateway.pruning.frozen import FrozenPlan  # noqa: E402
 from gateway.pruning.messages import message_token_text  # noqa: E402
 from gateway.pruning.pipeline import prune  # noqa: E402
-from gateway.pruning.policy import Policy  # noqa: E402
+from gateway.pruning.policy import Policy, Steering  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounter, TokenCounters, text_counter  # noqa: E402
 
@@ -104,7 +104,7 @@ def timed(fn) -> tuple[float, object]:
 
 def cold_counter(model_encoding_only: bool = False, engine: str | None = None) -> TokenCounter:
     """A cold process: the per-word and per-text id caches emptied, and an empty counter
-    for gpt-4o-mini; optionally counting o200k alone (no cap rule)."""
+    for gpt-4o-mini; optionally counting o200k alone (no target rule)."""
     text_features.clear_word_cache()
     ids.clear_ids_memo()
     counter = TokenCounters(engine=engine).for_model("gpt-4o-mini")
@@ -119,12 +119,12 @@ def breakdown(size: int, repeats: int) -> None:
     messages = history_of(size, counter)
     body = {"model": "gpt-4o-mini", "messages": messages}
     total = counter.count_messages(messages)
-    target = max(500, int(total * 0.3))
+    steering = Steering(target_tokens=max(500, int(total * 0.3)))
     empty = text_features.TextInfo({}, 0, frozenset(), False, False)
     analyse = text_features.analyse
     variants = {
         "full cold prune": (Policy(), False, False),
-        "  counting o200k only (no cap rule)": (Policy(), True, False),
+        "  counting o200k only (no target rule)": (Policy(), True, False),
         "  no masked forms": (Policy(mask_tool_outputs=False), False, False),
         "  no ids in omission markers": (Policy(omitted_ids_tokens=0), False, False),
         "  empty text features": (Policy(), False, True),
@@ -135,12 +135,12 @@ def breakdown(size: int, repeats: int) -> None:
             counter = cold_counter(o200k_only)
             text_features.analyse = (lambda text: empty) if no_features else analyse
             try:
-                ms, _ = timed(lambda: prune(body, policy, scorer=LocalScorer(), counter=counter, target=target))
+                ms, _ = timed(lambda: prune(body, policy, scorer=LocalScorer(), counter=counter, steering=steering))
             finally:
                 text_features.analyse = analyse
             times[name].append(ms)
     full = statistics.median(times["full cold prune"])
-    print(f"cold prune of {total} tokens to {target}, medians of {repeats} interleaved runs:")
+    print(f"cold prune of {total} tokens to {steering.target_tokens}, medians of {repeats} interleaved runs:")
     for name, values in times.items():
         ms = statistics.median(values)
         print(f"{name:<38} {ms:>8.1f} ms" + ("" if ms == full else f"   (saves {full - ms:5.1f} ms)"))
@@ -168,8 +168,9 @@ def main() -> int:
         body = {"model": "gpt-4o-mini", "messages": messages}
         actual = base_counter.count_messages(messages)
         target = max(500, int(actual * 0.3))
-        # The next turn brings a bulky tool output (a tenth of the cap): it goes over the
-        # cap whatever room the first decision left, so the second call is an epoch.
+        steering = Steering(target_tokens=target)
+        # The next turn brings a bulky tool output (a tenth of the target): it goes over the
+        # target whatever room the first decision left, so the second call is an epoch.
         rows = "\n".join(f"item {i}: sku {800000 + i}, status pending" for i in range(max(10, target // 100)))
         bulky = [{"role": "assistant", "content": None, "tool_calls": [
                      {"id": "bench_call", "type": "function",
@@ -183,23 +184,23 @@ def main() -> int:
         cold, warm, epoch, cold_tiktoken, new_conversation = [], [], [], [], []
         for _ in range(args.repeats):
             counter = cold_counter(engine="tiktoken")
-            ms, _ = timed(lambda: prune(body, policy, scorer=LocalScorer(), counter=counter, target=target))
+            ms, _ = timed(lambda: prune(body, policy, scorer=LocalScorer(), counter=counter, steering=steering))
             cold_tiktoken.append(ms)
             # A cold process: empty token-count, feature, per-word and per-text id caches.
             counter = cold_counter()
             scorer = LocalScorer()
-            ms, first = timed(lambda: prune(body, policy, scorer=scorer, counter=counter, target=target))
+            ms, first = timed(lambda: prune(body, policy, scorer=scorer, counter=counter, steering=steering))
             cold.append(ms)
             raw = first.state.to_bytes()
-            # The next turn goes over the cap: a new epoch, down to the low-water mark.
+            # The next turn goes over the target: a new epoch, down to the low-water mark.
             ms, second = timed(lambda: prune(extended, policy, scorer=scorer, counter=counter,
-                                             state=FrozenPlan.from_bytes(raw), target=target))
+                                             state=FrozenPlan.from_bytes(raw), steering=steering))
             assert second.mode == "epoch" or len(messages) == 1, second.mode
             epoch.append(ms)
             raw = second.state.to_bytes()
             # The turn after fits: the frozen decisions are replayed (the common case).
             ms, third = timed(lambda: prune(extended_more, policy, scorer=scorer, counter=counter,
-                                            state=FrozenPlan.from_bytes(raw), target=target))
+                                            state=FrozenPlan.from_bytes(raw), steering=steering))
             assert third.mode == "frozen" or len(messages) == 1, third.mode
             warm.append(ms)
             # A new conversation in a running gateway: its per-word memos hold the words
@@ -212,7 +213,7 @@ def main() -> int:
                 text_features.analyse(message_token_text(message))
             counter.message_counts(messages[0])
             scorer.features(message_token_text(messages[0]))
-            ms, _ = timed(lambda: prune(body, policy, scorer=scorer, counter=counter, target=target))
+            ms, _ = timed(lambda: prune(body, policy, scorer=scorer, counter=counter, steering=steering))
             new_conversation.append(ms)
         c, w, e = statistics.median(cold), statistics.median(warm), statistics.median(epoch)
         t, n = statistics.median(cold_tiktoken), statistics.median(new_conversation)

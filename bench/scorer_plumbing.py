@@ -41,7 +41,7 @@ import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
 from gateway.pruning.pipeline import prune  # noqa: E402
-from gateway.pruning.policy import Policy  # noqa: E402
+from gateway.pruning.policy import Policy, Steering  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounters  # noqa: E402
 from gateway.scorers.llm import CapturingScorer, LLMScorer  # noqa: E402
@@ -88,7 +88,7 @@ async def run_mode(mode: str, cases: list[dict], args, server: ScorerModel, curr
             target = max(1, int(counter.count_messages(body["messages"]) * args.ratio))
             capture = CapturingScorer(LocalScorer())
             t0 = time.perf_counter()
-            first = prune(body, policy, scorer=capture, counter=counter, target=target)
+            first = prune(body, policy, scorer=capture, counter=counter, steering=Steering(target_tokens=target))
             local_s = time.perf_counter() - t0
             if capture.request is None:
                 continue
@@ -99,7 +99,8 @@ async def run_mode(mode: str, cases: list[dict], args, server: ScorerModel, curr
             run = await llm.score(capture.request, policy, org="bench", model=body["model"],
                                   saved_tokens=first.saved_tokens)
             t2 = time.perf_counter()
-            second = prune(body, policy, scorer=LocalScorer(), counter=counter, target=target, scores=run.scores)
+            second = prune(body, policy, scorer=LocalScorer(), counter=counter, steering=Steering(target_tokens=target),
+                           scores=run.scores)
             t3 = time.perf_counter()
             assert not run.fallbacks, run.fallbacks
             # Tokens counted here, off the timed path (the fake shares this process's GIL).

@@ -8,18 +8,18 @@ Sieve pins — the system prompt, the task's first user message, and the current
 step as small as it may get (its call message and newest result whole, earlier
 parallel results as bare masks) — and then carries every other needed literal
 at its own token cost (cl100k, like the evaluator) in one omission marker,
-cheapest first, within the cap. No real pruner can beat it: it is told the
+cheapest first, within the target. No real pruner can beat it: it is told the
 answer and pays nothing for ranking. The same bound without the goal pin shows
 what dropping the task's first user message would buy.
 
 With ``--cases`` (a ``quality.py --cases-out`` file of a gateway run at the same
 ratio) it also prints the gateway's grounding on the feasible cases, and for
-each over-target one whether Sieve's own pins already exceed the cap, the
+each over-target one whether Sieve's own pins already exceed the target, the
 over-target count where they do not (the issue's hard cap holds "when that is
 possible without touching pinned units"), and for the others why, as the
 evaluator counts (cl100k, with its 3 % slack): no valid request
 fits at all (system prompt + the current step at its smallest), only the
-pinned goal breaks it, or the pins fit the slack but not Sieve's exact cap.
+pinned goal breaks it, or the pins fit the slack but not Sieve's exact target.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ import quality  # noqa: E402  (the shared evaluator: its token count and units)
 
 from gateway.pruning.compression import masked_message  # noqa: E402
 from gateway.pruning.messages import fingerprint  # noqa: E402
-from gateway.pruning.pipeline import MARKER_RESERVE  # noqa: E402
+from gateway.pruning.markers import MARKER_RESERVE  # noqa: E402
 from gateway.pruning.tokens import TokenCounter, TokenCounters  # noqa: E402
 
-CAP_RULE = TokenCounters()  # Sieve's own counts: what it holds the cap to
+TARGET_RULE = TokenCounters()  # Sieve's own counts: what it holds the target to
 SLACK = 1.03  # the evaluator's: over the target means over target x 1.03
 
 def pinned_messages(messages: list[dict], with_goal: bool, counter: TokenCounter) -> tuple[list[dict], int]:
@@ -65,11 +65,11 @@ def pinned_messages(messages: list[dict], with_goal: bool, counter: TokenCounter
     return kept, sum(quality.count_message(m) for m in kept)
 
 
-def oracle(literals: list, kept: list[dict], used: int, cap: float) -> int:
+def oracle(literals: list, kept: list[dict], used: int, target: float) -> int:
     text = "\n".join(quality.message_token_text(m) for m in kept)
     found = [g for g in literals if any(f in text for f in quality.literal_forms(g))]
     rest = sorted(quality.count_text(" " + str(g)) for g in literals if g not in found)
-    room, got = cap - used - MARKER_RESERVE, len(found)
+    room, got = target - used - MARKER_RESERVE, len(found)
     for cost in rest:
         if cost > room:
             break
@@ -96,17 +96,17 @@ def main() -> int:
             continue
         labels = case["labels"]["grounding"]
         literals += len(labels)
-        cap_rule = CAP_RULE.for_model(case["request"]["model"])
-        pins = {g: pinned_messages(messages, g, cap_rule) for g in (True, False)}
-        # Whether the cap can be met is Sieve's call, under its own (stricter) count.
-        feasible[case["id"]] = (target, cap_rule.count_messages(pins[True][0]), pins[False][1], pins[True][1])
+        target_rule = TARGET_RULE.for_model(case["request"]["model"])
+        pins = {g: pinned_messages(messages, g, target_rule) for g in (True, False)}
+        # Whether the target can be met is Sieve's call, under its own (stricter) count.
+        feasible[case["id"]] = (target, target_rule.count_messages(pins[True][0]), pins[False][1], pins[True][1])
         for (name, slack) in bounds:
             kept, used = pins[name == "pins"]
             bounds[(name, slack)] += oracle(labels, kept, used, target * slack)
     print(f"tau cases feasible at ratio {args.ratio}: {len(feasible)} of {len(cases)}, {literals} literals")
     for (name, slack), got in bounds.items():
         what = "Sieve's pins" if name == "pins" else "pins without the goal"
-        print(f"  oracle bound, {what}, cap x {slack:.2f}: {100 * got / literals:.1f} %")
+        print(f"  oracle bound, {what}, target x {slack:.2f}: {100 * got / literals:.1f} %")
     if args.cases:
         rows = [json.loads(line) for line in open(args.cases)]
         rows = [r for r in rows if r["id"] in feasible and r.get("error") is None
@@ -117,16 +117,16 @@ def main() -> int:
         pins_over = [r for r in over if feasible[r["id"]][1] > r["target"]]
         print(f"  gateway on the same cases: {100 * found / max(total, 1):.1f} % grounding, "
               f"{len(over)} over the target, {len(pins_over)} of them with Sieve's pins already over it "
-              f"(counted as Sieve holds the cap: the larger of o200k and cl100k)")
+              f"(counted as Sieve holds the target: the larger of o200k and cl100k)")
         fits = [r for r in rows if feasible[r["id"]][1] <= r["target"]]
-        print(f"  where Sieve's pins fit the cap (the issue's hard-cap rule: never over it when that is "
+        print(f"  where Sieve's pins fit the target (the issue's hard-cap rule: never over it when that is "
               f"possible without touching pinned units): {sum(r['over_budget'] for r in fits)} over "
               f"of {len(fits)} cases")
         no_valid = [r for r in over if feasible[r["id"]][2] > r["target"] * SLACK]
         goal = [r for r in over if r not in no_valid and feasible[r["id"]][3] > r["target"] * SLACK]
         print(f"  as the evaluator counts them: {len(no_valid)} where no valid request fits (system prompt + "
-              f"current step at its smallest), {len(goal)} where only the pinned goal breaks the cap, "
-              f"{len(over) - len(no_valid) - len(goal)} where the pins fit its 3 % slack but not the exact cap")
+              f"current step at its smallest), {len(goal)} where only the pinned goal breaks the target, "
+              f"{len(over) - len(no_valid) - len(goal)} where the pins fit its 3 % slack but not the exact target")
     return 0
 
 

@@ -26,7 +26,7 @@ from gateway.pruner import conversation_key
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.messages import fingerprint
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.settings import Settings
@@ -45,7 +45,7 @@ def prune_file(path: Path, settings: Settings, policy_name: str | None, target: 
         return 1
     policy = _policy(settings, policy_name)
     result = prune(body, policy, scorer=LocalScorer(), counter=TokenCounters().for_model(body["model"]),
-                   target=target, strategy=strategy)
+                   steering=Steering(target_tokens=target, strategy=strategy))
     out.write(orjson.dumps({"request": result.request, "report": result.report()},
                            option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
@@ -87,7 +87,7 @@ def replay_file(path: Path, settings: Settings, policy_name: str | None, target:
             continue
         key = conversation_key("replay", body, conversation_id)
         result = prune(body, policy, scorer=scorer, counter=counters.for_model(body["model"]),
-                       state=states.get(key), target=target)
+                       state=states.get(key), steering=Steering(target_tokens=target))
         states[key] = result.state
         forwarded_fps = [fingerprint(m) for m in result.request["messages"]]
         before = previous.get(key, ([], []))

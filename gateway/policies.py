@@ -24,6 +24,7 @@ import yaml
 
 from gateway.errors import ConfigError
 from gateway.pruning.policy import OVERRIDES, POLICY_FIELDS, SCORER_FALLBACKS, SCORERS, STRATEGIES, Policy
+from gateway.pruning.vocabulary import Strategy
 from gateway.settings import Settings
 from gateway.wire.call import Identity
 
@@ -112,8 +113,10 @@ def _check(path: Path, line: int, key: str, value: Any) -> Any:
     expected = _TYPES.get(str(POLICY_FIELDS[key]).replace("'", ""))
     if expected is not None and (not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))):
         raise ConfigError(f"{path}:{line}: {key} must be {POLICY_FIELDS[key]}, got {value!r}")
-    if key == "strategy" and value not in STRATEGIES:
-        raise ConfigError(f"{path}:{line}: strategy must be one of {', '.join(STRATEGIES)}, got {value!r}")
+    if key == "strategy":
+        if value not in STRATEGIES:
+            raise ConfigError(f"{path}:{line}: strategy must be one of {', '.join(STRATEGIES)}, got {value!r}")
+        return Strategy(value)
     if key == "scorer" and value not in SCORERS:
         raise ConfigError(f"{path}:{line}: scorer must be one of {', '.join(SCORERS)}, got {value!r}")
     if key == "scorer_fallback" and value not in SCORER_FALLBACKS:

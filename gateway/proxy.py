@@ -98,7 +98,7 @@ class ChatProxy:
         if left is None:
             return None
         base = call.sieve.target_tokens or call.policy.target_tokens
-        tightened = call.policy.tightened_cap(base, left)
+        tightened = call.policy.tightened_target(base, left)
         return tightened if tightened != base else None
 
     async def _forward(self, record: RequestRecord, body: dict[str, Any],

@@ -26,9 +26,10 @@ import orjson
 from gateway.errors import Forbidden
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pipeline import PruneResult, prune
-from gateway.pruning.policy import OVERRIDES, Policy
+from gateway.pruning.policy import OVERRIDES, Policy, Steering
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.tokens import TokenCounter, TokenCounters
+from gateway.pruning.vocabulary import Mode, Strategy
 from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
 from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
@@ -87,7 +88,7 @@ class Pruner:
             log.exception("pruning failed (%s); forwarding unpruned", type(exc).__name__)
             self._metrics.fail_open.labels(reason="pruning_error").inc()
             result, scorer_run = prune(call.body, call.policy, scorer=self._scorer, counter=run.counter,
-                                       strategy="none"), None
+                                       steering=Steering(strategy=Strategy.NONE)), None
             failed = "pruning_error"
         summary_run = await self._summarize(run, result)
         prune_s = time.perf_counter() - t0
@@ -134,11 +135,11 @@ class Pruner:
 
     async def _summarize(self, run: _Run, result: PruneResult) -> SummaryRun | None:
         policy, body = run.call.policy, run.call.body
-        if not policy.summaries or self._summarizer is None or result.mode not in ("epoch", "stateless"):
+        if not policy.summaries or self._summarizer is None or result.mode not in (Mode.EPOCH, Mode.STATELESS):
             return None
         try:
             return await self._summarizer.summarize(result, body["messages"], run.goal or _first_user_text(body),
-                                                    policy, run.counter, result.state.cap)
+                                                    policy, run.counter, result.state.target_tokens)
         except Exception as exc:  # noqa: BLE001 - the plain markers stand
             log.exception("summaries failed (%s); keeping the plain markers", type(exc).__name__)
             return None
@@ -161,14 +162,14 @@ class _Run:
     def __init__(self, call: ChatCall, counter: TokenCounter, target_tokens: int | None) -> None:
         self.call = call
         self.counter = counter
-        self.target_tokens = target_tokens or call.sieve.target_tokens
         self.goal = call.sieve.goal or _metadata_goal(call.body)
+        self.steering = Steering(target_tokens=target_tokens or call.sieve.target_tokens,
+                                 strategy=call.sieve.strategy, goal=self.goal)
 
     def _prune(self, plan: FrozenPlan | None, scorer: Scorer,
                scores: Mapping[int, UnitScore] | None = None) -> PruneResult:
-        sieve = self.call.sieve
         return prune(self.call.body, self.call.policy, scorer=scorer, counter=self.counter, state=plan,
-                     target=self.target_tokens, strategy=sieve.strategy, goal=self.goal, scores=scores)
+                     steering=self.steering, scores=scores)
 
     async def prune(self, plan: FrozenPlan | None, scorer: Scorer,
                     scores: Mapping[int, UnitScore] | None = None) -> PruneResult:

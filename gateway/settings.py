@@ -57,8 +57,7 @@ from typing import Any, Mapping
 import yaml
 
 from gateway.errors import ConfigError
-
-TOKEN_ENGINES = ("rs-bpe", "tiktoken")  # how gateway.pruning.tokens counts (SIEVE_TOKEN_ENGINE)
+from gateway.pruning.tokens import ENGINES as TOKEN_ENGINES  # how text is counted (SIEVE_TOKEN_ENGINE)
 PACKAGE_ROOT = Path(__file__).resolve().parent
 DEFAULT_POLICIES_DIR = PACKAGE_ROOT.parent / "policies"
 # Routes for probes, scrapers and tooling: open by default, each closable.

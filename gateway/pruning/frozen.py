@@ -7,7 +7,10 @@ are stored and replayed as they are for as long as the client's history still
 starts with the messages they were taken on.
 
 Stored as compact bytes (orjson) in whatever ``ConversationStore`` the gateway
-runs: in-memory by default, Redis when configured.
+runs: in-memory by default, Redis when configured. Replicas of two releases
+share that store during a rolling upgrade, so the bytes keep their version 2
+layout and keys whatever the names in code: an action is stored as "mask" or
+"drop", the target as "cap".
 """
 
 from __future__ import annotations
@@ -17,20 +20,23 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
+from gateway.pruning.vocabulary import DROPPED, MASKED, Action
 
-MASK, DROP = "mask", "drop"
+# The stored spelling of the actions a plan holds (kept messages are not stored).
+_STORED_ACTIONS = {MASKED: "mask", DROPPED: "drop"}
+_ACTIONS_STORED = {stored: action for action, stored in _STORED_ACTIONS.items()}
 
 
 @dataclass(slots=True)
 class FrozenPlan:
     fingerprints: list[str]          # of every original message of the last request
     decided: int = 0                 # decisions cover original messages [0, decided)
-    actions: dict[int, str] = field(default_factory=dict)  # index -> mask | drop
+    actions: dict[int, Action] = field(default_factory=dict)  # index -> masked | dropped
     inserts: list[tuple[int, dict[str, Any]]] = field(default_factory=list)  # (before index, message)
     masked: dict[int, str] = field(default_factory=dict)  # index -> the masked content, as forwarded
     epoch: int = 0
-    cap: int = 0                     # the high-water mark the decisions were taken under
-    # Token counts of the messages behind ``fingerprints`` (under the cap rule, and
+    target_tokens: int = 0           # the target the decisions were taken under (stored as "cap")
+    # Token counts of the messages behind ``fingerprints`` (under the target rule, and
     # in the model's own encoding), and that encoding: a replica that never saw
     # this conversation reuses them instead of tokenizing the whole history again.
     tokens: list[int] = field(default_factory=list)
@@ -40,10 +46,10 @@ class FrozenPlan:
     def to_bytes(self) -> bytes:
         return orjson.dumps({
             "v": 2, "fp": self.fingerprints, "decided": self.decided,
-            "actions": [[i, a] for i, a in sorted(self.actions.items())],
+            "actions": [[i, _STORED_ACTIONS[a]] for i, a in sorted(self.actions.items())],
             "inserts": [[i, m] for i, m in self.inserts],
             "masked": [[i, t] for i, t in sorted(self.masked.items())],
-            "epoch": self.epoch, "cap": self.cap, "tokens": self.tokens, "model_tokens": self.model_tokens,
+            "epoch": self.epoch, "cap": self.target_tokens, "tokens": self.tokens, "model_tokens": self.model_tokens,
             "encoding": self.encoding,
         })
 
@@ -56,10 +62,10 @@ class FrozenPlan:
                 return None
             return cls(
                 fingerprints=list(d["fp"]), decided=int(d["decided"]),
-                actions={int(i): str(a) for i, a in d["actions"]},
+                actions={int(i): _ACTIONS_STORED[a] for i, a in d["actions"]},
                 inserts=[(int(i), dict(m)) for i, m in d["inserts"]],
                 masked={int(i): str(t) for i, t in d["masked"]},
-                epoch=int(d["epoch"]), cap=int(d.get("cap", 0)),
+                epoch=int(d["epoch"]), target_tokens=int(d.get("cap", 0)),
                 tokens=[int(t) for t in d.get("tokens", ())],
                 model_tokens=[int(t) for t in d.get("model_tokens", ())], encoding=str(d.get("encoding", "")),
             )
@@ -67,7 +73,7 @@ class FrozenPlan:
             return None
 
     def known_tokens(self, fingerprints: Sequence[str], encoding: str) -> tuple[list[int], list[int]]:
-        """Stored token counts (cap rule, model encoding) of the leading messages that are unchanged."""
+        """Stored token counts (target rule, model encoding) of the leading messages that are unchanged."""
         n_fps = len(self.fingerprints)
         if encoding != self.encoding or len(self.tokens) != n_fps or len(self.model_tokens) != n_fps:
             return [], []
@@ -100,9 +106,9 @@ class FrozenPlan:
                 sources.append(-1)
                 pending = next(inserts, None)
             action = self.actions.get(i) if i < self.decided else None
-            if action == DROP:
+            if action == DROPPED:
                 continue
-            if action == MASK:
+            if action == MASKED:
                 replaced = dict(message)
                 replaced["content"] = self.masked[i]
                 out.append(replaced)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning import selection as sel
 from gateway.pruning.compression import dropped_marker, is_marker
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.ids import ids_in, omitted_ids
@@ -19,14 +18,16 @@ from gateway.pruning.messages import message_token_text
 from gateway.pruning.policy import Policy
 from gateway.pruning.text_features import query_words
 from gateway.pruning.tokens import TokenCounter
+from gateway.pruning.vocabulary import DROPPED, Action
 
+MARKER_RESERVE = 12  # tokens a decision holds back for the omission marker (a plain one costs 12)
 # At most this share of the room the pins leave is held back for the ids of what
 # is omitted (policy ``omitted_ids_tokens`` caps it in tokens).
 OMITTED_IDS_SHARE = 3
 MASK_OVERHEAD = 24  # tokens of a masked tool message that are not its ids
 
 
-def omitted_ids_reserve(conv: Conversation, policy: Policy, candidates: Sequence[int], forced: Mapping[int, str],
+def omitted_ids_reserve(conv: Conversation, policy: Policy, candidates: Sequence[int], forced: Mapping[int, Action],
                          masked_forms: Mapping[int, dict[str, Any]], counter: TokenCounter, room: int) -> int:
     """Tokens held back for the ids of what this decision omits: a share of the room
     the pins leave, and no more than the undecided candidates hold in ids (a chat
@@ -38,7 +39,7 @@ def omitted_ids_reserve(conv: Conversation, policy: Policy, candidates: Sequence
     return min(policy.omitted_ids_tokens, supply, room // OMITTED_IDS_SHARE)
 
 
-def place_markers(conv: Conversation, actions: dict[int, str], prior: Sequence[tuple[int, dict[str, Any]]],
+def place_markers(conv: Conversation, actions: dict[int, Action], prior: Sequence[tuple[int, dict[str, Any]]],
                   boundary: int, locked: bool, per_epoch: bool,
                   earlier_drops: set[int]) -> tuple[dict[int, dict[str, Any]], list[int]]:
     """Where the omission markers go, by original message index.
@@ -50,7 +51,7 @@ def place_markers(conv: Conversation, actions: dict[int, str], prior: Sequence[t
     the positions of the markers made now (the ones that may still take ids).
     """
     prior_markers = {pos: m for pos, m in prior if is_marker(m)}
-    dropped = [u.start for u in conv.units if actions.get(u.index) == sel.DROP]
+    dropped = [u.start for u in conv.units if actions.get(u.index) == DROPPED]
     if not dropped:
         return {}, []
     if not locked:
@@ -60,7 +61,7 @@ def place_markers(conv: Conversation, actions: dict[int, str], prior: Sequence[t
             return {first: dropped_marker()}, [first]
         # The old marker stays (its bytes may be cached); from the first unit dropped
         # only now, the rest gets a marker of its own.
-        newly = [u.start for u in conv.units if actions.get(u.index) == sel.DROP and u.index not in earlier_drops]
+        newly = [u.start for u in conv.units if actions.get(u.index) == DROPPED and u.index not in earlier_drops]
         if per_epoch and newly and newly[0] > first:
             return {first: reused, newly[0]: dropped_marker()}, [newly[0]]
         return {first: reused}, []
@@ -76,7 +77,7 @@ def place_markers(conv: Conversation, actions: dict[int, str], prior: Sequence[t
     return markers, fresh
 
 
-def with_omitted_ids(conv: Conversation, actions: Mapping[int, str], markers: dict[int, dict[str, Any]],
+def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers: dict[int, dict[str, Any]],
                      fresh: Sequence[int], forwarded: Sequence[Mapping[str, Any]], room: int,
                      counter: TokenCounter) -> dict[int, dict[str, Any]]:
     """The fresh markers with the ids of the span each stands for (up to the next
@@ -89,12 +90,12 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, str], markers: di
     for pos in sorted(fresh, reverse=True):  # the newest span is the likeliest to be needed
         later = [p for p in positions if p > pos]
         end = later[0] if later else len(conv.messages)
-        span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == sel.DROP]
+        span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == DROPPED]
         texts = (_text_and_dialogue(conv.messages[j]) for u in reversed(span) for j in reversed(u.indices))
         ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
         plain = counter.count_message(markers[pos])
         while ids and counter.count_message(dropped_marker(ids)) - plain > room:
-            ids.pop()  # the per-id estimate is close, the cap is exact
+            ids.pop()  # the per-id estimate is close, the target is exact
         if ids:
             marker = dropped_marker(ids)
             room -= counter.count_message(marker) - plain

@@ -1,7 +1,11 @@
-"""A pruning policy: the knobs an org sets, as one frozen value.
+"""A pruning policy: the knobs an org sets, as one frozen value; and the steering of one request.
 
 Loaded from ``policies/*.yaml`` (strictly: unknown keys are start-up errors,
-see ``gateway.policies``); the pure pipeline only reads it.
+see ``gateway.policies``); the pure pipeline only reads it. A request may
+steer its own prune within what the policy allows (the ``x-sieve-*`` headers)::
+
+    prune(body, policy, scorer=scorer, counter=counter,
+          steering=Steering(target_tokens=8000, strategy=Strategy.WINDOW))
 """
 
 from __future__ import annotations
@@ -9,19 +13,32 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-STRATEGIES = ("none", "window", "relevance")
+from gateway.pruning.vocabulary import Strategy
+
+STRATEGIES = tuple(Strategy)  # what a policy file or x-sieve-strategy may name
 SCORERS = ("local", "llm", "hybrid")
 SCORER_FALLBACKS = ("local", "keep")
+
+
+@dataclass(frozen=True, slots=True)
+class Steering:
+    """What one request asks of the pruner beyond its org's policy; None: the policy's."""
+
+    target_tokens: int | None = None  # a hard target: it overrides the policy's minimum sizes
+    strategy: Strategy | None = None
+    goal: str | None = None           # the task, when the client names it
+
+
 # The request headers a client may use to steer pruning (x-sieve-<name with dashes>).
-OVERRIDES = ("target_tokens", "strategy", "goal")
+OVERRIDES = tuple(f.name for f in fields(Steering))
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
     name: str = "default"
-    strategy: str = "relevance"
-    # Cap on the forwarded messages when the request names none. It is the
-    # high-water mark: an epoch prunes down to the system prompt plus
+    strategy: Strategy = Strategy.RELEVANCE
+    # The target on the forwarded messages when the request names none. Going
+    # over it starts an epoch, which prunes down to the system prompt plus
     # low_water_ratio of the rest, so the next turns share a cached prefix.
     target_tokens: int = 24_000
     low_water_ratio: float = 0.5
@@ -54,7 +71,7 @@ class Policy:
     store_fail_open: bool = True
     default_max_completion_tokens: int = 4_096
     # Below this fraction of a budget left, prune harder instead of running
-    # into the 429: the cap shrinks to 3/4, 1/2, then 1/4 of itself as the budget
+    # into the 429: the target shrinks to 3/4, 1/2, then 1/4 of itself as the budget
     # drains (steps, so decisions stay frozen within one). 0 disables it.
     tighten_below: float = 0.0
     # The cheap LLM scorer (gateway.scorers.llm). "local": the embedded scorer only;
@@ -85,12 +102,12 @@ class Policy:
         values.update({k: v for k, v in changes.items() if v is not None})
         return Policy(**values)
 
-    def tightened_cap(self, cap: int, budget_left: float) -> int:
-        """The cap to prune to when ``budget_left`` (0..1) of the tightest budget remains."""
+    def tightened_target(self, target_tokens: int, budget_left: float) -> int:
+        """The target to prune to when ``budget_left`` (0..1) of the tightest budget remains."""
         if self.tighten_below <= 0 or budget_left >= self.tighten_below:
-            return cap
+            return target_tokens
         step = max(1, min(3, math.ceil(4 * budget_left / self.tighten_below)))  # 3, 2 or 1 quarters
-        return max(1, cap * step // 4)
+        return max(1, target_tokens * step // 4)
 
 
 POLICY_FIELDS = {f.name: f.type for f in fields(Policy)}

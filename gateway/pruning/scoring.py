@@ -1,8 +1,8 @@
 """Scoring older units 1–5 for their value to the task, and the local scorer.
 
-The rubric (shared with the LLM scorer): 5 decides success (user constraints,
-unique ids, key data); 4 affects the next key steps; 3 useful background;
-2 weakly related, drop first; 1 unrelated.
+The rubric (shared with the LLM scorer, ``gateway.pruning.rubric``): 5 decides
+success (user constraints, unique ids, key data); 4 affects the next key steps;
+3 useful background; 2 weakly related, drop first; 1 unrelated.
 
 The embedded ``LocalScorer`` needs no network and no model. It combines:
 
@@ -29,19 +29,14 @@ cached per text and per token (``text_features.analyse``).
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
 from typing import Mapping, Protocol, Sequence
 
+from gateway.pruning import rubric
 from gateway.pruning import text_features as tf
-from gateway.pruning.conversation import (
-    KIND_ASSISTANT,
-    KIND_TOOL_CHAIN,
-    KIND_USER,
-    Conversation,
-)
+from gateway.pruning.conversation import KIND_TOOL_CHAIN, KIND_USER, Conversation
 from gateway.pruning.memo import TextMemo
 
 
@@ -70,6 +65,40 @@ class _Features:
     constraint: bool
     error: bool
     speaker: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Corpus:
+    """The conversation's units as a BM25 corpus."""
+
+    feats: list[_Features]   # per unit
+    edf: Counter             # entity -> units that mention it
+    idf: dict[str, float]    # term -> inverse document frequency
+    eidf: dict[str, float]   # entity -> likewise
+    avg_len: float
+
+    @classmethod
+    def of(cls, feats: list[_Features]) -> _Corpus:
+        n_docs = len(feats)
+        # One C-level count over every (unit, term) pair, not an update per unit.
+        df = Counter(chain.from_iterable(f.counts for f in feats))
+        edf = Counter(chain.from_iterable(f.entities for f in feats))
+        idf = {t: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+        eidf = {e: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for e, d in edf.items()}
+        avg_len = (sum(f.length for f in feats) / n_docs) if n_docs else 1.0
+        return cls(feats, edf, idf, eidf, avg_len)
+
+
+@dataclass(frozen=True, slots=True)
+class _Signals:
+    """What the relevance of a candidate is made of."""
+
+    lexical: dict[int, float]       # BM25 with feedback, spread to dialogue neighbours
+    top_lexical: float              # the best of them (1.0 if none): lexical scores are read relative to it
+    shared: dict[int, float]        # weight of the entities shared with the current step
+    matched: dict[int, list[str]]   # and which
+    references: dict[int, int]      # later units that mention its rare entities
+    duplicates: set[int]            # tool outputs a newer unit repeats verbatim
 
 
 class LocalScorer:
@@ -106,24 +135,39 @@ class LocalScorer:
 
     def score(self, conversation: Conversation, candidates: Sequence[int],
               window: Sequence[int]) -> dict[int, UnitScore]:
-        units = conversation.units
-        feats = [self.features(u.text) for u in units]
-        n_docs = len(units)
-        # One C-level count over every (unit, term) pair, not an update per unit.
-        df = Counter(chain.from_iterable(f.counts for f in feats))
-        edf = Counter(chain.from_iterable(f.entities for f in feats))
-        idf = {t: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for t, d in df.items()}
-        eidf = {e: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for e, d in edf.items()}
-
+        """Per-text features, read as a corpus; the signals of each candidate; its
+        relevance; its tier (see the module docstring)."""
+        corpus = _Corpus.of([self.features(u.text) for u in conversation.units])
         request = self.features(conversation.current_request)
-        query = self._query_weights(conversation, window, feats, request)
-        entity_query = self._entity_weights(conversation, window, feats, request)
-        avg_len = (sum(f.length for f in feats) / n_docs) if n_docs else 1.0
-        lexical = self._bm25(query, feats, candidates, idf, avg_len, request)
+        signals = self._signals(conversation, candidates, window, corpus, request)
+        relevance, hard = self._relevance(conversation, candidates, corpus.feats, signals)
+        return self._tiered(conversation, candidates, corpus.feats, signals, relevance, hard)
+
+    def _signals(self, conv: Conversation, candidates: Sequence[int], window: Sequence[int], corpus: _Corpus,
+                 request: _Features) -> _Signals:
+        lexical = self._lexical(conv, candidates, window, corpus, request)
+        shared, matched = self._shared_entities(conv, candidates, window, corpus, request)
+        lexical = _with_neighbours(lexical, self.NEXT_SHARE, self.PREV_SHARE, self.PREV_ADD,
+                                   int(self.SPAN), self.SPAN_DECAY, self.SPAN_W)
+        return _Signals(lexical, max(lexical.values(), default=0.0) or 1.0, shared, matched,
+                        self._references(conv, candidates, corpus.feats, corpus.edf),
+                        self._duplicates(conv, candidates))
+
+    def _lexical(self, conv: Conversation, candidates: Sequence[int], window: Sequence[int], corpus: _Corpus,
+                 request: _Features) -> dict[int, float]:
+        """BM25 against the request, the recent window and the goal, with one round of
+        pseudo-relevance feedback."""
+        query = self._query_weights(conv, window, corpus.feats, request)
+        lexical = self._bm25(query, corpus, candidates, request)
         if self.PRF_W > 0:
-            expanded = self._expand(query, lexical, feats, idf)
-            lexical = self._bm25(expanded, feats, candidates, idf, avg_len, request, (query, lexical))
-            query = expanded
+            expanded = self._expand(query, lexical, corpus)
+            lexical = self._bm25(expanded, corpus, candidates, request, (query, lexical))
+        return lexical
+
+    def _shared_entities(self, conv: Conversation, candidates: Sequence[int], window: Sequence[int],
+                         corpus: _Corpus, request: _Features) -> tuple[dict[int, float], dict[int, list[str]]]:
+        """Per candidate, the weight of the entities it shares with the current step, and which."""
+        entity_query = self._entity_weights(conv, window, corpus.feats, request)
         shared: dict[int, float] = {}
         matched: dict[int, list[str]] = {}
         asked = entity_query.keys()
@@ -131,58 +175,62 @@ class LocalScorer:
             # Sorted, not in set order: a set of strings iterates in a per-process
             # (hash-seeded) order, and a float sum in another order can differ in its
             # last bit, enough to flip a tie between replicas.
-            hits = sorted(feats[i].entities & asked)
+            hits = sorted(corpus.feats[i].entities & asked)
             # A named entity of the current step counts even when common in this
             # conversation (a person everyone talks about).
-            shared[i] = sum(entity_query[ent] * max(eidf[ent], self.ENTITY_IDF_FLOOR) for ent in hits)
+            shared[i] = sum(entity_query[ent] * max(corpus.eidf[ent], self.ENTITY_IDF_FLOOR) for ent in hits)
             matched[i] = hits
+        return shared, matched
 
-        lexical = _with_neighbours(lexical, self.NEXT_SHARE, self.PREV_SHARE, self.PREV_ADD,
-                                   int(self.SPAN), self.SPAN_DECAY, self.SPAN_W)
-        references = self._references(conversation, candidates, feats, edf)
-        duplicates = self._duplicates(conversation, candidates)
-        top_lex = max(lexical.values(), default=0.0) or 1.0
+    def _relevance(self, conv: Conversation, candidates: Sequence[int], feats: Sequence[_Features],
+                   signals: _Signals) -> tuple[dict[int, float], set[int]]:
+        """Each candidate's relevance (duplicates have none), and the hard user constraints."""
         rel: dict[int, float] = {}
-        hard_set: set[int] = set()
+        hard: set[int] = set()
         for i in candidates:
-            if i in duplicates:
+            if i in signals.duplicates:
                 continue
-            unit, f = units[i], feats[i]
-            lex = lexical[i] / top_lex
-            ent = 1 - math.exp(-shared[i] / 6.0)
-            relevance = self.W_LEX * lex + self.W_ENT * ent + self.W_REF * min(references.get(i, 0), 3) / 3
-            relevance += _type_prior(unit.kind, f)
-            if unit.kind == KIND_USER and f.constraint and unit.tokens <= 200 and _imperative(unit.text):
+            unit, f = conv.units[i], feats[i]
+            lex = signals.lexical[i] / signals.top_lexical
+            ent = 1 - math.exp(-signals.shared[i] / 6.0)
+            relevance = self.W_LEX * lex + self.W_ENT * ent + self.W_REF * min(signals.references.get(i, 0), 3) / 3
+            relevance += rubric.type_prior(unit.kind, f.constraint, f.error)
+            if unit.kind == KIND_USER and f.constraint and unit.tokens <= 200 and rubric.is_imperative(unit.text):
                 relevance = max(relevance, 0.9)
-                hard_set.add(i)
+                hard.add(i)
             rel[i] = relevance
+        return rel, hard
+
+    def _tiered(self, conv: Conversation, candidates: Sequence[int], feats: Sequence[_Features],
+                signals: _Signals, rel: Mapping[int, float], hard: set[int]) -> dict[int, UnitScore]:
+        """The rubric tier of each candidate; the most relevant ``TOP_FRAC`` lifted to 4."""
         ranked = sorted(rel, key=lambda i: (-rel[i], -i))
         rank = {i: r for r, i in enumerate(ranked)}
         n_rel = len(ranked) or 1
         out: dict[int, UnitScore] = {}
         for i in candidates:
-            unit, f = units[i], feats[i]
-            if i in duplicates:
+            unit, f = conv.units[i], feats[i]
+            if i in signals.duplicates:
                 out[i] = UnitScore(1, 0.0, "duplicate of a newer tool output")
                 continue
             relevance = rel[i]
-            tier = _tier(relevance)
+            tier = rubric.tier(relevance)
             if tier < 4 and relevance >= self.TOP_FLOOR and rank[i] < self.TOP_FRAC * n_rel:
                 tier = 4
             out[i] = UnitScore(tier, round(relevance, 6),
-                               _reason(i in hard_set, lexical[i] / top_lex, matched[i],
-                                       references.get(i, 0), unit.kind, f),
-                               i in hard_set)
+                               rubric.reason(i in hard, signals.lexical[i] / signals.top_lexical,
+                                             signals.matched[i], signals.references.get(i, 0), unit.kind, f.error),
+                               i in hard)
         return out
 
-    def _bm25(self, query: dict[str, float], feats, candidates: Sequence[int], idf, avg_len: float,
-              request: _Features, earlier: tuple[dict[str, float], dict[int, float]] | None = None,
-              ) -> dict[int, float]:
+    def _bm25(self, query: dict[str, float], corpus: _Corpus, candidates: Sequence[int], request: _Features,
+              earlier: tuple[dict[str, float], dict[int, float]] | None = None) -> dict[int, float]:
         """BM25 of each candidate against the weighted ``query``. ``earlier``: a query
         this one extends (pseudo-relevance feedback appends terms, the weights of the
         others unchanged) and its scores. A unit with none of the added terms, walked
         on the same side, would repeat the same float operations: its score is reused."""
         k1, b = self.K1, self.B
+        feats, idf, avg_len = corpus.feats, corpus.idf, corpus.avg_len
         out: dict[int, float] = {}
         weighted = [(term, w * idf.get(term, 0.0) * (k1 + 1)) for term, w in query.items() if w]
         # w * idf, as the unit-side walk multiplies first (the same bits as inline).
@@ -215,9 +263,10 @@ class LocalScorer:
             out[i] = s
         return out
 
-    def _expand(self, query: dict[str, float], lexical: dict[int, float], feats, idf) -> dict[str, float]:
+    def _expand(self, query: dict[str, float], lexical: dict[int, float], corpus: _Corpus) -> dict[str, float]:
         """Pseudo-relevance feedback: the best-matching units' distinctive terms
         join the query at a low weight (the request says 'trip', they say 'Chicago')."""
+        feats, idf = corpus.feats, corpus.idf
         top = sorted((i for i in lexical if lexical[i] > 0), key=lambda i: (-lexical[i], -i))[: int(self.PRF_K)]
         if not top:
             return query
@@ -320,53 +369,3 @@ def _with_neighbours(lexical: dict[int, float], next_share: float, prev_share: f
         out[i] = max(s, prev_share * prev_s, next_share * next_s) + prev_add * prev_s + context * near
     return out
 
-
-def _type_prior(kind: str, f: _Features) -> float:
-    if kind == KIND_USER:
-        return 0.08 + (0.1 if f.constraint else 0.0)
-    if kind == KIND_TOOL_CHAIN:
-        return 0.06 + (0.05 if f.error else 0.0)
-    if kind == KIND_ASSISTANT:
-        return 0.02
-    return 0.0
-
-
-# After a sentence end, whitespace but no newline: a match after blank lines starts at the
-# last one, and no start rescans a run of newlines (quadratic: 40k newlines took 70 s).
-_IMPERATIVE = re.compile(
-    r"(?:^|[.!?\n][^\S\n]*)(?:please\s+)?(?:do not|don't|never|always|make sure|you must|you should(?: not)?|"
-    r"remember to|be sure to|only)\b|不要|必须|务必|禁止|请勿|一定要",
-    re.IGNORECASE,
-)
-
-
-def _imperative(text: str) -> bool:
-    """A sentence that starts as an instruction to the assistant, not chit-chat that uses 'always'."""
-    return _IMPERATIVE.search(text) is not None
-
-
-def _tier(relevance: float) -> int:
-    if relevance >= 0.65:
-        return 5
-    if relevance >= 0.42:
-        return 4
-    if relevance >= 0.22:
-        return 3
-    if relevance >= 0.1:
-        return 2
-    return 1
-
-
-def _reason(hard: bool, lex: float, entities: list[str], refs: int, kind: str, f: _Features) -> str:
-    if hard:
-        return "user constraint"
-    parts = []
-    if entities:
-        parts.append("shares " + ", ".join(sorted(entities)[:3]))
-    if lex >= 0.3:
-        parts.append("on topic")
-    if refs:
-        parts.append(f"referenced later ({refs})")
-    if f.error and kind == KIND_TOOL_CHAIN:
-        parts.append("tool error")
-    return "; ".join(parts) or "unrelated to the current step"

@@ -1,13 +1,13 @@
 """Budgeted selection over tiers.
 
-Every unit ends as ``keep``, ``mask`` (its tool results replaced by a marker,
-the calls kept) or ``drop``. Pinned units are kept. The others are offered in
-priority order, each in its full form if it fits, else masked if it can be and
-that fits, else dropped:
+Every unit ends ``kept``, ``masked`` (its tool results replaced by a marker,
+the calls kept) or ``dropped`` (an :class:`~gateway.pruning.vocabulary.Action`).
+Pinned units are kept. The others are offered in priority order, each in its
+full form if it fits, else masked if it can be and that fits, else dropped:
 
-1. score >= keep threshold, most relevant first;
+1. high: score >= keep threshold, most relevant first;
 2. candidates (between the thresholds), newest first;
-3. score <= compress threshold: tool chains masked (their calls carry the ids
+3. low: score <= compress threshold: tool chains masked (their calls carry the ids
    later steps reuse), other units only when ``fill_budget`` leaves room.
 
 Old bulky tool outputs below the keep threshold are masked even when they would
@@ -21,8 +21,7 @@ from typing import Mapping, Sequence
 
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.scoring import UnitScore
-
-KEEP, MASK, DROP = "keep", "mask", "drop"
+from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,16 +41,16 @@ def select(
     pinned: set[int],
     masked_cost: Mapping[int, int],
     rules: SelectionRules,
-    forced: Mapping[int, str] | None = None,
-) -> dict[int, str]:
+    forced: Mapping[int, Action] | None = None,
+) -> dict[int, Action]:
     """Decide each unit's action. ``masked_cost[i]`` is unit i's tokens when masked
     (absent if it cannot be masked); ``forced`` holds earlier epochs' masks and
     drops, which never come back (the cached prefix depends on it)."""
     forced = forced or {}
-    actions: dict[int, str] = {}
+    actions: dict[int, Action] = {}
     remaining = rules.budget
     for i in pinned:
-        actions[i] = KEEP
+        actions[i] = KEPT
 
     ranked = _ranked(scores, pinned, rules)
     if rules.mask_before_drop:
@@ -59,28 +58,28 @@ def select(
         # calls and ids intact) while room allows: a later call is far more likely
         # to reuse an old id than an old sentence. Upgrades to full come below.
         for i, _ in ranked:
-            if i in masked_cost and forced.get(i) != DROP and masked_cost[i] <= remaining:
-                actions[i], remaining = MASK, remaining - masked_cost[i]
+            if i in masked_cost and forced.get(i) != DROPPED and masked_cost[i] <= remaining:
+                actions[i], remaining = MASKED, remaining - masked_cost[i]
 
     def offer(i: int, prefer_mask: bool) -> None:
         nonlocal remaining
         unit = conversation.units[i]
         prior = forced.get(i)
-        held = masked_cost[i] if actions.get(i) == MASK else 0
+        held = masked_cost[i] if actions.get(i) == MASKED else 0
         full_allowed = prior is None and not prefer_mask
         if full_allowed and unit.tokens - held <= remaining:
-            actions[i], remaining = KEEP, remaining - unit.tokens + held
+            actions[i], remaining = KEPT, remaining - unit.tokens + held
         elif held:
             return  # stays masked
-        elif i in masked_cost and prior != DROP and masked_cost[i] <= remaining:
-            actions[i], remaining = MASK, remaining - masked_cost[i]
+        elif i in masked_cost and prior != DROPPED and masked_cost[i] <= remaining:
+            actions[i], remaining = MASKED, remaining - masked_cost[i]
         else:
-            actions[i] = DROP
+            actions[i] = DROPPED
 
     for i, tier in ranked:
         unit = conversation.units[i]
         bulky = rules.mask_tool_outputs and unit.tool_result_tokens >= rules.mask_min_tokens
-        if tier == "keep":
+        if tier == "high":
             offer(i, prefer_mask=False)
         elif tier == "candidate":
             offer(i, prefer_mask=bulky)
@@ -88,24 +87,26 @@ def select(
             if i in masked_cost or rules.fill_budget:
                 offer(i, prefer_mask=i in masked_cost)
             else:
-                actions[i] = DROP
+                actions[i] = DROPPED
     return actions
 
 
 def _ranked(scores: Mapping[int, UnitScore], pinned: set[int], rules: SelectionRules) -> list[tuple[int, str]]:
-    keep = [i for i, s in scores.items() if i not in pinned and s.score >= rules.keep_threshold]
+    """The unpinned units in the order they are offered, each with its tier (high,
+    candidate or low: the three tiers above)."""
+    high = [i for i, s in scores.items() if i not in pinned and s.score >= rules.keep_threshold]
     cand = [i for i, s in scores.items()
             if i not in pinned and rules.compress_threshold < s.score < rules.keep_threshold]
     low = [i for i, s in scores.items() if i not in pinned and s.score <= rules.compress_threshold]
-    keep.sort(key=lambda i: (-scores[i].score, -scores[i].relevance, -i))
+    high.sort(key=lambda i: (-scores[i].score, -scores[i].relevance, -i))
     cand.sort(key=lambda i: -i)
     low.sort(key=lambda i: (-scores[i].score, -scores[i].relevance, -i))
-    return [(i, "keep") for i in keep] + [(i, "candidate") for i in cand] + [(i, "low") for i in low]
+    return [(i, "high") for i in high] + [(i, "candidate") for i in cand] + [(i, "low") for i in low]
 
 
 def shrink_to_fit(
     conversation: Conversation,
-    actions: dict[int, str],
+    actions: dict[int, Action],
     order: Sequence[int],
     masked_cost: Mapping[int, int],
     excess: int,
@@ -116,16 +117,16 @@ def shrink_to_fit(
     for i in order:
         if excess <= 0:
             return excess
-        if actions.get(i) == KEEP and i in masked_cost:
+        if actions.get(i) == KEPT and i in masked_cost:
             gain = conversation.units[i].tokens - masked_cost[i]
             if gain > 0:
-                actions[i] = MASK
+                actions[i] = MASKED
                 excess -= gain
     for i in order:
         if excess <= 0:
             break
         current = actions.get(i)
-        if current in (KEEP, MASK):
-            actions[i] = DROP
-            excess -= masked_cost[i] if current == MASK else conversation.units[i].tokens
+        if current in (KEPT, MASKED):
+            actions[i] = DROPPED
+            excess -= masked_cost[i] if current == MASKED else conversation.units[i].tokens
     return excess

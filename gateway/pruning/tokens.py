@@ -7,13 +7,14 @@ Tool schemas are not counted.
 ::
 
     counter = TokenCounters().for_model("gpt-4o-mini")   # o200k_base (+ cl100k_base, see below)
-    counter.count_message({"role": "user", "content": "hi"})   # -> 5 (the cap's count)
+    counter.count_message({"role": "user", "content": "hi"})   # -> 5 (the target rule's count)
     counter.model_tokens({"role": "user", "content": "hi"})    # -> 5 (the model's own, reported)
 
-The cap is a promise, so counting for it is conservative: for the o200k
-families a text counts as the larger of its o200k_base and cl100k_base token
-counts (they differ by ~3 % on English chat). A client or a dashboard that
-counts with the older, more common cl100k_base never sees the cap exceeded.
+The target is a promise, so counting for it is conservative (the *target
+rule*): for the o200k families a text counts as the larger of its o200k_base
+and cl100k_base token counts (they differ by ~3 % on English chat). A client or
+a dashboard that counts with the older, more common cl100k_base never sees the
+target exceeded.
 
 What is reported (headers, metrics, savings, budgets) is the model's own
 encoding (:meth:`TokenCounter.model_tokens`): what the provider bills. Counting
@@ -26,20 +27,22 @@ list: 2-3x faster than tiktoken on agent histories, with the same counts
 (``tests/unit/test_token_engines.py`` holds them equal on edge cases and fuzzed
 text; BENCHMARKS.md on every text of the dev data too). Where rs-bpe is not
 installed (it has wheels for Linux x86-64 and arm64 only), tiktoken counts;
-``SIEVE_TOKEN_ENGINE`` chooses one outright.
+``SIEVE_TOKEN_ENGINE`` chooses one outright (``ENGINES``).
+
+tiktoken must never download its vocabularies: the process points it at the
+files litellm ships before anything counts
+(``gateway.settings.prepare_offline_environment``: the CLI, the tests' conftest
+and the bench scripts call it first). This module stays pure and does not.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-import tiktoken
-
 from gateway.pruning.memo import TextMemo
 from gateway.pruning.messages import message_token_text
-from gateway.settings import TOKEN_ENGINES as ENGINES
-from gateway.settings import prepare_offline_environment
 
+ENGINES = ("rs-bpe", "tiktoken")  # how text is counted (SIEVE_TOKEN_ENGINE picks one)
 PER_MESSAGE_OVERHEAD = 4
 
 # Families tokenized with o200k_base; everything else falls back to cl100k_base.
@@ -79,8 +82,8 @@ def text_counter(encoding_name: str, engine: str) -> Callable[[str], int]:
 
 
 def _tiktoken_counter(encoding_name: str) -> Callable[[str], int]:
-    # Never download: point tiktoken at the files litellm ships first.
-    prepare_offline_environment()
+    import tiktoken  # noqa: PLC0415 - only the fallback engine needs it (and its import time)
+
     encode = tiktoken.get_encoding(encoding_name).encode_ordinary
     return lambda text: len(encode(text))
 
@@ -102,7 +105,7 @@ def _rs_bpe_counter(encoding_name: str) -> Callable[[str], int]:
 
 
 class TokenCounter:
-    """Counts message tokens with one encoding (two under the cap rule); memoises text counts.
+    """Counts message tokens with one encoding (two under the target rule); memoises text counts.
 
     The memo is keyed by the token text itself (a dict lookup hashes it once) and
     bounded in entries and characters (:class:`gateway.pruning.memo.TextMemo`).
@@ -120,7 +123,7 @@ class TokenCounter:
         else:
             other = text_counter("cl100k_base", self.engine)
             self._counts = lambda text: (max(n := model(text), other(text)), n)
-        # text -> (tokens under the cap rule, tokens in the model's own encoding)
+        # text -> (tokens under the target rule, tokens in the model's own encoding)
         self._cache: TextMemo[tuple[int, int]] = TextMemo(cache_size, cache_chars)
 
     def _pair(self, text: str) -> tuple[int, int]:
@@ -130,11 +133,11 @@ class TokenCounter:
         return pair
 
     def count_text(self, text: str) -> int:
-        """Tokens of a text under the cap rule (the larger count, see above)."""
+        """Tokens of a text under the target rule (the larger count, see above)."""
         return self._pair(text)[0]
 
     def count_message(self, message: Mapping[str, Any]) -> int:
-        """Tokens of a message under the cap rule: what ``x-sieve-target-tokens`` bounds."""
+        """Tokens of a message under the target rule: what ``x-sieve-target-tokens`` bounds."""
         return self._pair(message_token_text(message))[0] + PER_MESSAGE_OVERHEAD
 
     def count_messages(self, messages: list[Mapping[str, Any]]) -> int:
@@ -145,9 +148,9 @@ class TokenCounter:
         return self._pair(message_token_text(message))[1] + PER_MESSAGE_OVERHEAD
 
     def message_counts(self, message: Mapping[str, Any]) -> tuple[int, int]:
-        """Both counts of a message (cap rule, model encoding), its text read once."""
-        cap, model = self._pair(message_token_text(message))
-        return cap + PER_MESSAGE_OVERHEAD, model + PER_MESSAGE_OVERHEAD
+        """Both counts of a message (target rule, model encoding), its text read once."""
+        target_rule, model = self._pair(message_token_text(message))
+        return target_rule + PER_MESSAGE_OVERHEAD, model + PER_MESSAGE_OVERHEAD
 
 
 class TokenCounters:

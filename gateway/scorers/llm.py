@@ -5,12 +5,12 @@ stateless prune) and scores them synchronously. The model is asked in between,
 by ``gateway.pruner``::
 
     capture = CapturingScorer(LocalScorer())
-    first = prune(body, policy, scorer=capture, ...)           # local scores, recorded
+    first = prune(body, policy, scorer=capture, counter=counter, steering=steering)  # local scores, recorded
     if capture.request is not None:
         run = await llm.score(capture.request, policy, org=org, model=body["model"],
                               saved_tokens=first.saved_tokens)
         if run.scores:                                            # the model was asked
-            result = prune(body, policy, scorer=local, scores=run.scores, ...)
+            result = prune(body, policy, scorer=local, counter=counter, steering=steering, scores=run.scores)
 
 ``run.scores`` covers every candidate: the model's score where it answered
 (``relevance`` and ``hard`` stay the local scorer's: the model picks the tier,

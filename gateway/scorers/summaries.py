@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.pruning.compression import is_omission_marker, marker_ids, summary_message
-from gateway.pruning.frozen import DROP
 from gateway.pruning.messages import content_text, message_token_text
 from gateway.pruning.pipeline import PruneResult
 from gateway.pruning.policy import Policy
 from gateway.pruning.tokens import TokenCounter
+from gateway.pruning.vocabulary import Action
 from gateway.scorers.clients import ScorerCallError
 from gateway.scorers.llm import LLMScorer
 from gateway.telemetry.metrics import Metrics
@@ -59,9 +59,9 @@ class Summarizer:
         self._metrics = metrics
 
     async def summarize(self, result: PruneResult, messages: list[dict[str, Any]], goal: str,
-                        policy: Policy, counter: TokenCounter, cap: int) -> SummaryRun:
+                        policy: Policy, counter: TokenCounter, target_tokens: int) -> SummaryRun:
         """Replace the fresh omission markers of ``result`` by summaries, in place (the
-        forwarded request and the plan alike), as far as the cap leaves room."""
+        forwarded request and the plan alike), as far as ``target_tokens`` leaves room."""
         run = SummaryRun()
         started = time.perf_counter()
         plan = result.state
@@ -71,7 +71,7 @@ class Summarizer:
             if not is_omission_marker(marker):
                 continue
             end = positions[k + 1] if k + 1 < len(positions) else plan.decided
-            span = [j for j in range(pos, end) if plan.actions.get(j) == DROP]
+            span = [j for j in range(pos, end) if plan.actions.get(j) == Action.DROPPED]
             if not span:
                 continue
             try:
@@ -88,7 +88,7 @@ class Summarizer:
             # a summary cut to fit loses its last lines first.
             missing = [v for v in marker_ids(marker) if v not in answer.text]
             text = (f"Ids: {' '.join(missing)}\n" if missing else "") + answer.text
-            summary = _fit(text, counter, cap - result.cap_tokens + counter.count_message(marker))
+            summary = _fit(text, counter, target_tokens - result.target_rule_tokens + counter.count_message(marker))
             if summary is None:
                 continue
             _replace(result, k, marker, summary, counter)
@@ -136,5 +136,5 @@ def _replace(result: PruneResult, k: int, marker: dict[str, Any], summary: dict[
         if m is marker:
             forwarded[i] = summary
             break
-    result.cap_tokens += counter.count_message(summary) - counter.count_message(marker)
+    result.target_rule_tokens += counter.count_message(summary) - counter.count_message(marker)
     result.forwarded_tokens += counter.model_tokens(summary) - counter.model_tokens(marker)

@@ -15,6 +15,8 @@ from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.pruning.vocabulary import Action
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -35,7 +37,8 @@ class Outcome(StrEnum):
 
 
 OUTCOMES = tuple(Outcome)
-UNIT_ACTIONS = ("kept", "masked", "dropped", "summarised")
+# sieve_units_total{action}: pruning's actions, and "summarised", which the dashboard shows beside them.
+UNIT_ACTIONS = (*(a.value for a in Action), "summarised")
 COST_KINDS = ("counterfactual", "actual", "scorer")
 
 

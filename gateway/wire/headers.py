@@ -16,6 +16,7 @@ from typing import Mapping
 
 from gateway.errors import InvalidRequest
 from gateway.pruning.policy import STRATEGIES
+from gateway.pruning.vocabulary import Strategy
 
 MAX_TARGET_TOKENS = 10_000_000
 MAX_GOAL_CHARS = 8_192
@@ -27,7 +28,7 @@ class SieveHeaders:
     """The optional ``x-sieve-*`` request headers, validated."""
 
     target_tokens: int | None = None
-    strategy: str | None = None
+    strategy: Strategy | None = None
     goal: str | None = None
     conversation_id: str | None = None
 
@@ -60,14 +61,14 @@ def _target_tokens(value: str | None) -> int | None:
     return tokens
 
 
-def _strategy(value: str | None) -> str | None:
+def _strategy(value: str | None) -> Strategy | None:
     if value is None:
         return None
     strategy = value.strip().lower()
     if strategy not in STRATEGIES:
         raise InvalidRequest(f"x-sieve-strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}",
                              param="x-sieve-strategy")
-    return strategy
+    return Strategy(strategy)
 
 
 def response_headers(request_id: str, original_tokens: int, forwarded_tokens: int,

@@ -131,7 +131,7 @@ def test_headers_count_in_the_models_encoding_and_the_cap_under_the_stricter_one
 
     assert report["original_tokens"] == count(o200k, history) < count(cl100k, history)
     assert report["forwarded_tokens"] == count(o200k, sent)
-    assert report["cap_tokens"] == sum(max(count(o200k, [m]), count(cl100k, [m])) for m in sent) <= 3000
+    assert report["target_rule_tokens"] == sum(max(count(o200k, [m]), count(cl100k, [m])) for m in sent) <= 3000
     resp = openai_client(gateway, KEY).chat.completions.with_raw_response.create(
         model="gpt-4o-mini", messages=history, extra_headers={"x-sieve-target-tokens": "3000"})
     assert int(resp.headers["x-sieve-original-tokens"]) == report["original_tokens"]

@@ -18,7 +18,7 @@ import pytest
 
 from gateway.policies import load_policies
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer, UnitScore
 from gateway.pruning.tokens import TokenCounters
 from gateway.scorers.clients import LiteLLMClient
@@ -113,7 +113,7 @@ def send(gw: GatewayServer, body: dict = BODY, target: int | None = TARGET, **he
 
 def local_request(policy: Policy, body: dict = BODY, target: int = TARGET):
     capture = CapturingScorer(LocalScorer())
-    prune(body, policy, scorer=capture, counter=COUNTERS.for_model(MODEL), target=target)
+    prune(body, policy, scorer=capture, counter=COUNTERS.for_model(MODEL), steering=Steering(target_tokens=target))
     assert capture.request is not None
     return capture.request
 
@@ -127,8 +127,8 @@ def expected_messages(policy: Policy, llm: dict[int, int] | None, body: dict = B
         scores = {i: UnitScore(5, s.relevance, "kept", s.hard) for i, s in local.items()}
     elif llm is not None:
         scores = {i: UnitScore(llm[i], s.relevance, "llm", s.hard) if i in llm else s for i, s in local.items()}
-    return prune(body, policy, scorer=LocalScorer(), counter=COUNTERS.for_model(MODEL), target=target,
-                 scores=scores).request["messages"]
+    return prune(body, policy, scorer=LocalScorer(), counter=COUNTERS.for_model(MODEL),
+                 steering=Steering(target_tokens=target), scores=scores).request["messages"]
 
 
 def forwarded(upstream) -> list[dict]:

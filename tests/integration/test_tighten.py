@@ -8,13 +8,13 @@ from tests.fake_upstream import Reply
 from tests.support import openai_client
 
 
-def test_tightened_cap_steps_in_quarters():
+def test_tightened_target_steps_in_quarters():
     policy = Policy(tighten_below=0.4)
-    assert policy.tightened_cap(8000, 0.9) == 8000
-    assert policy.tightened_cap(8000, 0.35) == 6000     # 3 quarters
-    assert policy.tightened_cap(8000, 0.2) == 4000      # 2 quarters
-    assert policy.tightened_cap(8000, 0.01) == 2000     # never below a quarter
-    assert Policy().tightened_cap(8000, 0.0) == 8000    # disabled by default
+    assert policy.tightened_target(8000, 0.9) == 8000
+    assert policy.tightened_target(8000, 0.35) == 6000     # 3 quarters
+    assert policy.tightened_target(8000, 0.2) == 4000      # 2 quarters
+    assert policy.tightened_target(8000, 0.01) == 2000     # never below a quarter
+    assert Policy().tightened_target(8000, 0.0) == 8000    # disabled by default
 
 
 def test_low_budget_prunes_harder(start_gateway, upstream, tmp_path):

@@ -7,7 +7,8 @@ import time
 
 from gateway.pruning import text_features as tf
 from gateway.pruning.conversation import build_conversation
-from gateway.pruning.scoring import LocalScorer, _imperative
+from gateway.pruning.rubric import is_imperative
+from gateway.pruning.scoring import LocalScorer
 
 
 def _count(message) -> int:
@@ -182,10 +183,10 @@ def test_instruction_check_takes_linear_time_on_blank_lines():
     # Found by fuzzing: every newline of a blank run restarted a scan of the whole run
     # (40k newlines after "always" took 70 s).
     started = time.perf_counter()
-    assert not _imperative("it is always" + "\n" * 20_000 + "x")
+    assert not is_imperative("it is always" + "\n" * 20_000 + "x")
     assert time.perf_counter() - started < 1.0
-    assert _imperative("Done.\n\n  Never call external APIs.") and _imperative("ok.\r\nplease always cite")
-    assert not _imperative("I always go hiking.\n\n\nIt is fun.")
+    assert is_imperative("Done.\n\n  Never call external APIs.") and is_imperative("ok.\r\nplease always cite")
+    assert not is_imperative("I always go hiking.\n\n\nIt is fun.")
 
 
 class _RecordingScorer(LocalScorer):
@@ -196,8 +197,8 @@ class _RecordingScorer(LocalScorer):
         self.reuse = reuse
         self.passes: list[dict[int, float]] = []
 
-    def _bm25(self, query, feats, candidates, idf, avg_len, request, earlier=None):
-        out = super()._bm25(query, feats, candidates, idf, avg_len, request, earlier if self.reuse else None)
+    def _bm25(self, query, corpus, candidates, request, earlier=None):
+        out = super()._bm25(query, corpus, candidates, request, earlier if self.reuse else None)
         self.passes.append(out)
         return out
 

@@ -8,7 +8,7 @@ from gateway.pruning.compression import DROPPED_MARKER, OMITTED_PREFIX, kept_val
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.ids import ids_in, omitted_ids
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from tests.conversations import SYSTEM, agent_history
@@ -17,9 +17,10 @@ COUNTER = TokenCounters().for_model("gpt-4o-mini")
 SCORER = LocalScorer()
 
 
-def run(messages, policy=None, **kw):
+def run(messages, policy=None, state=None, **steering):
+    """Prune ``messages``; ``steering``: target_tokens, strategy, goal."""
     return prune({"model": "gpt-4o-mini", "messages": messages}, policy or Policy(), scorer=SCORER,
-                 counter=COUNTER, **kw)
+                 counter=COUNTER, state=state, steering=Steering(**steering))
 
 
 def markers(result) -> list[str]:
@@ -53,11 +54,11 @@ def test_id_reading_matches_the_mask_and_skips_amounts_and_words():
     assert ids_in(["a" * 100_000 + " x1"]) == set()  # a long run of letters is read in linear time
 
 
-def test_a_dropped_tool_chain_leaves_its_ids_in_the_marker_within_the_cap():
+def test_a_dropped_tool_chain_leaves_its_ids_in_the_marker_within_the_target():
     messages = agent_history(12)
     target = 2500
-    result = run(messages, target=target)
-    assert result.cap_tokens <= target
+    result = run(messages, target_tokens=target)
+    assert result.target_rule_tokens <= target
     found = markers(result)
     assert len(found) == 1 and found[0] != DROPPED_MARKER
     ids = listed(found[0])
@@ -91,14 +92,14 @@ def test_markers_are_frozen_and_each_epoch_adds_its_own():
         messages[-1] = {"role": "user", "content": f"And order {step}?"}
         result = run(messages, policy, state=state)
         state = FrozenPlan.from_bytes(result.state.to_bytes())
-        assert result.cap_tokens <= 3000
+        assert result.target_rule_tokens <= 3000
         now = markers(result)
         if result.mode == "frozen":
             assert now == seen[-1]  # replayed byte for byte
         elif result.mode == "epoch":
             # Down to the low-water mark, the markers carried over from earlier epochs included.
             system = COUNTER.count_message(messages[0])
-            assert result.cap_tokens <= system + (3000 - system) * policy.low_water_ratio
+            assert result.target_rule_tokens <= system + (3000 - system) * policy.low_water_ratio
             if seen and seen[-1]:
                 assert now[0] == seen[-1][0]  # the oldest marker keeps its bytes and place
             seen.append(now)
@@ -114,8 +115,8 @@ def test_a_chat_without_ids_keeps_what_a_plain_marker_would():
     for i in range(60):
         chat.append({"role": "user" if i % 2 == 0 else "assistant",
                      "content": f"Turn {i}: we talked about gardens, tomatoes and the weather again and again."})
-    with_ids = run(chat, target=600)
-    plain = run(chat, Policy(omitted_ids_tokens=0), target=600)
+    with_ids = run(chat, target_tokens=600)
+    plain = run(chat, Policy(omitted_ids_tokens=0), target_tokens=600)
     assert with_ids.request == plain.request
     assert markers(with_ids) == [DROPPED_MARKER]
 
@@ -132,24 +133,24 @@ def _parallel_step(results: int, lines: int) -> list[dict]:
     return out
 
 
-def test_a_current_step_that_breaks_the_cap_masks_its_earlier_results():
+def test_a_current_step_that_breaks_the_target_masks_its_earlier_results():
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Check my orders."}]
     messages += _parallel_step(4, 30)
     step = messages[2:]
     full = COUNTER.count_messages(messages)
     newest = COUNTER.count_message(step[-1])
     for target in (full - 200, COUNTER.count_messages(messages[:3]) + newest + 3 * 60):
-        result = run(messages, target=target)
+        result = run(messages, target_tokens=target)
         sent = result.request["messages"]
-        assert result.cap_tokens <= target
+        assert result.target_rule_tokens <= target
         assert sent[-5] == step[0] and sent[-1] == step[-1]  # every call, and the newest result whole
         masked = sent[-4:-1]
         assert all(m["content"].startswith("[sieve: masked") for m in masked)
         assert [m["tool_call_id"] for m in masked] == ["p0", "p1", "p2"]
         assert result.message_actions[2:] == ["kept", "masked", "masked", "masked", "kept"]
-    # With room, the masks keep their ids; without, they go bare rather than break the cap.
-    roomy = run(messages, target=full - 200).request["messages"]
+    # With room, the masks keep their ids; without, they go bare rather than break the target.
+    roomy = run(messages, target_tokens=full - 200).request["messages"]
     assert "; ids: #W5000000" in roomy[-4]["content"]
-    tight = run(messages, target=COUNTER.count_messages(messages[:3]) + newest + 3 * 24)
-    assert tight.cap_tokens <= COUNTER.count_messages(messages[:3]) + newest + 3 * 24
+    tight = run(messages, target_tokens=COUNTER.count_messages(messages[:3]) + newest + 3 * 24)
+    assert tight.target_rule_tokens <= COUNTER.count_messages(messages[:3]) + newest + 3 * 24
     assert all("ids:" not in m["content"] for m in tight.request["messages"][-4:-1])

@@ -14,7 +14,7 @@ from gateway.pruning.conversation import KIND_BROKEN, KIND_TOOL_CHAIN, build_con
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.normalize import structural_problems
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounter, TokenCounters, encoding_name_for
 from tests.conversations import GOAL, agent_history
@@ -23,9 +23,10 @@ COUNTER = TokenCounters().for_model("gpt-4o-mini")
 SCORER = LocalScorer()
 
 
-def run(messages, **kw):
-    policy = kw.pop("policy", Policy())
-    return prune({"model": "gpt-4o-mini", "messages": messages}, policy, scorer=SCORER, counter=COUNTER, **kw)
+def run(messages, policy=None, state=None, **steering):
+    """Prune ``messages``; ``steering``: target_tokens, strategy, goal."""
+    return prune({"model": "gpt-4o-mini", "messages": messages}, policy or Policy(), scorer=SCORER, counter=COUNTER,
+                 state=state, steering=Steering(**steering))
 
 
 def test_pruning_package_is_pure():
@@ -35,6 +36,23 @@ def test_pruning_package_is_pure():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not {n.split(".")[0] for n in names} & banned, f"{path} imports I/O: {names}"
+            # The bottom layer: nothing of the gateway above it (settings, telemetry, ...).
+            outside = [n for n in names if n.split(".")[0] == "gateway" and not n.startswith("gateway.pruning")]
+            assert not outside, f"{path} imports {outside} from outside gateway/pruning"
+
+
+def test_pruning_modules_and_functions_stay_small():
+    # House rules: one concept per module; pipelines as short named steps.
+    for path in pathlib.Path("gateway/pruning").glob("*.py"):
+        source = path.read_text()
+        assert len(source.splitlines()) <= 400, path
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg not in ("self", "cls")]
+                params += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+                assert node.end_lineno - node.lineno < 60, f"{path}:{node.lineno} {node.name}"
+                assert len(params) <= 8, f"{path}:{node.lineno} {node.name}"
 
 
 def test_token_count_contract():
@@ -46,7 +64,7 @@ def test_token_count_contract():
            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"a":1}'}}]}
     assert counter.count_message(msg) == counter.count_text('lookup{"a":1}') + 4
     assert counter.count_message({"role": "user", "content": [{"type": "text", "text": "hi"}]}) == 1 + 4
-    # o200k models: the cap counts the larger of the two encodings, reports the model's own.
+    # o200k models: the target counts the larger of the two encodings, reports the model's own.
     text = "Quisiera cambiar la lámpara rota del pedido #W1000001 por una azul, por favor."
     o200k, cl100k = (len(tiktoken.get_encoding(n).encode_ordinary(text)) for n in ("o200k_base", "cl100k_base"))
     assert o200k < cl100k
@@ -88,7 +106,7 @@ def test_a_prune_that_saves_nothing_forwards_the_request_as_sent():
     # 24 tokens for a 17-token request.
     msgs = [{"role": "system", "content": ""}, {"role": "user", "content": ""},
             {"role": "user", "content": "order"}, {"role": "user", "content": ""}]
-    result = run(msgs, target=16)
+    result = run(msgs, target_tokens=16)
     assert result.mode == "no_gain" and result.request["messages"] == msgs
     assert result.forwarded_tokens == result.original_tokens == sum(map(COUNTER.model_tokens, msgs))
     assert result.report()["messages"][2]["reason"] == "pruning would not make this request smaller"
@@ -96,23 +114,23 @@ def test_a_prune_that_saves_nothing_forwards_the_request_as_sent():
 
 
 def test_a_prune_that_saves_nothing_in_the_models_own_count_forwards_the_request_as_sent():
-    # Found by fuzzing: Russian text counts 15 tokens under the cap rule (cl100k) but 10
-    # in the model's o200k. Dropping it under the 12-token marker met the cap and sent
+    # Found by fuzzing: Russian text counts 15 tokens under the target rule (cl100k) but 10
+    # in the model's o200k. Dropping it under the 12-token marker met the target and sent
     # the provider more tokens than the client did.
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "goal"},
                 {"role": "user", "content": "Я хочу поменять лампу"},
                 {"role": "user", "content": "Я хочу поменять лампу?"}, {"role": "user", "content": "next"}]
-    result = run(messages, target=COUNTER.count_messages(messages) - 2)
+    result = run(messages, target_tokens=COUNTER.count_messages(messages) - 2)
     assert result.mode == "no_gain" and result.request["messages"] == messages
     assert result.forwarded_tokens == result.original_tokens == sum(map(COUNTER.model_tokens, messages))
 
 
 def test_explicit_target_overrides_minimums_and_fits():
     history = agent_history(12)
-    result = run(history, target=2500)
-    assert result.cap_tokens <= 2500 < result.original_tokens
-    # The cap holds under the cap rule; what is reported is the model's own encoding.
-    assert COUNTER.count_messages(result.request["messages"]) == result.cap_tokens
+    result = run(history, target_tokens=2500)
+    assert result.target_rule_tokens <= 2500 < result.original_tokens
+    # The target holds under the target rule; what is reported is the model's own encoding.
+    assert COUNTER.count_messages(result.request["messages"]) == result.target_rule_tokens
     assert sum(map(COUNTER.model_tokens, result.request["messages"])) == result.forwarded_tokens
     assert structural_problems(result.request["messages"]) == []
     sent = result.request["messages"]
@@ -121,7 +139,7 @@ def test_explicit_target_overrides_minimums_and_fits():
 
 def test_masking_keeps_the_call_and_its_ids():
     history = agent_history(12, output_lines=60)
-    result = run(history, target=6000)
+    result = run(history, target_tokens=6000)
     masked = [m for m in result.request["messages"] if str(m.get("content", "")).startswith("[sieve: masked")]
     assert masked, "old bulky tool outputs are masked"
     assert all(m["role"] == "tool" and m["tool_call_id"] for m in masked)
@@ -129,7 +147,7 @@ def test_masking_keeps_the_call_and_its_ids():
 
 
 def test_dropped_span_is_noted_once():
-    result = run(agent_history(25), target=2000)
+    result = run(agent_history(25), target_tokens=2000)
     markers = [m for m in result.request["messages"] if str(m.get("content", "")).startswith("[sieve:") and
                "omitted" in m["content"]]
     assert len(markers) == 1 and markers[0]["role"] == "user"
@@ -137,7 +155,7 @@ def test_dropped_span_is_noted_once():
 
 def test_report_has_every_original_message():
     history = agent_history(15)
-    report = run(history, target=3000).report()
+    report = run(history, target_tokens=3000).report()
     assert [m["index"] for m in report["messages"]] == list(range(len(history)))
     assert report["original_tokens"] - report["forwarded_tokens"] == report["saved_tokens"] > 0
 
@@ -145,33 +163,33 @@ def test_report_has_every_original_message():
 def test_frozen_plan_replays_byte_identically_and_survives_serialization():
     history = agent_history(20)
     turn = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and then?"}]
-    first = run(history, target=4000)
-    assert first.mode == "stateless"          # first sight: pruned to the cap itself
-    second = run(history + turn, target=4000, state=FrozenPlan.from_bytes(first.state.to_bytes()))
-    assert second.mode == "epoch"             # over the cap: down to the low-water mark
-    third = run(history + turn + turn, target=4000, state=FrozenPlan.from_bytes(second.state.to_bytes()))
+    first = run(history, target_tokens=4000)
+    assert first.mode == "stateless"          # first sight: pruned to the target itself
+    second = run(history + turn, target_tokens=4000, state=FrozenPlan.from_bytes(first.state.to_bytes()))
+    assert second.mode == "epoch"             # over the target: down to the low-water mark
+    third = run(history + turn + turn, target_tokens=4000, state=FrozenPlan.from_bytes(second.state.to_bytes()))
     assert third.mode == "frozen"
     n = len(second.request["messages"])
     assert third.request["messages"][:n] == second.request["messages"]
     assert third.request["messages"][n:] == turn
 
 
-def test_another_cap_gets_a_fresh_decision():
+def test_another_target_gets_a_fresh_decision():
     history = agent_history(20)
-    first = run(history, target=4000)
-    again = run(history, target=3000, state=first.state)
-    assert again.mode == "stateless" and again.cap_tokens <= 3000
+    first = run(history, target_tokens=4000)
+    again = run(history, target_tokens=3000, state=first.state)
+    assert again.mode == "stateless" and again.target_rule_tokens <= 3000
 
 
 def test_epoch_goes_to_low_water_and_keeps_earlier_drops():
     history = agent_history(30)
     policy = Policy(low_water_ratio=0.5)
-    first = run(history[:40], target=4000, policy=policy)
+    first = run(history[:40], target_tokens=4000, policy=policy)
     state = first.state
     dropped_before = {i for i, a in enumerate(first.message_actions) if a == "dropped"}
-    second = run(history, target=4000, state=state, policy=policy)
+    second = run(history, target_tokens=4000, state=state, policy=policy)
     assert second.mode == "epoch" and second.epoch == first.epoch + 1
-    assert second.cap_tokens <= 4000 * 0.5 + 200
+    assert second.target_rule_tokens <= 4000 * 0.5 + 200
     assert dropped_before <= {i for i, a in enumerate(second.message_actions) if a == "dropped"}
 
 
@@ -182,31 +200,31 @@ def test_corrupt_state_is_ignored():
 
 def test_window_strategy_keeps_newest():
     history = agent_history(20)
-    result = run(history, target=3000, strategy="window")
+    result = run(history, target_tokens=3000, strategy="window")
     kept = [i for i, a in enumerate(result.message_actions) if a != "dropped"]
-    assert kept[-1] == len(history) - 1 and result.cap_tokens <= 3000
+    assert kept[-1] == len(history) - 1 and result.target_rule_tokens <= 3000
 
 
 @pytest.mark.parametrize("strategy", ["relevance", "window"])
 def test_pinned_exceeding_target_still_valid(strategy):
     history = [{"role": "system", "content": "rules " * 3000}] + agent_history(5)[1:]
-    result = run(history, target=500, strategy=strategy)
+    result = run(history, target_tokens=500, strategy=strategy)
     assert result.request["messages"][0] == history[0]
     assert structural_problems(result.request["messages"]) == []
 
 
-def test_an_unattainable_cap_keeps_the_pins_and_lists_the_ids_of_the_rest():
-    # The current step alone is over the cap: the pinned units (system, goal, the
+def test_an_unattainable_target_keeps_the_pins_and_lists_the_ids_of_the_rest():
+    # The current step alone is over the target: the pinned units (system, goal, the
     # protected window) go whole, everything else is omitted, and the marker lists
     # the omitted ids within omitted_ids_tokens. It used to keep a share of the
-    # history, measured from the system prompt up: a request 50 % over a cap it
+    # history, measured from the system prompt up: a request 50 % over a target it
     # missed by a few tokens.
     history = agent_history(20)
     call = {"id": "big", "type": "function", "function": {"name": "get_order_details", "arguments": "{}"}}
     history += [{"role": "assistant", "content": None, "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "big", "content": "sku 7000123 in stock\n" * 400}]
     policy = Policy()
-    result = run(history, target=3000, policy=policy)
+    result = run(history, target_tokens=3000, policy=policy)
     conv = build_conversation(history, COUNTER.count_message)
     window = {len(conv.units) - 1 - k for k in range(policy.protect_last_units)}
     pinned = {0, 1} | window
@@ -220,14 +238,14 @@ def test_an_unattainable_cap_keeps_the_pins_and_lists_the_ids_of_the_rest():
     listed = marker_ids(markers[0])
     assert sum(i.startswith("#W10000") for i in listed) >= 5  # the dropped steps' order ids
     pinned_tokens = sum(conv.units[i].tokens for i in pinned)
-    assert pinned_tokens < result.cap_tokens <= pinned_tokens + policy.omitted_ids_tokens + 16
+    assert pinned_tokens < result.target_rule_tokens <= pinned_tokens + policy.omitted_ids_tokens + 16
     assert structural_problems(sent) == []
 
 
-def test_a_cap_that_only_dropping_the_goal_could_meet_is_unattainable():
-    # System prompt + current step fit the cap, the goal does not: the goal is never
-    # given up, so the cap cannot be met, and the protected window stays like every
-    # other pin (it used to be shed for a cap that was then missed all the same).
+def test_a_target_that_only_dropping_the_goal_could_meet_is_unattainable():
+    # System prompt + current step fit the target, the goal does not: the goal is never
+    # given up, so the target cannot be met, and the protected window stays like every
+    # other pin (it used to be shed for a target that was then missed all the same).
     history = agent_history(20)
     history[1] = {"role": "user", "content": GOAL + " Details: " + "the lamp is broken " * 150}
     policy = Policy()
@@ -235,7 +253,7 @@ def test_a_cap_that_only_dropping_the_goal_could_meet_is_unattainable():
     system, goal, step = (conv.units[i].tokens for i in (0, 1, -1))
     target = system + step + 40
     assert goal > 40
-    result = run(history, target=target, policy=policy)
+    result = run(history, target_tokens=target, policy=policy)
     window = {len(conv.units) - 1 - k for k in range(policy.protect_last_units)}
     for u in conv.units:
         actions = {result.message_actions[j] for j in u.indices}
@@ -246,7 +264,7 @@ def test_a_cap_that_only_dropping_the_goal_could_meet_is_unattainable():
 
 def test_unit_counts_count_a_chain_once():
     history = agent_history(12, output_lines=60)
-    result = run(history, target=3000)
+    result = run(history, target_tokens=3000)
     units = result.unit_action_counts(history)
     conv = build_conversation(history, COUNTER.count_message)
     assert sum(units.values()) == len(conv.units)
@@ -256,7 +274,7 @@ def test_unit_counts_count_a_chain_once():
 def test_goal_reminder_near_the_end_when_anything_was_removed():
     history = agent_history(20)
     policy = Policy(goal_reminder=True)
-    result = run(history, target=3000, policy=policy, goal="Exchange the lamp; never refund to a gift card.")
+    result = run(history, target_tokens=3000, policy=policy, goal="Exchange the lamp; never refund to a gift card.")
     sent = result.request["messages"]
     reminders = [i for i, m in enumerate(sent) if str(m.get("content")).startswith("[sieve: task reminder]")]
     assert len(reminders) == 1 and "never refund" in sent[reminders[0]]["content"]
@@ -268,11 +286,12 @@ def test_goal_reminder_near_the_end_when_anything_was_removed():
 def test_another_replica_reuses_the_stored_token_counts():
     history = agent_history(20)
     turn = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "next?"}]
-    first = run(history, target=4000)
-    second = run(history + turn, target=4000, state=first.state)
+    first = run(history, target_tokens=4000)
+    second = run(history + turn, target_tokens=4000, state=first.state)
     cold = TokenCounters().for_model("gpt-4o-mini")      # a process that never saw these messages
     third = prune({"model": "gpt-4o-mini", "messages": history + turn + turn}, Policy(), scorer=SCORER,
-                  counter=cold, state=FrozenPlan.from_bytes(second.state.to_bytes()), target=4000)
+                  counter=cold, state=FrozenPlan.from_bytes(second.state.to_bytes()),
+                  steering=Steering(target_tokens=4000))
     assert third.mode == "frozen"
     assert third.message_tokens == [COUNTER.model_tokens(m) for m in history + turn + turn]
     assert third.forwarded_tokens == sum(map(COUNTER.model_tokens, third.request["messages"]))
@@ -287,7 +306,7 @@ def test_a_window_spanning_the_whole_history_costs_linear_time():
     msgs = [{"role": "user", "content": "goal"}] + \
         [{"role": "tool", "tool_call_id": "x", "content": f"result {i}"} for i in range(30_000)]
     started = time.perf_counter()
-    result = run(msgs, target=500)
+    result = run(msgs, target_tokens=500)
     assert time.perf_counter() - started < 3.0
     assert result.request["messages"][0] == msgs[0]
 
@@ -295,7 +314,7 @@ def test_a_window_spanning_the_whole_history_costs_linear_time():
 _PRUNE_IN_A_FRESH_PROCESS = """
 import json, sys
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from tests.conversations import agent_history
@@ -304,7 +323,8 @@ messages = agent_history(40)
 messages[-1] = {"role": "user", "content": "Compare orders #W1000003, #W1000007 and #W1000011: "
                 "sku 700305, 700702 and 701104, item 3-0-5 and 7-0-2."}
 body = {"model": "gpt-4o-mini", "messages": messages}
-result = prune(body, Policy(), scorer=LocalScorer(), counter=TokenCounters().for_model("gpt-4o-mini"), target=3000)
+result = prune(body, Policy(), scorer=LocalScorer(), counter=TokenCounters().for_model("gpt-4o-mini"),
+               steering=Steering(target_tokens=3000))
 sys.stdout.write(json.dumps({"request": result.request, "report": result.report()}, sort_keys=True))
 """
 

@@ -36,7 +36,7 @@ from gateway.errors import InvalidRequest
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.normalize import structural_problems
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.wire.body import parse_body
@@ -170,8 +170,8 @@ def _body(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
 
 
 def _run(body, policy, target, strategy, goal, state=None):
-    return prune(body, policy, scorer=SCORER, counter=COUNTER, state=state, target=target, strategy=strategy,
-                 goal=goal)
+    return prune(body, policy, scorer=SCORER, counter=COUNTER, state=state,
+                 steering=Steering(target_tokens=target, strategy=strategy, goal=goal))
 
 
 def _check(body: dict[str, Any], result) -> None:
@@ -224,18 +224,18 @@ def test_prune_is_deterministic(messages, target, strategy, goal, policy):
 @FUZZ
 @given(conversations, st.lists(message, max_size=8), st.sampled_from([0, 0, 0, 1, 3]), st.floats(0.05, 0.95),
        st.integers(1, 3_000), st.sampled_from(POLICIES))
-def test_a_stored_plan_replays_safely_on_any_next_turn(messages, appended, cut, share, other_cap, policy):
+def test_a_stored_plan_replays_safely_on_any_next_turn(messages, appended, cut, share, other_target, policy):
     """Turn 2 extends (or, with ``cut``, edits) turn 1 and carries turn 1's stored plan, under
-    the same cap (a frozen replay or an epoch) or another one (decided afresh)."""
-    cap = max(1, int(COUNTER.count_messages(messages) * share))  # a cap that makes turn 1 prune
-    first = _run(_body(messages), policy, cap, None, None)
+    the same target (a frozen replay or an epoch) or another one (decided afresh)."""
+    target = max(1, int(COUNTER.count_messages(messages) * share))  # a target that makes turn 1 prune
+    first = _run(_body(messages), policy, target, None, None)
     assert FrozenPlan.from_bytes(first.state.to_bytes()) is not None
     following = messages[:len(messages) - cut] + appended
     assume(following)
     body = _body(following)
     check_chat_body(body)
-    for second_cap in (cap, other_cap):
-        _check(body, _run(body, policy, second_cap, None, None, FrozenPlan.from_bytes(first.state.to_bytes())))
+    for second_target in (target, other_target):
+        _check(body, _run(body, policy, second_target, None, None, FrozenPlan.from_bytes(first.state.to_bytes())))
 
 
 @st.composite

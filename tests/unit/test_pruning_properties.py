@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gateway.pruning.normalize import structural_problems
 from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy
+from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 
@@ -45,7 +45,7 @@ def conversations(draw):
 
 def _prune(messages, target, strategy="relevance"):
     return prune({"model": "gpt-4o-mini", "messages": messages}, Policy(), scorer=SCORER, counter=COUNTER,
-                 target=target, strategy=strategy)
+                 steering=Steering(target_tokens=target, strategy=strategy))
 
 
 def _last_unit_start(messages):
@@ -72,14 +72,14 @@ def test_structure_pins_and_target(messages, target, strategy):
     assert sent_tail[0] == tail[0] and sent_tail[-1] == tail[-1]  # its calls and its newest result whole
     goal = [messages[1]] if _last_unit_start(messages) > 1 else []
     if COUNTER.count_messages([messages[0]] + goal + tail) <= target:
-        assert sent_tail == tail                                 # all of it, when the hard pins fit the cap
+        assert sent_tail == tail                                 # all of it, when the hard pins fit the target
     else:                                                        # else earlier results are masked at most
         assert all(a == b or str(a["content"]).startswith("[sieve: masked") for a, b in zip(sent_tail, tail))
     pinned = COUNTER.count_messages([messages[0], messages[1]] + tail)
     if pinned + 40 <= target:
-        assert result.cap_tokens <= target                       # fits when feasible
-    assert result.cap_tokens == COUNTER.count_messages(sent)
-    assert result.forwarded_tokens == sum(map(COUNTER.model_tokens, sent)) <= result.cap_tokens
+        assert result.target_rule_tokens <= target                       # fits when feasible
+    assert result.target_rule_tokens == COUNTER.count_messages(sent)
+    assert result.forwarded_tokens == sum(map(COUNTER.model_tokens, sent)) <= result.target_rule_tokens
 
 
 @PROPERTY
@@ -88,6 +88,6 @@ def test_deterministic_and_idempotent(messages, target):
     first = _prune(messages, target)
     again = _prune([dict(m) for m in messages], target)
     assert orjson.dumps(first.request) == orjson.dumps(again.request)
-    if first.cap_tokens <= target:
+    if first.target_rule_tokens <= target:
         twice = _prune(first.request["messages"], target)
         assert twice.request["messages"] == first.request["messages"]

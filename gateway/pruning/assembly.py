@@ -1,0 +1,84 @@
+"""The forwarded messages, assembled from unit actions, masks and markers; and their token count.
+
+Assembly also writes the frozen plan of the decision: which original messages
+are masked (and their masked text, as forwarded) or dropped, and which markers
+go where, so the next requests of the conversation replay the same bytes::
+
+    done = assemble(conv, actions, protection, markers, reminder=None, epoch=1, counter=counter)
+    done.forwarded, done.target_rule_tokens, done.plan
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from gateway.pruning.compression import MASKED_PREFIX, is_maskable
+from gateway.pruning.conversation import Conversation
+from gateway.pruning.frozen import FrozenPlan
+from gateway.pruning.protection import Protection
+from gateway.pruning.tokens import TokenCounter
+from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action
+
+
+@dataclass(slots=True)
+class Assembled:
+    forwarded: list[dict[str, Any]]
+    # Per forwarded message, the original message it is (or masks), -1 for an inserted
+    # marker or reminder: counting reuses the originals' known counts.
+    sources: list[int]
+    plan: FrozenPlan
+    target_rule_tokens: int  # of the forwarded messages
+
+
+def assemble(conv: Conversation, actions: Mapping[int, Action], protection: Protection,
+             markers: Mapping[int, dict[str, Any]], reminder: dict[str, Any] | None, epoch: int,
+             counter: TokenCounter) -> Assembled:
+    """The forwarded messages: each unit as its action says (masked tool results in the
+    forms ``protection`` holds, the squeezed current step's newest result whole), each
+    marker before the message it is placed at, and the reminder (if any, and only when
+    something was removed) before the protected window."""
+    out: list[dict[str, Any]] = []
+    sources: list[int] = []
+    plan = FrozenPlan(list(conv.fingerprints), decided=len(conv.messages), epoch=epoch)
+    removed = bool(markers) or any(a == MASKED for a in actions.values())
+    window = protection.window
+    reminder_at = conv.units[window[0]].start if (reminder and removed and window) else None
+    whole = protection.whole
+    for u in conv.units:
+        marker = markers.get(u.start)
+        if marker is not None:
+            out.append(marker), sources.append(-1), plan.inserts.append((u.start, marker))
+        if u.start == reminder_at:
+            out.append(reminder), sources.append(-1), plan.inserts.append((u.start, reminder))
+        act = actions.get(u.index, KEPT)
+        for j in u.indices:
+            m = conv.messages[j]
+            if act == DROPPED:
+                plan.actions[j] = DROPPED
+                continue
+            if act == MASKED and is_maskable(m) and j not in whole:
+                plan.actions[j] = MASKED
+                m = protection.masked_forms[j]
+                plan.masked[j] = m["content"]
+            out.append(m)
+            sources.append(j)
+    return Assembled(out, sources, plan, count_forwarded(out, sources, conv.tokens, counter.count_message))
+
+
+def count_forwarded(forwarded: Sequence[Mapping[str, Any]], sources: Sequence[int],
+                    tokens: Sequence[int], count: Callable[[Mapping[str, Any]], int]) -> int:
+    """Tokens of the forwarded messages: the known count (``tokens``) of each original
+    message forwarded as it is, ``count`` for masked ones and inserted markers."""
+    total = 0
+    for m, src in zip(forwarded, sources):
+        if src >= 0 and not _is_masked(m):
+            total += tokens[src]
+        else:
+            total += count(m)
+    return total
+
+
+def _is_masked(m: Mapping[str, Any]) -> bool:
+    c = m.get("content")
+    return isinstance(c, str) and c.startswith(MASKED_PREFIX)

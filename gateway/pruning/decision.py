@@ -1,0 +1,232 @@
+"""One decision (an epoch, or a stateless prune): every unit kept, masked or dropped, in named phases.
+
+::
+
+    protect -> room -> settled prefix -> scoring -> selection (shrinking the window if it alone is over)
+            -> markers -> assembly (-> the retry, when the markers push it over the target) -> ids -> result
+
+    result = decide(DecisionTask(request, conv, scorer, mode=Mode.STATELESS, budget=8000, epoch=1))
+
+Each phase reads what the earlier ones left in a :class:`_Decision` and
+returns its own product; :func:`decide` shows the order and what flows where.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from gateway.pruning.assembly import Assembled, assemble, count_forwarded
+from gateway.pruning.compression import goal_reminder, is_marker
+from gateway.pruning.conversation import KIND_USER, Conversation
+from gateway.pruning.epochs import settled_prefix
+from gateway.pruning.markers import MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids
+from gateway.pruning.normalize import check_no_new_problems
+from gateway.pruning.policy import Policy
+from gateway.pruning.protection import Protection, protect
+from gateway.pruning.request import PruneRequest
+from gateway.pruning.result import PruneResult
+from gateway.pruning.scoring import Scorer, UnitScore
+from gateway.pruning.selection import SelectionRules, select, shrink_to_fit
+from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action, Mode, Strategy
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionTask:
+    """What one decision is asked to do."""
+
+    request: PruneRequest
+    conversation: Conversation
+    scorer: Scorer
+    mode: Mode                     # EPOCH when a stored plan goes on, else STATELESS
+    budget: int                    # the tokens to prune down to: the target, or an epoch's low-water mark
+    epoch: int                     # the number the new plan carries
+    boundary: int = 0              # original messages [0, boundary) were decided before
+    forced: Mapping[int, Action] = field(default_factory=dict)  # earlier epochs' masks and drops, per unit
+    prior_inserts: Sequence[tuple[int, dict[str, Any]]] = ()     # earlier markers, where the old plan put them
+    scores: Mapping[int, UnitScore] | None = None                # precomputed (an async scorer's)
+
+
+@dataclass(slots=True)
+class _Decision:
+    """What the phases of one decision share, filled in phase by phase."""
+
+    task: DecisionTask
+    protection: Protection
+    forced: dict[int, Action]      # decisions that stand: earlier epochs', then the settled prefix's
+    carried: list[int]             # tokens of each earlier marker, which stays where the old prefix stays
+    ids_reserve: int = 0           # held back for the ids the new markers list
+    settled: dict[int, Action] = field(default_factory=dict)
+    settled_end: int = 0           # the first original message after the settled prefix
+    candidates: list[int] = field(default_factory=list)
+    scores: dict[int, UnitScore] = field(default_factory=dict)
+    reminder: dict[str, Any] | None = None
+    actions: dict[int, Action] = field(default_factory=dict)
+
+
+def decide(task: DecisionTask) -> PruneResult:
+    """Decide every unit of ``task.conversation`` and build the request to forward."""
+    conv, policy, counter = task.conversation, task.request.policy, task.request.counter
+    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens), dict(task.forced),
+                  carried=[counter.count_message(m) for _, m in task.prior_inserts if is_marker(m)])
+    p = d.protection
+    # The room the protected units leave (and the markers the old prefix carries); part
+    # of it is held back for the ids the new markers list.
+    room = task.budget - p.tokens(p.protected) - MARKER_RESERVE - sum(d.carried)
+    d.ids_reserve = omitted_ids_reserve(conv, policy, p.candidates, d.forced, p.masked_forms, counter, room)
+    d.settled, d.settled_end = settled_prefix(conv, task.boundary, d.forced, p.masked_cost, p.protected,
+                                              room - d.ids_reserve)
+    # The settled prefix stays exactly as forwarded before (the provider's cache keeps
+    # it); only the units after it are decided now.
+    d.forced.update(d.settled)
+    d.candidates = [i for i in p.candidates if i not in d.settled]
+    d.scores = _scores(d)
+    d.reminder = _reminder(conv, policy)
+    d.actions = _selected(d)
+    return _result(d, _forwarded(d))
+
+
+def _scores(d: _Decision) -> dict[int, UnitScore]:
+    """The candidates' scores: the scorer's (or those given, the scorer filling gaps);
+    under the window strategy all alike, so selection takes the newest first."""
+    task, window = d.task, d.protection.window
+    if task.request.strategy == Strategy.WINDOW:
+        return {i: UnitScore(3, 0.0, "older than the window") for i in d.candidates}
+    if task.scores is not None:
+        scores = {i: task.scores[i] for i in d.candidates if i in task.scores}
+        missing = [i for i in d.candidates if i not in scores]
+        if missing:
+            scores.update(task.scorer.score(task.conversation, missing, window))
+        return scores
+    return task.scorer.score(task.conversation, d.candidates, window) if d.candidates else {}
+
+
+def _selected(d: _Decision) -> dict[int, Action]:
+    """Every unit's action within the budget: pins, hard user constraints and the settled
+    prefix as they are, the rest selected by score; the protected window shed oldest
+    first when it alone is over an attainable budget."""
+    task, p, policy = d.task, d.protection, d.task.request.policy
+    hard = {i for i, s in d.scores.items() if s.hard}  # user constraints: pinned like the goal
+    locked_keep = {i for i, a in d.settled.items() if a == KEPT}
+    locked_mask = {i for i, a in d.settled.items() if a == MASKED}
+    pinned = p.hard_pins | set(p.soft_pins) | hard | locked_keep
+    pinned_tokens = p.tokens(pinned) + sum(p.masked_cost[i] for i in locked_mask)
+    reserve = _reserve(d, pinned_tokens)
+    rules = SelectionRules(task.budget - pinned_tokens - reserve, policy.keep_threshold, policy.compress_threshold,
+                           policy.fill_budget and task.request.strategy != Strategy.WINDOW,
+                           policy.mask_tool_outputs, policy.mask_min_tokens)
+    scored = {i: s for i, s in d.scores.items() if i not in pinned}
+    actions = select(task.conversation, scored, pinned, p.masked_cost, rules, d.forced)
+    for i in hard:
+        actions[i] = KEPT
+    actions.update(d.settled)
+    if p.squeezed_tokens is not None:
+        actions[p.last] = MASKED
+    excess = pinned_tokens + reserve - task.budget
+    if excess > 0 and p.attainable:
+        release = sorted(p.soft_pins) + sorted(hard - p.hard_pins)
+        shrink_to_fit(task.conversation, actions, release, p.masked_cost, excess)
+    return actions
+
+
+def _reserve(d: _Decision, pinned_tokens: int) -> int:
+    """Tokens selection leaves free for what is inserted: the omission marker, the reminder,
+    a summary written later, the earlier markers and the ids the new markers list."""
+    task, policy = d.task, d.task.request.policy
+    reserve = MARKER_RESERVE + (task.request.counter.count_message(d.reminder) if d.reminder else 0) + \
+        (policy.summary_max_tokens if policy.summaries else 0)
+    # Earlier markers stay where the old prefix stays, and with ids they are no longer
+    # tiny; a re-decision (nothing settled) keeps one at most.
+    reserve += sum(d.carried) if d.settled else max(d.carried, default=0)
+    return reserve + min(d.ids_reserve, max(0, task.budget - pinned_tokens - reserve))
+
+
+def _forwarded(d: _Decision) -> Assembled:
+    """The markers placed and the messages assembled. Markers cost tokens the reserve may
+    not cover: over an attainable target, more is shed and all is placed again. Then the
+    fresh markers take the ids of what they stand for, within the room left."""
+    request, p = d.task.request, d.protection
+    markers, fresh = _markers(d)
+    done = _assembled(d, markers)
+    over = done.target_rule_tokens - request.target_tokens
+    if over > 0 and p.attainable:
+        order = sorted(d.candidates, key=lambda i: (d.scores[i].score, d.scores[i].relevance, i))
+        shrink_to_fit(d.task.conversation, d.actions, order + sorted(p.soft_pins), p.masked_cost, over)
+        markers, fresh = _markers(d)
+        done = _assembled(d, markers)
+    ids_tokens = request.policy.omitted_ids_tokens
+    if fresh and ids_tokens > 0:
+        room = min(ids_tokens, d.task.budget - done.target_rule_tokens) if p.attainable else ids_tokens
+        markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded, room,
+                                   request.counter)
+        done = _assembled(d, markers)
+    check_no_new_problems(d.task.conversation.messages, done.forwarded)
+    return done
+
+
+def _markers(d: _Decision) -> tuple[dict[int, dict[str, Any]], list[int]]:
+    """Where the omission markers go; each epoch's omitted span gets a marker of its own
+    when it carries something of its own: a summary, or the span's ids."""
+    policy = d.task.request.policy
+    earlier_drops = {i for i, a in d.forced.items() if a == DROPPED}
+    per_epoch = policy.summaries or policy.omitted_ids_tokens > 0
+    return place_markers(d.task.conversation, d.actions, d.task.prior_inserts, d.settled_end, bool(d.settled),
+                         per_epoch, earlier_drops)
+
+
+def _assembled(d: _Decision, markers: Mapping[int, dict[str, Any]]) -> Assembled:
+    return assemble(d.task.conversation, d.actions, d.protection, markers, d.reminder, d.task.epoch,
+                    d.task.request.counter)
+
+
+def _result(d: _Decision, done: Assembled) -> PruneResult:
+    task, request = d.task, d.task.request
+    done.plan.target_tokens = request.target_tokens
+    actions, scores = _per_message(d)
+    body = dict(request.body)
+    body["messages"] = done.forwarded
+    return PruneResult(
+        request=body, mode=task.mode, strategy=request.strategy, original_tokens=request.original_tokens,
+        forwarded_tokens=count_forwarded(done.forwarded, done.sources, request.model_tokens,
+                                         request.counter.model_tokens),
+        target_tokens=request.target_tokens, message_actions=actions, message_scores=scores, state=done.plan,
+        problems=list(task.conversation.problems), goal_source=request.goal_source, scored_units=len(d.scores),
+        epoch=task.epoch, sources=done.sources, target_rule_tokens=done.target_rule_tokens,
+    )
+
+
+def _per_message(d: _Decision) -> tuple[list[Action], list[UnitScore | None]]:
+    """Each original message's action and score: its unit's. A masked unit's call and
+    the result it leaves whole count as kept."""
+    conv, p = d.task.conversation, d.protection
+    whole = p.whole
+    actions = [KEPT] * len(conv.messages)
+    scores: list[UnitScore | None] = [None] * len(conv.messages)
+    for u in conv.units:
+        act = d.actions.get(u.index, KEPT)
+        score = d.scores.get(u.index) or _pin_score(u.index, p.hard_pins, p.in_window)
+        for j in u.indices:
+            scores[j] = score
+            if act == DROPPED:
+                actions[j] = DROPPED
+            elif act == MASKED and conv.messages[j].get("role") in ("tool", "function") and j not in whole:
+                actions[j] = MASKED
+    return actions, scores
+
+
+def _pin_score(index: int, hard_pins: set[int], window: set[int]) -> UnitScore:
+    if index in hard_pins:
+        return UnitScore(5, 1.0, "pinned: system, goal or current request")
+    if index in window:
+        return UnitScore(5, 1.0, "pinned: recent window")
+    return UnitScore(3, 0.0, "kept")
+
+
+def _reminder(conv: Conversation, policy: Policy) -> dict[str, Any] | None:
+    """A one-line task reminder: the explicit goal, else the task-defining first user
+    message (the system prompt is long and stays at the top anyway)."""
+    if not policy.goal_reminder:
+        return None
+    first_user = next((u for u in conv.units if u.kind == KIND_USER), None)
+    text = conv.goal_text if conv.goal_explicit else (first_user.text if first_user else "")
+    return goal_reminder(text, policy.goal_reminder_max_chars) if text.strip() else None

@@ -1,0 +1,138 @@
+"""What one decision never gives up, what it protects, and what each unit costs kept or masked.
+
+* Hard pins: the system prompt, the goal (the task's first user message) and
+  the current step (the last unit) always go whole.
+* The protected window: the last units and the active tool chain. It yields,
+  oldest first, only when it alone breaks a target the hard pins fit in.
+* Candidates: every other unit, scored and selected.
+
+The target is *attainable* when the hard pins fit in it. When they do not,
+shedding the window would harm the agent and still miss the target: every
+pinned unit goes whole, everything else is omitted (the request comes as close
+to the target as the pins allow), and the omission marker lists the ids of what
+it stands for: an exact id costs a few tokens, and the next call is likely to
+reuse one. A current step of many parallel results can be what breaks the
+target: then its earlier results are masked (every call still answered), the
+newest stays whole, and the unit stays pinned (it is *squeezed*)::
+
+    p = protect(conv, policy, counter, target_tokens=8000)
+    p.candidates, p.attainable, p.cost(p.last)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from gateway.pruning.compression import is_maskable, masked_message
+from gateway.pruning.conversation import KIND_SYSTEM, Conversation, Unit
+from gateway.pruning.policy import Policy
+from gateway.pruning.tokens import TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class Protection:
+    units: list[Unit]
+    hard_pins: set[int]      # never given up
+    window: list[int]        # the protected recent units, oldest first
+    in_window: set[int]      # the window can hold every unit: list membership made that quadratic
+    soft_pins: list[int]     # the window's units that are not hard pins
+    protected: set[int]      # hard pins and window
+    candidates: list[int]    # every other unit
+    masked_forms: Mapping[int, dict[str, Any]]  # per maskable tool message: its masked form
+    masked_cost: Mapping[int, int]              # per unit with tool results: its tokens masked
+    squeezed_tokens: int | None                 # the current step's tokens if it had to be squeezed
+    attainable: bool                            # the hard pins fit in the target
+
+    @property
+    def last(self) -> int:
+        """The current step."""
+        return len(self.units) - 1
+
+    @property
+    def whole(self) -> set[int]:
+        """Messages a masked unit leaves whole: the newest result of a squeezed current step."""
+        return {self.units[self.last].stop - 1} if self.squeezed_tokens is not None else set()
+
+    def cost(self, index: int) -> int:
+        """Unit ``index``'s tokens as a pinned unit goes (the current step squeezed, if it is)."""
+        if index == self.last and self.squeezed_tokens is not None:
+            return self.squeezed_tokens
+        return self.units[index].tokens
+
+    def tokens(self, indices: Iterable[int]) -> int:
+        return sum(self.cost(i) for i in indices)
+
+
+def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_tokens: int) -> Protection:
+    """The pins, window and candidates of ``conv``, and the masked forms and costs of its
+    tool results; the current step squeezed when that is what meets ``target_tokens``."""
+    units = conv.units
+    last = len(units) - 1
+    hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last}
+    window = _window(conv, policy)
+    in_window = set(window)
+    masked_forms = _masked_forms(conv) if policy.mask_tool_outputs else {}
+    masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
+                   if u.tool_result_tokens and policy.mask_tool_outputs}
+    pins_over = sum(units[i].tokens for i in hard_pins) - target_tokens
+    squeezed = _squeeze(conv, last, masked_forms, counter, pins_over) if pins_over > 0 and masked_forms else None
+    if squeezed is not None:
+        masked_forms = {**masked_forms, **squeezed[1]}
+    return Protection(
+        units, hard_pins, window, in_window,
+        soft_pins=[i for i in window if i not in hard_pins],
+        protected=hard_pins | set(window),
+        candidates=[u.index for u in units if u.index not in hard_pins and u.index not in in_window],
+        masked_forms=masked_forms, masked_cost=masked_cost,
+        squeezed_tokens=squeezed[0] if squeezed is not None else None,
+        attainable=pins_over <= 0 or squeezed is not None,
+    )
+
+
+def _window(conv: Conversation, policy: Policy) -> list[int]:
+    """The protected recent units: the last N, and the active tool chain (every
+    unit since the newest user message)."""
+    n = len(conv.units)
+    start = max(0, n - policy.protect_last_units)
+    if policy.protect_active_chain and conv.last_user_unit is not None:
+        start = min(start, conv.last_user_unit)
+    return [i for i in range(start, n) if conv.units[i].kind != KIND_SYSTEM]
+
+
+def _masked_forms(conv: Conversation) -> dict[int, dict[str, Any]]:
+    """The masked form of every tool result of the conversation, built once per decision."""
+    return {j: masked_message(m, conv.tokens[j], conv.fingerprints[j])
+            for u in conv.units if u.tool_result_tokens for j in u.indices
+            if is_maskable(m := conv.messages[j])}
+
+
+def _masked_tokens(conv: Conversation, unit_index: int, counter: TokenCounter,
+                   masked_forms: Mapping[int, dict[str, Any]]) -> int:
+    return sum(counter.count_message(masked_forms[j]) if j in masked_forms else conv.tokens[j]
+               for j in conv.units[unit_index].indices)
+
+
+def _squeeze(conv: Conversation, index: int, masked_forms: Mapping[int, dict[str, Any]], counter: TokenCounter,
+             over: int) -> tuple[int, dict[int, dict[str, Any]]] | None:
+    """Unit ``index`` with every result but its newest masked, if that frees ``over``
+    tokens: masks with their ids first, else without (the target is the client's hard
+    limit). Returns the unit's tokens and the masked forms used; None if neither
+    fits, or the unit has nothing to mask but its newest result."""
+    unit = conv.units[index]
+    head = [j for j in unit.indices[:-1] if j in masked_forms]
+    if not head or conv.messages[unit.stop - 1].get("role") not in ("tool", "function"):
+        return None
+
+    def freed(forms: Mapping[int, dict[str, Any]]) -> int:
+        return sum(conv.tokens[j] - counter.count_message(forms[j]) for j in head)
+
+    forms = {j: masked_forms[j] for j in head}
+    gain = freed(forms)
+    if gain < over:
+        forms = {j: masked_message(conv.messages[j], conv.tokens[j], conv.fingerprints[j], keep_ids=False)
+                 for j in head}
+        gain = freed(forms)
+        if gain < over:
+            return None
+    return unit.tokens - gain, forms
