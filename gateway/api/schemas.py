@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
 from gateway.pruning.policy import STRATEGIES
+from gateway.pruning.vocabulary import Action, Mode, Strategy
 from gateway.wire.chat import MAX_COMPLETION_TOKENS, WireLimits
 from gateway.wire.headers import MAX_CONVERSATION_ID_CHARS, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
 
@@ -214,7 +215,7 @@ class ServerSentEvent(Listed):
 
 class MessageDecision(Listed):
     index: int = Field(ge=0, description="The message's index in the request's `messages`.")
-    action: Literal["kept", "masked", "dropped"]
+    action: Action
     score: int | None = Field(ge=1, le=5, description="The relevance tier (1-5) it was given; null when "
                                                       "nothing was scored (see `reason`).")
     reason: str
@@ -232,15 +233,15 @@ class PruneReport(Wire):
     request_id: str = Field(pattern=REQUEST_ID)
     fail_open: str | None = Field(description="Why the request would be forwarded unpruned (a store or "
                                               "pruning failure), else null.")
-    mode: Literal["none", "under", "frozen", "epoch", "stateless", "no_gain"]
-    strategy: Literal[STRATEGIES]  # type: ignore[valid-type]
+    mode: Mode
+    strategy: Strategy
     epoch: int = Field(ge=0, description="How many times this conversation's plan was cut anew.")
     original_tokens: int = Field(ge=0, description="As `x-sieve-original-tokens`.")
     forwarded_tokens: int = Field(ge=0, description="As `x-sieve-forwarded-tokens`.")
     saved_tokens: int = Field(description="As `x-sieve-saved-tokens`.")
-    target_tokens: int | None = Field(description="The target in force for this prune (the request's or the "
-                                                  "policy's).")
-    target_rule_tokens: int = Field(OMITTED, ge=0, description="The forwarded messages counted under the target "
+    target_tokens: int = Field(ge=1, description="The target in force for this prune (the request's, a "
+                                                 "budget's tightening, or the policy's).")
+    target_rule_tokens: int = Field(ge=0, description="The forwarded messages counted under the target "
                                     "rule (the larger of o200k_base and cl100k_base for the o200k families): what "
                                     "the target bounds.")
     messages_in: int = Field(ge=0)
@@ -299,7 +300,7 @@ class SteeringHeaders(Listed):
         "Target for the tokens of the forwarded `messages` (per message: its text content + tool-call names and "
         "argument strings, + 4; tool schemas are not counted). Overrides the policy's target; refused (403) when "
         "the policy forbids overrides or this target."))
-    strategy: Literal[STRATEGIES] = Field(  # type: ignore[valid-type]
+    strategy: Literal[STRATEGIES] = Field(  # type: ignore[valid-type] - inlined: a header parameter has no $defs
         OMITTED, alias="x-sieve-strategy", description="`none` forwards unchanged; `window` keeps the recent units; "
                                                        "`relevance` scores the history. Case-insensitive.")
     goal: str = Field(OMITTED, max_length=MAX_GOAL_CHARS, alias="x-sieve-goal", description=(

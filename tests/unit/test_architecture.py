@@ -17,7 +17,7 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 MAX_PARAMETERS = 8
 WEB_FRAMEWORKS = ("fastapi", "starlette", "uvicorn")
-IO_LIBRARIES = ("fastapi", "starlette", "httpx", "aiohttp", "redis", "litellm", "asyncio", "uvicorn")
+IO_LIBRARIES = ("fastapi", "starlette", "httpx", "aiohttp", "redis", "litellm", "asyncio", "uvicorn", "requests")
 
 
 def _modules() -> dict[str, Path]:

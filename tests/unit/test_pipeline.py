@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import pathlib
 import time
 
@@ -27,32 +26,6 @@ def run(messages, policy=None, state=None, **steering):
     """Prune ``messages``; ``steering``: target_tokens, strategy, goal."""
     return prune({"model": "gpt-4o-mini", "messages": messages}, policy or Policy(), scorer=SCORER, counter=COUNTER,
                  state=state, steering=Steering(**steering))
-
-
-def test_pruning_package_is_pure():
-    banned = {"fastapi", "starlette", "httpx", "aiohttp", "redis", "litellm", "asyncio", "uvicorn", "requests"}
-    for path in pathlib.Path("gateway/pruning").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            assert not {n.split(".")[0] for n in names} & banned, f"{path} imports I/O: {names}"
-            # The bottom layer: nothing of the gateway above it (settings, telemetry, ...).
-            outside = [n for n in names if n.split(".")[0] == "gateway" and not n.startswith("gateway.pruning")]
-            assert not outside, f"{path} imports {outside} from outside gateway/pruning"
-
-
-def test_pruning_modules_and_functions_stay_small():
-    # House rules: one concept per module; pipelines as short named steps.
-    for path in pathlib.Path("gateway/pruning").glob("*.py"):
-        source = path.read_text()
-        assert len(source.splitlines()) <= 400, path
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                args = node.args
-                params = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg not in ("self", "cls")]
-                params += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
-                assert node.end_lineno - node.lineno < 60, f"{path}:{node.lineno} {node.name}"
-                assert len(params) <= 8, f"{path}:{node.lineno} {node.name}"
 
 
 def test_token_count_contract():
