@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from gateway.budgets import BudgetConfig, BudgetLimit, Reservation, new_reservation_id, reservation_tokens
 from gateway.errors import BudgetExceeded, StoreUnavailable
 from gateway.state.protocols import BudgetStore
-from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.metrics import FailOpen, Metrics
 from gateway.wire.call import ChatCall
 
 log = logging.getLogger("sieve.budgets")
@@ -103,7 +103,7 @@ class BudgetGuard:
             if not call.policy.store_fail_open:
                 raise StoreUnavailable("the budget store is unreachable and this org's policy is "
                                        "fail-closed; retry shortly") from None
-            self._metrics.fail_open.labels(reason="budget_store").inc()
+            self._metrics.fail_open.labels(reason=FailOpen.BUDGET_STORE).inc()
             log.warning("budget store unreachable: serving %s unmetered (fail-open)", call.request_id)
             return Hold(limits, None, None)
         for status in reservation.statuses:

@@ -33,7 +33,7 @@ from gateway.pruning.vocabulary import Mode, Strategy
 from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
 from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
-from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.metrics import FailOpen, Metrics
 from gateway.wire.call import ChatCall
 from gateway.wire.headers import SieveHeaders
 
@@ -50,7 +50,7 @@ class PruneOutcome:
     conversation_key: str
     previous_fingerprints: list[str] | None   # of the previous unpruned request (savings)
     prune_s: float
-    failed: str | None = None                 # fail-open reason, if any
+    failed: FailOpen | None = None            # why it was served unpruned or its plan not saved
     scorer: ScorerRun | None = None           # the LLM scoring round, when one ran
     summary: SummaryRun | None = None         # summaries written for omitted spans
 
@@ -86,31 +86,31 @@ class Pruner:
             result, scorer_run = await self._decide(run, raw, state)
         except Exception as exc:  # noqa: BLE001 - a pruning bug must not fail the request
             log.exception("pruning failed (%s); forwarding unpruned", type(exc).__name__)
-            self._metrics.fail_open.labels(reason="pruning_error").inc()
+            self._metrics.fail_open.labels(reason=FailOpen.PRUNING_ERROR).inc()
             result, scorer_run = prune(call.body, call.policy, scorer=self._scorer, counter=run.counter,
                                        steering=Steering(strategy=Strategy.NONE)), None
-            failed = "pruning_error"
+            failed = FailOpen.PRUNING_ERROR
         summary_run = await self._summarize(run, result)
         prune_s = time.perf_counter() - t0
         self._metrics.prune_seconds.observe(prune_s)
-        if failed != "state_store" and not await self._save(key, result, call.policy):
-            failed = failed or "state_store"
+        if failed is not FailOpen.STATE_STORE and not await self._save(key, result, call.policy):
+            failed = failed or FailOpen.STATE_STORE
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run)
 
-    async def _load(self, key: str) -> tuple[bytes | None, str | None]:
+    async def _load(self, key: str) -> tuple[bytes | None, FailOpen | None]:
         """The conversation's stored plan, and the fail-open reason when the store failed."""
         try:
             return await self._store.get(key), None
         except Exception as exc:  # noqa: BLE001 - any store failure: prune without state
-            self._metrics.fail_open.labels(reason="state_store").inc()
+            self._metrics.fail_open.labels(reason=FailOpen.STATE_STORE).inc()
             log.warning("state store unavailable (%s): pruning without conversation state", exc)
-            return None, "state_store"
+            return None, FailOpen.STATE_STORE
 
     async def _save(self, key: str, result: PruneResult, policy: Policy) -> bool:
         try:
             await self._store.put(key, result.state.to_bytes(), policy.state_ttl_s)
         except Exception as exc:  # noqa: BLE001
-            self._metrics.fail_open.labels(reason="state_store").inc()
+            self._metrics.fail_open.labels(reason=FailOpen.STATE_STORE).inc()
             log.warning("state store unavailable (%s): decisions of this request not saved", exc)
             return False
         return True

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
 from gateway.pruning.policy import STRATEGIES
 from gateway.pruning.vocabulary import Action, Mode, Strategy
+from gateway.telemetry.metrics import FailOpen
 from gateway.wire.chat import MAX_COMPLETION_TOKENS, WireLimits
 from gateway.wire.headers import MAX_CONVERSATION_ID_CHARS, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
 
@@ -231,7 +232,7 @@ class PruneReport(Wire):
     """Per message action, score and reason; totals; the mode of this prune."""
 
     request_id: str = Field(pattern=REQUEST_ID)
-    fail_open: str | None = Field(description="Why the request would be forwarded unpruned (a store or "
+    fail_open: FailOpen | None = Field(description="Why the request would be forwarded unpruned (a store or "
                                               "pruning failure), else null.")
     mode: Mode
     strategy: Strategy

@@ -37,6 +37,15 @@ class Outcome(StrEnum):
 
 
 OUTCOMES = tuple(Outcome)
+
+
+class FailOpen(StrEnum):
+    """The ``reason`` label of ``sieve_fail_open_total``: which dependency failed while the
+    request was served anyway (and the prune report's ``fail_open``)."""
+
+    STATE_STORE = "state_store"      # pruned without the conversation's plan, or the plan not saved
+    PRUNING_ERROR = "pruning_error"  # a pruning bug: forwarded unpruned
+    BUDGET_STORE = "budget_store"    # served unmetered, charged once the store is back
 # sieve_units_total{action}: pruning's actions, and "summarised", which the dashboard shows beside them.
 UNIT_ACTIONS = (*(a.value for a in Action), "summarised")
 COST_KINDS = ("counterfactual", "actual", "scorer")
