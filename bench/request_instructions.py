@@ -1,0 +1,120 @@
+"""CPU instructions per request, counted (not timed): this tree against another revision.
+
+    python bench/request_instructions.py --against 99e55f9 [--requests 10,60] [--modes none,prune]
+
+On a noisy 2-core machine a few percent of CPU per request drown in the noise of
+timed runs; an instruction count does not. Each side runs the real gateway
+(``python -m gateway.cli serve``, uvicorn, real sockets) under valgrind's
+callgrind, with the fake upstream as its own process (not counted). A client
+sends the agent payload of ``bench/overhead.py`` (~20k tokens, 103 messages,
+sequentially) ``N`` times, then stops the server; the count of a run with the
+smaller ``N`` is subtracted from the larger, so start-up and shutdown cancel out
+and what is left, divided by the difference, is the gateway's own instructions
+per request. Modes: ``none`` (``x-sieve-strategy: none``: the framework, wire
+checks, forwarding and accounting) and ``prune`` (a conversation pruned to 8,000
+tokens, warm after its first request: the frozen replay of an agent loop).
+
+Needs valgrind (Debian's package). A run takes about a minute per side and mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.overhead import DATA, against_tree, agent_request  # noqa: E402
+from tests.support import free_port  # noqa: E402
+
+MODES = {"none": {"x-sieve-strategy": "none"},
+         "prune": {"x-sieve-conversation-id": "bench-instructions", "x-sieve-target-tokens": "8000"}}
+
+
+def count(tree: Path, upstream: str, requests: int, headers: dict[str, str], body: bytes) -> int:
+    """Instructions callgrind counted in one gateway process that served ``requests`` requests."""
+    python = os.path.realpath(sys.executable)  # the interpreter itself, not a shim valgrind would trace instead
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        server = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", python, "-m", "gateway.cli", "serve",
+             "--port", str(port)], cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(tree), "SIEVE_UPSTREAM_BASE_URL": upstream})
+        try:
+            _wait_ready(port, server)
+            with httpx.Client(timeout=120) as client:
+                for _ in range(requests):
+                    response = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", content=body,
+                                           headers={"content-type": "application/json",
+                                                    "authorization": "Bearer sk-bench", **headers})
+                    response.raise_for_status()
+            time.sleep(2)  # the deferred accounting of the last request
+        finally:
+            server.send_signal(signal.SIGTERM)
+            stderr = server.communicate(timeout=600)[1].decode()
+    collected = [line for line in stderr.splitlines() if "Collected :" in line]
+    if not collected:
+        raise SystemExit(f"callgrind reported no count for {tree}:\n{stderr[-2000:]}")
+    return int(collected[-1].rsplit(":", 1)[1].replace(",", "").strip())
+
+
+def _wait_ready(port: int, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 600  # start-up under valgrind is slow
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit("the gateway exited under valgrind:\n" + server.stderr.read().decode()[-2000:])
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit("the gateway did not start under valgrind")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--against", required=True, help="git revision or tree path to compare with")
+    ap.add_argument("--requests", default="10,60", help="the two request counts whose difference is measured")
+    ap.add_argument("--modes", default="none,prune", help="comma list of " + ",".join(MODES))
+    args = ap.parse_args()
+    low, high = (int(n) for n in args.requests.split(","))
+    body = orjson.dumps(agent_request(20_000)[0])
+    assert DATA.exists(), f"{DATA}: the dev sessions are needed for the payload"
+    upstream_port = free_port()
+    upstream = subprocess.Popen([sys.executable, "-m", "tests.fake_upstream", "--port", str(upstream_port)],
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{upstream_port}/v1"
+    results: dict[tuple[str, str], float] = {}
+    try:
+        with against_tree(args.against) as other:
+            for mode in args.modes.split(","):
+                for name, tree in (("this tree", ROOT), (args.against, other)):
+                    per_request = (count(tree, url, high, MODES[mode], body) -
+                                   count(tree, url, low, MODES[mode], body)) / (high - low)
+                    results[(mode, name)] = per_request
+                    print(f"# {mode:<6} {name}: {per_request / 1e6:.3f} M instructions per request", file=sys.stderr)
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    print(f"gateway instructions per chat request (callgrind; the difference of {high} and {low} requests):")
+    for mode in args.modes.split(","):
+        this, base = results[(mode, "this tree")], results[(mode, args.against)]
+        print(f"  {mode:<6} this tree {this / 1e6:7.3f} M   {args.against} {base / 1e6:7.3f} M   "
+              f"ratio {this / base:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
