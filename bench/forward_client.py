@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,15 +29,13 @@ import httpx
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support import free_port, wait_until  # noqa: E402
+
 BODY = orjson.dumps({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are terse."},
                                                           {"role": "user", "content": "Say ok."}]})
 HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def with_aiohttp(url: str, requests: int, concurrency: int) -> None:
@@ -92,7 +89,8 @@ def main() -> int:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
     try:
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        _wait_ready(port)
+        if not wait_until(lambda: _answers(port), timeout_s=30, interval_s=0.1):
+            raise SystemExit("the fake upstream did not start")
         results: dict[str, list[tuple[float, float]]] = {"aiohttp": [], "httpx": []}
         for _ in range(args.rounds):
             for name, client in (("aiohttp", with_aiohttp), ("httpx", with_httpx)):
@@ -111,16 +109,11 @@ def main() -> int:
     return 0
 
 
-def _wait_ready(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("the fake upstream did not start")
+def _answers(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.overhead import DATA, against_tree, agent_request  # noqa: E402
-from tests.support import free_port  # noqa: E402
+from tests.support import free_port, wait_until  # noqa: E402
 
 MODES = {"none": {"x-sieve-strategy": "none"},
          "prune": {"x-sieve-conversation-id": "bench-instructions", "x-sieve-target-tokens": "8000"}}
@@ -70,17 +70,16 @@ def count(tree: Path, upstream: str, requests: int, headers: dict[str, str], bod
 
 
 def _wait_ready(port: int, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 600  # start-up under valgrind is slow
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if server.poll() is not None:
             raise SystemExit("the gateway exited under valgrind:\n" + server.stderr.read().decode()[-2000:])
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit("the gateway did not start under valgrind")
+            return False
+
+    if not wait_until(ready, timeout_s=600, interval_s=0.5):  # start-up under valgrind is slow
+        raise SystemExit("the gateway did not start under valgrind")
 
 
 def main() -> int:
