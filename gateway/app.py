@@ -46,7 +46,10 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> FastAPI:
             await services.stop()
 
     # The ops routes serve the description and its page themselves, behind the access guard.
+    # FastAPI's own OpenTelemetry hooks stay off: Sieve's metrics are its Prometheus contract,
+    # and the hooks look the global providers up again on every request.
     app = FastAPI(lifespan=lifespan, routes=[*ROUTES, *ADMIN_ROUTES], openapi_url=None, docs_url=None, redoc_url=None,
+                  telemetry={"tracing": False, "metrics": False, "logs": False},
                   middleware=[Middleware(AnswerCutRequests)],
                   exception_handlers={SieveError: handle_sieve_error, HTTPException: handle_http_error,
                                       RequestValidationError: handle_validation_error,
