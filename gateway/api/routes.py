@@ -5,10 +5,11 @@ the /v1 routes need a client key; the ops routes (/healthz, /readyz,
 /metrics, /openapi.json, /docs) are open unless ``SIEVE_OPEN_ROUTES`` closes
 them; the admin routes (:mod:`gateway.api.admin`) need the admin key.
 
-The chat routes take the raw ``Request``: the body is checked as plain dicts
+These routes take the raw ``Request`` and answer a ``Response`` themselves
+(:class:`gateway.api.access.RawRoute`): a chat body is checked as plain dicts
 (:mod:`gateway.wire.chat`), far cheaper on a 100k-token history than building
-models of it. What they accept is described for OpenAPI in
-:mod:`gateway.api.schemas`.
+models of it, and FastAPI's request handling stays off the hot path. What they
+accept and answer is described for OpenAPI in :mod:`gateway.api.schemas`.
 """
 
 from __future__ import annotations
