@@ -1,0 +1,292 @@
+"""A scripted provider for agent CLIs: a real aiohttp server on 127.0.0.1 that plays agent loops.
+
+It speaks the Anthropic Messages API (``POST /v1/messages``, ``/v1/messages/count_tokens``) and
+the OpenAI Responses API (``POST /v1/responses``), streaming or not, with the event streams the
+real APIs send (``tests.provider_events``). A script holds tasks; a task is found by its key word
+in the user's prompt, and each main-loop request of it gets the next step: run a shell command with
+the CLI's own tool, then, after the last command, the task's final answer. A CLI run therefore goes
+through a real tool loop (the CLI runs the commands and sends their output back) and ends with a
+known answer; a second prompt in the same session (``claude -p --continue``, ``codex exec resume``)
+plays the next task on top of the first one's history::
+
+    script = Script(Task("ALPHA", commands=("cat a.txt", "cat b.txt"), answer="DONE-42"))
+    with ScriptedProvider(script) as provider:
+        run `claude -p "ALPHA: read a.txt"` with ANTHROPIC_BASE_URL=provider.root (or Sieve in front)
+        bodies = provider.main_loop("messages")                    # what the provider received
+
+Which task and step a request is at is read from the request itself, not from a counter: the
+newest user prompt that names a task key picks the task, and the newest tool result of that task
+names the step it answered (call id ``call_<key>_<n>``). The CLIs also send side requests and may
+retry, and Sieve may drop or mask old turns; a counter would drift with any of those, the request's
+own newest prompt and result do not (Sieve always keeps the active tool chain).
+
+Requests the provider does not know (any method, any path) are recorded and answered 404, so a
+test sees everything a CLI tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import threading
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tests import provider_events as events
+
+ANTHROPIC_SHELL_TOOL = "Bash"
+# The shell tools Codex has offered across versions, with the argument shape each takes.
+RESPONSES_SHELL_TOOLS = {
+    "exec_command": lambda cmd: {"cmd": cmd},
+    "shell_command": lambda cmd: {"command": cmd},
+    "shell": lambda cmd: {"command": ["bash", "-lc", cmd]},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One agent loop: the prompt that names ``key`` gets one shell command per step, then ``answer``."""
+
+    key: str  # a word of the user's prompt, letters and digits
+    commands: tuple[str, ...]
+    answer: str
+
+    def call_id(self, step: int) -> str:
+        return f"call_{self.key}_{step}"
+
+    def step_of(self, result_ids: list[str]) -> int:
+        """One past the step the newest of this task's tool results answers; 0 before the first."""
+        for call_id in reversed(result_ids):
+            match = re.fullmatch(rf"call_{re.escape(self.key)}_(\d+)", call_id)
+            if match:
+                return int(match.group(1)) + 1
+        return 0
+
+
+class Script:
+    """The tasks a provider plays, found by the key word in the newest user prompt naming one."""
+
+    def __init__(self, *tasks: Task) -> None:
+        self.tasks = tasks
+
+    def task_for(self, prompts: list[str]) -> Task | None:
+        for prompt in reversed(prompts):
+            for task in self.tasks:
+                if task.key in prompt:
+                    return task
+        return None
+
+
+@dataclasses.dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names
+    json: Any  # parsed body, or None
+
+
+def estimate_tokens(value: Any) -> int:
+    """Chars of the JSON // 4: the provider's usage only has to be plausible and deterministic."""
+    return max(1, len(orjson.dumps(value)) // 4) if value else 0
+
+
+# -- reading a request: which step, and which tool to call ------------------------------------------
+
+def _blocks(message: Any) -> list[dict]:
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [block for block in content or () if isinstance(block, dict)]
+
+
+def messages_prompts_and_results(body: dict) -> tuple[list[str], list[str]]:
+    """An Anthropic Messages body's user texts and ``tool_result`` ids, each in order."""
+    prompts: list[str] = []
+    results: list[str] = []
+    for message in body.get("messages") or ():
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        for block in _blocks(message):
+            if block.get("type") == "text":
+                prompts.append(str(block.get("text", "")))
+            elif block.get("type") == "tool_result":
+                results.append(str(block.get("tool_use_id", "")))
+    return prompts, results
+
+
+def responses_prompts_and_results(body: dict) -> tuple[list[str], list[str]]:
+    """A Responses body's user texts and tool output call ids, each in order."""
+    items = body.get("input")
+    if isinstance(items, str):
+        return [items], []
+    prompts: list[str] = []
+    results: list[str] = []
+    for item in items or ():
+        if not isinstance(item, dict):
+            continue
+        if item.get("role") == "user":
+            prompts.extend(str(part.get("text", "")) for part in _blocks(item))
+        elif str(item.get("type", "")).endswith("_call_output"):
+            results.append(str(item.get("call_id", "")))
+    return prompts, results
+
+
+def tool_names(body: dict) -> set[str]:
+    return {str(tool.get("name")) for tool in body.get("tools") or () if isinstance(tool, dict)}
+
+
+def is_main_loop(fmt: str, body: dict) -> bool:
+    """A request of the agent loop itself: it offers the CLI's shell tool (side requests do not)."""
+    names = tool_names(body)
+    return ANTHROPIC_SHELL_TOOL in names if fmt == "messages" else bool(names & RESPONSES_SHELL_TOOLS.keys())
+
+
+class ScriptedProvider:
+    """The provider, in a background thread with its own loop (as ``tests.fake_upstream`` runs)."""
+
+    def __init__(self, script: Script, *, host: str = "127.0.0.1") -> None:
+        self.script = script
+        self.host = host
+        self.port = 0
+        self.requests: list[Recorded] = []
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def root(self) -> str:
+        """Without ``/v1``: what ``ANTHROPIC_BASE_URL`` takes (the client appends ``/v1/messages``)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """With ``/v1``: what an OpenAI client's base URL takes (it appends ``/responses``)."""
+        return self.root + "/v1"
+
+    def main_loop(self, fmt: str) -> list[dict]:
+        """The bodies of the main-loop requests received in ``fmt`` ("messages" or "responses")."""
+        path = "/v1/messages" if fmt == "messages" else "/v1/responses"
+        with self._lock:
+            return [r.json for r in self.requests if r.path == path and isinstance(r.json, dict)
+                    and is_main_loop(fmt, r.json)]
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> "ScriptedProvider":
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            loop.run_until_complete(self._start_async())
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="scripted-provider", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("scripted provider did not start in 10 s")
+        return self
+
+    async def _start_async(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        app.router.add_post("/v1/responses", self._responses)
+        app.router.add_route("*", "/{tail:.*}", self._unknown)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self._loop = self._thread = None
+
+    def __enter__(self) -> "ScriptedProvider":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- handlers -------------------------------------------------------------------------------
+    async def _record(self, request: web.Request) -> Any:
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            body = None
+        with self._lock:
+            self.requests.append(Recorded(request.method, request.path,
+                                          {k.lower(): v for k, v in request.headers.items()}, body))
+        return body
+
+    async def _unknown(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.json_response({"error": {"message": f"no route {request.method} {request.path}",
+                                            "type": "not_found_error"}}, status=404)
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        return web.json_response({"input_tokens": estimate_tokens(body)})
+
+    def _next_turn(self, fmt: str, body: dict) -> events.Turn:
+        """The tool call of the step this request is at, or the final answer after the last one."""
+        read = messages_prompts_and_results if fmt == "messages" else responses_prompts_and_results
+        prompts, results = read(body)
+        task = self.script.task_for(prompts)
+        if task is None or not is_main_loop(fmt, body):
+            return events.Turn(text="ok")
+        step = task.step_of(results)
+        if step >= len(task.commands):
+            return events.Turn(text=task.answer)
+        command, call_id = task.commands[step], task.call_id(step)
+        if fmt == "messages":
+            return events.Turn(call=events.ToolCall(call_id, ANTHROPIC_SHELL_TOOL,
+                                                    {"command": command, "description": "run a step"}))
+        name = next(n for n in RESPONSES_SHELL_TOOLS if n in tool_names(body))
+        return events.Turn(call=events.ToolCall(call_id, name, RESPONSES_SHELL_TOOLS[name](command)))
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        body = await self._record(request)
+        if not isinstance(body, dict):
+            return web.json_response({"type": "error", "error": {"type": "invalid_request_error",
+                                                                 "message": "body is not JSON"}}, status=400)
+        turn = self._next_turn("messages", body)
+        usage = events.Usage(input_tokens=estimate_tokens(body.get("messages")) + estimate_tokens(body.get("system")),
+                             output_tokens=turn.output_tokens())
+        model = str(body.get("model", "claude-fake"))
+        if not body.get("stream"):
+            return web.json_response(events.anthropic_message(turn, model, usage))
+        return await self._sse(request, events.anthropic_stream(turn, model, usage))
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        body = await self._record(request)
+        if not isinstance(body, dict):
+            return web.json_response({"error": {"message": "body is not JSON", "type": "invalid_request_error",
+                                                "param": None, "code": None}}, status=400)
+        turn = self._next_turn("responses", body)
+        usage = events.Usage(input_tokens=estimate_tokens(body.get("input")) + estimate_tokens(body.get("instructions")),
+                             output_tokens=turn.output_tokens())
+        model = str(body.get("model", "gpt-fake"))
+        if not body.get("stream"):
+            return web.json_response(events.responses_object(turn, model, usage, body))
+        return await self._sse(request, events.responses_stream(turn, model, usage, body))
+
+    @staticmethod
+    async def _sse(request: web.Request, frames: list[bytes]) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        for frame in frames:
+            await resp.write(frame)
+        await resp.write_eof()
+        return resp
