@@ -290,3 +290,43 @@ class ScriptedProvider:
             await resp.write(frame)
         await resp.write_eof()
         return resp
+
+
+# -- checking what the provider received --------------------------------------------------------
+
+def orphans(fmt: str, body: dict) -> list[str]:
+    """The call ids of ``body`` that break a tool chain: a result without its call before it, or a
+    call left unanswered before the next turn (every one of them makes a provider reject the request)."""
+    return _messages_orphans(body) if fmt == "messages" else _responses_orphans(body)
+
+
+def _messages_orphans(body: dict) -> list[str]:
+    found: list[str] = []
+    messages = [m for m in body.get("messages") or () if isinstance(m, dict)]
+    for i, message in enumerate(messages):
+        blocks = _blocks(message)
+        results = {str(b.get("tool_use_id")) for b in blocks if b.get("type") == "tool_result"}
+        before = _blocks(messages[i - 1]) if i and messages[i - 1].get("role") == "assistant" else []
+        calls_before = {str(b.get("id")) for b in before if b.get("type") == "tool_use"}
+        found.extend(sorted(results - calls_before))  # a result must answer the assistant turn just before
+        if message.get("role") == "assistant" and i + 1 < len(messages):
+            calls = {str(b.get("id")) for b in blocks if b.get("type") == "tool_use"}
+            answered = {str(b.get("tool_use_id")) for b in _blocks(messages[i + 1]) if b.get("type") == "tool_result"}
+            found.extend(sorted(calls - answered))
+    return found
+
+
+def _responses_orphans(body: dict) -> list[str]:
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    calls: list[str] = []
+    found: list[str] = []
+    answered: set[str] = set()
+    for item in items:
+        kind = str(item.get("type", "")) if isinstance(item, dict) else ""
+        if kind.endswith("_call_output"):
+            answered.add(str(item.get("call_id")))
+            if str(item.get("call_id")) not in calls:  # a result must come after its call
+                found.append(str(item.get("call_id")))
+        elif kind.endswith("_call") and "call_id" in item:
+            calls.append(str(item["call_id"]))
+    return found + [call_id for call_id in calls if call_id not in answered]
