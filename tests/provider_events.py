@@ -36,6 +36,7 @@ class Turn:
 
     text: str | None = None
     call: ToolCall | None = None
+    pieces: tuple[str, ...] | None = None  # how the text streams (default: a piece every 24 characters)
 
     def output_tokens(self) -> int:
         size = len(self.text or "") + (len(orjson.dumps(self.call.arguments)) if self.call else 0)
@@ -55,6 +56,10 @@ def frame(event: dict[str, Any]) -> bytes:
 def _chunks(text: str, size: int = 24) -> list[str]:
     """A text in the few pieces a provider streams it in (a client must join them, not take the first)."""
     return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _text_pieces(turn: Turn) -> list[str]:
+    return list(turn.pieces) if turn.pieces is not None else _chunks(turn.text or "")
 
 
 # -- Anthropic Messages -------------------------------------------------------------------------
@@ -95,7 +100,7 @@ def anthropic_stream(turn: Turn, model: str, usage: Usage) -> list[bytes]:
                              "content_block": {"type": "text", "text": ""}}))
         frames.append(frame({"type": "ping"}))
         frames.extend(frame({"type": "content_block_delta", "index": 0,
-                             "delta": {"type": "text_delta", "text": p}}) for p in _chunks(turn.text or ""))
+                             "delta": {"type": "text_delta", "text": p}}) for p in _text_pieces(turn))
     frames.append(frame({"type": "content_block_stop", "index": 0}))
     frames.append(frame({"type": "message_delta", "delta": {"stop_reason": message["stop_reason"],
                                                             "stop_sequence": None},
@@ -160,7 +165,7 @@ def responses_stream(turn: Turn, model: str, usage: Usage, request: dict[str, An
         frames.append(ev("response.content_part.added", **at, content_index=0,
                          part={**part, "text": ""}))
         frames.extend(ev("response.output_text.delta", **at, content_index=0, delta=p, logprobs=[])
-                      for p in _chunks(part["text"]))
+                      for p in _text_pieces(turn))
         frames.append(ev("response.output_text.done", **at, content_index=0, text=part["text"], logprobs=[]))
         frames.append(ev("response.content_part.done", **at, content_index=0, part=part))
     frames.append(ev("response.output_item.done", output_index=0, item=item))

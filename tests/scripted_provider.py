@@ -22,10 +22,15 @@ own newest prompt and result do not (Sieve always keeps the active tool chain).
 
 Requests the provider does not know (any method, any path) are recorded and answered 404, so a
 test sees everything a CLI tried.
+
+As a process, for benchmarks (no script: every request gets the same text answer, recording off)::
+
+    python -m tests.scripted_provider --port 9200 --latency-ms 20 --chunks 8 --chunk-delay-ms 2
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import re
@@ -147,10 +152,16 @@ def is_main_loop(fmt: str, body: dict) -> bool:
 class ScriptedProvider:
     """The provider, in a background thread with its own loop (as ``tests.fake_upstream`` runs)."""
 
-    def __init__(self, script: Script, *, host: str = "127.0.0.1") -> None:
+    def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0, record: bool = True,
+                 unscripted: events.Turn = events.Turn(text="ok"), latency_s: float = 0.0,
+                 chunk_delay_s: float = 0.0) -> None:
         self.script = script
         self.host = host
-        self.port = 0
+        self.port = port
+        self.record = record
+        self.unscripted = unscripted  # the answer to a request of no task (side requests, benchmarks)
+        self.latency_s = latency_s  # before the status line
+        self.chunk_delay_s = chunk_delay_s  # between streamed events
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -181,7 +192,7 @@ class ScriptedProvider:
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
-            loop.run_until_complete(self._start_async())
+            loop.run_until_complete(self.start_async())
             ready.set()
             loop.run_forever()
             loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
@@ -193,11 +204,13 @@ class ScriptedProvider:
             raise RuntimeError("scripted provider did not start in 10 s")
         return self
 
-    async def _start_async(self) -> None:
+    async def start_async(self) -> None:
+        """Start on the current loop (the thread's, or the command line's)."""
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_get("/healthz", self._healthz)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -224,10 +237,16 @@ class ScriptedProvider:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             body = None
-        with self._lock:
-            self.requests.append(Recorded(request.method, request.path,
-                                          {k.lower(): v for k, v in request.headers.items()}, body))
+        if self.record:
+            with self._lock:
+                self.requests.append(Recorded(request.method, request.path,
+                                              {k.lower(): v for k, v in request.headers.items()}, body))
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
         return body
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
 
     async def _unknown(self, request: web.Request) -> web.Response:
         await self._record(request)
@@ -244,7 +263,7 @@ class ScriptedProvider:
         prompts, results = read(body)
         task = self.script.task_for(prompts)
         if task is None or not is_main_loop(fmt, body):
-            return events.Turn(text="ok")
+            return self.unscripted
         step = task.step_of(results)
         if step >= len(task.commands):
             return events.Turn(text=task.answer)
@@ -281,12 +300,13 @@ class ScriptedProvider:
             return web.json_response(events.responses_object(turn, model, usage, body))
         return await self._sse(request, events.responses_stream(turn, model, usage, body))
 
-    @staticmethod
-    async def _sse(request: web.Request, frames: list[bytes]) -> web.StreamResponse:
+    async def _sse(self, request: web.Request, frames: list[bytes]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        for frame in frames:
+        for i, frame in enumerate(frames):
+            if i and self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s)
             await resp.write(frame)
         await resp.write_eof()
         return resp
@@ -330,3 +350,32 @@ def _responses_orphans(body: dict) -> list[str]:
         elif kind.endswith("_call") and "call_id" in item:
             calls.append(str(item["call_id"]))
     return found + [call_id for call_id in calls if call_id not in answered]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The scripted provider as a process: Anthropic Messages and "
+                                                 "OpenAI Responses with one text answer (benchmarks).")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9200)
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="fixed delay before answering")
+    parser.add_argument("--chunks", type=int, default=4, help="text pieces when streaming")
+    parser.add_argument("--chunk-delay-ms", type=float, default=0.0, help="between streamed events")
+    args = parser.parse_args(argv)
+    pieces = tuple(f"tok{i} " for i in range(args.chunks))
+    provider = ScriptedProvider(Script(), host=args.host, port=args.port, record=False,
+                                unscripted=events.Turn(text="".join(pieces), pieces=pieces),
+                                latency_s=args.latency_ms / 1000, chunk_delay_s=args.chunk_delay_ms / 1000)
+
+    async def serve() -> None:
+        await provider.start_async()
+        print(f"scripted provider listening on {provider.root}", flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
