@@ -24,8 +24,8 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from gateway.errors import InvalidRequest, SieveError
-from gateway.wire.chat import WireLimits, check_chat_body
+from gateway.errors import SieveError
+from gateway.wire.chat import WireLimits
 from gateway.wire.error_shapes import anthropic_error_body, openai_error_body
 from gateway.wire.event_taps import AnthropicEventTap, ResponsesEventTap
 from gateway.wire.formats import ChatView, FormatAdapter, WireFormat, adapter_for
@@ -52,19 +52,8 @@ class Ingress:
         return adapter_for(self.format)
 
     def read(self, body: dict[str, Any], limits: WireLimits) -> ChatView:
-        """The checked body's chat-shaped view. The view is held to the chat limits too
-        (messages, parts, characters): the pruner's cost grows with it, whatever the format."""
-        if self.format is WireFormat.CHAT:
-            check_chat_body(body, limits)
-            return ChatView(body)
-        model = body.get("model")
-        if not isinstance(model, str) or not model.strip():
-            raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
-        if body.get("stream") is not None and not isinstance(body.get("stream"), bool):
-            raise InvalidRequest("'stream' must be a boolean", param="stream")
-        view = self.adapter.read(body)
-        check_chat_body(view.body, limits)
-        return view
+        """The checked body's chat-shaped view (the adapter checks the body, within ``limits``)."""
+        return self.adapter.read(body, limits)
 
     def reservation_body(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """What the budget reads for the answer's cap (it knows Chat Completions' names)."""
