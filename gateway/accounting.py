@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import orjson
 
@@ -24,6 +24,7 @@ from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, savings_for
 from gateway.telemetry.usage import Usage, usage_from_provider
 from gateway.upstream.base import ResolvedRoute
 from gateway.wire.call import ChatCall
+from gateway.wire.ingress import chat_answer_chars
 
 log = logging.getLogger("sieve.accounting")
 
@@ -47,6 +48,8 @@ class RequestRecord:
     completion_estimate: int = 0
     disconnected: bool = False
     finished_at: float = field(default_factory=time.perf_counter)
+    # Characters of a whole answer in the request's format (the estimate without usage).
+    answer_chars: Callable[[Mapping[str, Any]], int] = chat_answer_chars
 
     def set_response_body(self, body: bytes) -> None:
         if self.status >= 400:
@@ -59,7 +62,7 @@ class RequestRecord:
         if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
             self.response_usage = payload["usage"]
         elif isinstance(payload, dict):
-            self.completion_estimate = _answer_chars(payload) // 4
+            self.completion_estimate = self.answer_chars(payload) // 4
 
 
 class Accountant:
@@ -110,7 +113,9 @@ class Accountant:
             return
         result = record.outcome.result
         report = result.report()
-        decisions = [MessageDecision(m["index"], m["action"], m["score"], m["reason"]) for m in report["messages"]]
+        reason = record.outcome.unpruned_reason  # one reason for the whole request, when it is one
+        decisions = [MessageDecision(m["index"], m["action"], m["score"], reason or m["reason"])
+                     for m in report["messages"]]
         call = record.call
         auth = call.headers.get("authorization", "")
         scorer = record.outcome.scorer
@@ -122,7 +127,7 @@ class Accountant:
             timings=Timings(prune_ms=record.outcome.prune_s * 1000,
                             scorer_ms=scorer.seconds * 1000 if scorer is not None else None,
                             upstream_ms=record.upstream_s * 1000, overhead_ms=overhead_s * 1000),
-            request_body=call.body, include_content=call.policy.audit_include_content,
+            request_body=call.sent_body, include_content=call.policy.audit_include_content,
             secrets=tuple(s for s in (auth[7:].strip(), call.headers.get("x-api-key", "")) if s)))
 
 
@@ -132,22 +137,6 @@ def _settle_tokens(record: RequestRecord, usage: Usage | None) -> int:
     # No usage reported (stream cut short, or a provider without usage): the forwarded
     # prompt plus the estimate of the answer (deltas streamed, or characters / 4).
     return record.outcome.result.forwarded_tokens + record.completion_estimate
-
-
-def _answer_chars(payload: dict[str, Any]) -> int:
-    """Characters of a chat completion's answer: contents, tool-call names and arguments."""
-    chars = 0
-    for choice in payload.get("choices") or ():
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if not isinstance(message, dict):
-            continue
-        if isinstance(message.get("content"), str):
-            chars += len(message["content"])
-        for call in message.get("tool_calls") or ():
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict):
-                chars += len(str(function.get("name") or "")) + len(str(function.get("arguments") or ""))
-    return chars
 
 
 def _outcome(record: RequestRecord, ok: bool) -> Outcome:

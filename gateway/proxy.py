@@ -1,9 +1,13 @@
-"""One chat completion through Sieve: prune, reserve, forward, relay, account.
+"""One request through Sieve: prune, reserve, forward, relay, account.
 
 The route hands over a parsed, checked body; this module owns the sequence
-and the guarantees around it:
+and the guarantees around it, the same for every wire format (Chat
+Completions, Anthropic Messages, OpenAI Responses: what differs is described
+by the format's :class:`gateway.wire.ingress.Ingress`):
 
-* the forwarded body is the pruned request serialized once (orjson);
+* the forwarded body is the pruned request serialized once (orjson), in the
+  client's format: the pruner's decision on the chat-shaped view written back
+  by the format's adapter (a body it did not change goes as it came);
 * a stream is relayed chunk by chunk, its usage read on the way;
 * the budget reservation is settled at the usage the provider reported (even
   if the stream broke after reporting it); a stream that ended whole or that
@@ -25,19 +29,20 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Callable, Mapping
 
-import orjson
-
 from gateway.accounting import Accountant, RequestRecord
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.deferred import Deferred
 from gateway.errors import SieveError, UpstreamUnavailable
 from gateway.pruner import PruneOutcome, Pruner
+from gateway.pruning.result import PruneResult
 from gateway.telemetry.metrics import Outcome
 from gateway.telemetry.redaction import without_secrets
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
 from gateway.upstream.router import ModelRouter
 from gateway.wire.call import ChatCall
+from gateway.wire.formats import WireFormat
 from gateway.wire.headers import response_headers
+from gateway.wire.ingress import INGRESSES, Ingress
 from gateway.wire.sse import SSEUsageTap
 
 log = logging.getLogger("sieve.proxy")
@@ -71,11 +76,14 @@ class ChatProxy:
         return await self._pruner.prune(call)
 
     async def complete(self, call: ChatCall) -> Reply:
-        route = self._router.resolve(call.body["model"])
-        outcome = await self._pruner.prune(call, await self._budget_target(call))
-        forwarded, strip_usage = _upstream_body(outcome.result.request, route)
-        hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded)
-        record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold)
+        ingress = INGRESSES[call.format]
+        route = self._router.resolve(call.body["model"], call.format)
+        outcome = await self._prune(call, ingress)
+        forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
+        hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens,
+                                           ingress.reservation_body(forwarded))
+        record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold,
+                               answer_chars=ingress.answer_chars)
         self._open[id(record)] = record
         headers = sieve_headers(call.request_id, outcome, hold)
         response = await self._forward(record, forwarded, headers)
@@ -89,7 +97,14 @@ class ChatProxy:
             self._account(record)
             return Reply(response.status, {**response.headers, **headers}, body=body)
         return Reply(response.status, {**response.headers, **headers},
-                     stream=self._relay(response, record, strip_usage), on_close=lambda: self._account(record))
+                     stream=self._relay(response, record, ingress.tap(strip_usage)),
+                     on_close=lambda: self._account(record))
+
+    async def _prune(self, call: ChatCall, ingress: Ingress) -> PruneOutcome:
+        reason = ingress.unpruned_reason(call.sent_body)
+        if reason is not None:
+            return await self._pruner.pass_through(call, reason)
+        return await self._pruner.prune(call, await self._budget_target(call))
 
     async def _budget_target(self, call: ChatCall) -> int | None:
         """A target Sieve imposes itself when the caller's budget runs low (policy
@@ -142,8 +157,7 @@ class ChatProxy:
             self._deferred.spawn(self._accountant.finish(record))
 
     async def _relay(self, response: UpstreamResponse, record: RequestRecord,
-                     strip_usage: bool) -> AsyncGenerator[bytes, None]:
-        tap = SSEUsageTap(strip_usage)
+                     tap: SSEUsageTap) -> AsyncGenerator[bytes, None]:
         completed = False
         try:
             assert response.chunks is not None
@@ -160,8 +174,8 @@ class ChatProxy:
                 record.error_status = 502
             elif not tap.finished:
                 # A clean close is no proof of a whole answer (no chunked framing, a proxy cut it).
-                raise UpstreamUnavailable("the upstream stream ended without [DONE] or a finish_reason: "
-                                          "the answer is incomplete")
+                raise UpstreamUnavailable("the upstream stream ended without [DONE], a finish_reason or "
+                                          "the format's end event: the answer is incomplete")
             else:
                 completed = True
         except SieveError as exc:
@@ -169,7 +183,7 @@ class ChatProxy:
             # then one whole error event.
             record.outcome_label = Outcome.UPSTREAM_ERROR
             record.error_status = exc.status
-            yield b"data: " + orjson.dumps(exc.body()) + b"\n\n"
+            yield tap.error_event(exc)
         except (asyncio.CancelledError, GeneratorExit):
             record.disconnected = True
             raise
@@ -183,13 +197,17 @@ class ChatProxy:
             self._account(record)
 
 
-def _upstream_body(pruned: dict[str, Any], route: ResolvedRoute) -> tuple[dict[str, Any], bool]:
-    """The body as the provider gets it: a stream asks for usage (budgets are settled and
-    savings counted on it; the usage chunk is stripped again if the client did not ask for
-    it, the second value), and an aliased model gets its upstream name."""
-    forwarded = pruned
+def _upstream_body(call: ChatCall, ingress: Ingress, result: PruneResult,
+                   route: ResolvedRoute) -> tuple[dict[str, Any], bool]:
+    """The body as the provider gets it, in the client's format: a chat stream asks for usage
+    (budgets are settled and savings counted on it; the usage chunk is stripped again if the
+    client did not ask for it, the second value), and an aliased model gets its upstream name."""
+    forwarded = result.request
+    if call.format is not WireFormat.CHAT:
+        assert call.native is not None and call.view is not None
+        forwarded = ingress.adapter.write(call.native, call.view, result) if result.changed else call.native
     strip_usage = False
-    if forwarded.get("stream") is True and not _client_wants_usage(forwarded):
+    if ingress.asks_usage and forwarded.get("stream") is True and not _client_wants_usage(forwarded):
         forwarded = dict(forwarded)
         forwarded["stream_options"] = {**(forwarded.get("stream_options") or {}), "include_usage": True}
         strip_usage = True

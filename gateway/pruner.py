@@ -53,6 +53,7 @@ class PruneOutcome:
     failed: FailOpen | None = None            # why it was served unpruned or its plan not saved
     scorer: ScorerRun | None = None           # the LLM scoring round, when one ran
     summary: SummaryRun | None = None         # summaries written for omitted spans
+    unpruned_reason: str | None = None        # why the request was forwarded as it came, untouched
 
     @property
     def scorer_usd(self) -> float:
@@ -96,6 +97,20 @@ class Pruner:
         if failed is not FailOpen.STATE_STORE and not await self._save(key, result, call.policy):
             failed = failed or FailOpen.STATE_STORE
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run)
+
+    async def pass_through(self, call: ChatCall, reason: str) -> PruneOutcome:
+        """``call`` forwarded as it came, for ``reason`` (its history is kept at the provider):
+        counted like strategy ``none``, and its conversation's stored plan neither read nor
+        written, since the body holds only the newest turn of that conversation."""
+        check_overrides(call.sieve, call.policy)
+        t0 = time.perf_counter()
+        counter = self._counters.for_model(call.body["model"])
+        result = prune(call.body, call.policy, scorer=self._scorer, counter=counter,
+                       steering=Steering(strategy=Strategy.NONE))
+        prune_s = time.perf_counter() - t0
+        self._metrics.prune_seconds.observe(prune_s)
+        key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
+        return PruneOutcome(result, key, None, prune_s, unpruned_reason=reason)
 
     async def _load(self, key: str) -> tuple[bytes | None, FailOpen | None]:
         """The conversation's stored plan, and the fail-open reason when the store failed."""

@@ -20,6 +20,7 @@ from gateway.budget_guard import BudgetGuard
 from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
 from gateway.identity import Authenticator, OpenAccess, authenticator_for
+from gateway.passthrough import PassThrough
 from gateway.policies import PolicyBook
 from gateway.proxy import ChatProxy
 from gateway.pruner import Pruner
@@ -73,6 +74,7 @@ class Services:
     authenticator: Authenticator | OpenAccess
     stores: Stores
     proxy: ChatProxy
+    passthrough: PassThrough
     models: ModelCatalog
     recorder: RequestRecorder
     budget_guard: BudgetGuard
@@ -103,10 +105,14 @@ class Services:
         audit = AuditLog.open(settings.audit_log, secrets=configured_secrets(settings))
         session = _http_session()
         deferred = Deferred()
-        proxy = ChatProxy(router=_router(settings, session), pruner=_pruner(settings, stores, session, metrics, prices),
+        fast_path = OpenAICompatibleUpstream(session, settings.upstream_timeout_s,
+                                             settings.upstream_connect_timeout_s)
+        router = ModelRouter(settings, {RouteKind.OPENAI: fast_path,
+                                        RouteKind.LITELLM: LiteLLMUpstream(settings.upstream_timeout_s)})
+        proxy = ChatProxy(router=router, pruner=_pruner(settings, stores, session, metrics, prices),
                           accountant=Accountant(recorder, prices, budgets, audit), budgets=budgets, deferred=deferred)
-        return cls(settings, policies, authenticator, stores, proxy, ModelCatalog(settings, session), recorder,
-                   budgets, deferred, session, audit,
+        return cls(settings, policies, authenticator, stores, proxy, PassThrough(router, fast_path),
+                   ModelCatalog(settings, session), recorder, budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
                               settings.max_json_depth))
 
@@ -131,12 +137,6 @@ def _http_session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
 
 
-def _router(settings: Settings, session: aiohttp.ClientSession) -> ModelRouter:
-    fast_path = OpenAICompatibleUpstream(session, settings.upstream_timeout_s, settings.upstream_connect_timeout_s)
-    return ModelRouter(settings, {RouteKind.OPENAI: fast_path,
-                                  RouteKind.LITELLM: LiteLLMUpstream(settings.upstream_timeout_s)})
-
-
 def _pruner(settings: Settings, stores: Stores, session: aiohttp.ClientSession, metrics: Metrics,
             prices: PriceBook) -> Pruner:
     counters = TokenCounters(engine=settings.token_engine)
@@ -149,7 +149,8 @@ def _pruner(settings: Settings, stores: Stores, session: aiohttp.ClientSession, 
 
 def configured_secrets(settings: Settings) -> list[str]:
     """Every credential the gateway holds: none may appear in a log, audit line or error."""
-    keys = [settings.upstream_api_key, settings.admin_key, settings.metrics_key, settings.scorer_api_key]
+    keys = [settings.upstream_api_key, settings.anthropic_api_key, settings.admin_key, settings.metrics_key,
+            settings.scorer_api_key]
     keys += [route.api_key for route in settings.models.values()]
     return [key for key in keys if key]
 

@@ -14,6 +14,9 @@ SIEVE_POLICIES_DIR              folder of policy YAML files (default policies/)
 SIEVE_POLICY                    name of the default policy (default "default")
 SIEVE_UPSTREAM_BASE_URL         default OpenAI-compatible upstream
 SIEVE_UPSTREAM_API_KEY          its key; without it the client's is forwarded
+SIEVE_ANTHROPIC_BASE_URL        the Anthropic Messages API behind /v1/messages (default
+                                https://api.anthropic.com; Sieve appends /v1/messages)
+SIEVE_ANTHROPIC_API_KEY         its key (sent as x-api-key); without it the client's is forwarded
 SIEVE_REDIS_URL                 Redis for shared state and budgets
 SIEVE_ADMIN_KEY                 enables the admin routes
 SIEVE_KEYS_FILE                 virtual keys (YAML)
@@ -63,6 +66,7 @@ DEFAULT_POLICIES_DIR = PACKAGE_ROOT.parent / "policies"
 # Routes for probes, scrapers and tooling: open by default, each closable.
 # Every other route needs a key; it cannot be opened by configuration.
 OPS_ROUTES = ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs")
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 
 
 class RouteKind(StrEnum):
@@ -93,6 +97,8 @@ class Settings:
     default_policy: str = "default"
     upstream_base_url: str | None = None
     upstream_api_key: str | None = None
+    anthropic_base_url: str = ANTHROPIC_BASE_URL
+    anthropic_api_key: str | None = None
     redis_url: str | None = None
     admin_key: str | None = None
     keys_file: Path | None = None
@@ -134,6 +140,8 @@ class Settings:
             default_policy=env.get("SIEVE_POLICY", cls.default_policy),
             upstream_base_url=env.get("SIEVE_UPSTREAM_BASE_URL") or None,
             upstream_api_key=env.get("SIEVE_UPSTREAM_API_KEY") or None,
+            anthropic_base_url=env.get("SIEVE_ANTHROPIC_BASE_URL") or cls.anthropic_base_url,
+            anthropic_api_key=env.get("SIEVE_ANTHROPIC_API_KEY") or None,
             redis_url=env.get("SIEVE_REDIS_URL") or None,
             admin_key=env.get("SIEVE_ADMIN_KEY") or None,
             keys_file=_path(env.get("SIEVE_KEYS_FILE")),

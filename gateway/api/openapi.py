@@ -18,8 +18,9 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from gateway.api.access import Access, GuardedRoute
-from gateway.api.schemas import (ERRORS, ChatCompletionRequest, Error, ServerSentEvent, SieveResponseHeaders,
-                                 SteeringHeaders, component_name)
+from gateway.api.format_schemas import REQUEST_BODIES, AnthropicError
+from gateway.api.schemas import (ERRORS, Error, ServerSentEvent, SieveResponseHeaders, SteeringHeaders,
+                                 component_name)
 
 INFO = {
     "title": "Sieve",
@@ -27,8 +28,9 @@ INFO = {
     "summary": "An OpenAI-compatible gateway that prunes agent chat histories, cache-stably.",
     "license_info": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     "description": """\
-Sieve speaks OpenAI's Chat Completions protocol: point a client's `base_url` at `<sieve>/v1`. It prunes the
-request's `messages`, forwards the request to the provider and relays the answer unchanged.
+Sieve speaks OpenAI's Chat Completions and Responses protocols and Anthropic's Messages protocol: point a
+client's base URL at `<sieve>/v1` (an `anthropic` client's at `<sieve>`). It prunes the request's history in
+its own format, forwards the request to a provider of that format and relays the answer unchanged.
 
 **What this document describes.** Request bodies are lenient: unknown fields pass through untouched, and only
 what Sieve itself relies on is checked (`model`, `messages`, the shape of each message and tool call, `stream`,
@@ -36,7 +38,8 @@ what Sieve itself relies on is checked (`model`, `messages`, the shape of each m
 the provider checks (content-part types, tool schemas, sampling parameters) is described but left
 unconstrained, and a request Sieve accepts may still be refused by the provider.
 
-**Errors** always have OpenAI's shape `{"error": {"message", "type", "param", "code"}}`. An error status and
+**Errors** have OpenAI's shape `{"error": {"message", "type", "param", "code"}}`, and Anthropic's
+`{"type": "error", "error": {"type", "message"}}` on the `/v1/messages` routes. An error status and
 body from the provider itself are relayed unchanged (with the provider's status), and never pass through
 Sieve's own error handler. An unknown path is a 404 (`not_found`) and a method a path does not serve a 405
 (`method_not_allowed`, with `Allow`), in the same shape. A client that leaves before its body has arrived is
@@ -49,7 +52,8 @@ is configured. `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and `/docs` ar
 `SIEVE_OPEN_ROUTES` leaves them out; then they take the metrics key or the admin key.""",
 }
 TAGS = [
-    {"name": "openai", "description": "OpenAI-compatible routes."},
+    {"name": "openai", "description": "OpenAI-compatible routes: Chat Completions and Responses."},
+    {"name": "anthropic", "description": "Anthropic's Messages API, forwarded in its own format."},
     {"name": "sieve", "description": "Sieve's own routes."},
     {"name": "operations", "description": "Probes, metrics and this document."},
     {"name": "admin", "description": "Budgets, usage, savings and virtual keys, behind the admin key."},
@@ -94,19 +98,40 @@ def describe(app: FastAPI) -> dict[str, Any]:
     # A body or parameter that fails a model is a 400 in OpenAI's shape (gateway.api.responses), never a 422.
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
-    schemas.update(_schemas(ChatCompletionRequest, Error, ServerSentEvent))
+    schemas.update(_schemas(*REQUEST_BODIES.values(), Error, AnthropicError, ServerSentEvent))
     components["securitySchemes"] = SECURITY_SCHEMES
     components["parameters"] = _header_parameters(SteeringHeaders)
     components["headers"] = _response_headers(SieveResponseHeaders)
-    components["requestBodies"] = {"ChatCompletion": {
-        "required": True, "description": ChatCompletionRequest.__doc__,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletionRequest"}}}}}
+    components["requestBodies"] = {name: {
+        "required": True, "description": model.__doc__,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
+        for name, model in REQUEST_BODIES.items()}
     components["responses"] = _error_responses(components["headers"]["XSieveRequestId"]["schema"])
     for route in app.routes:
         if isinstance(route, GuardedRoute):
             for method in route.methods - {"HEAD"}:
-                _guarded(document["paths"][route.path][method.lower()], route.access)
+                operation = document["paths"][route.path][method.lower()]
+                _guarded(operation, route.access)
+                if route.path.startswith(ANTHROPIC_PATHS):
+                    _anthropic_errors(operation, components["responses"])
     return document
+
+
+ANTHROPIC_PATHS = "/v1/messages"
+
+
+def _anthropic_errors(operation: dict[str, Any], responses: dict[str, Any]) -> None:
+    """The Messages routes answer Sieve's errors in Anthropic's shape: each error response of
+    ``operation`` points to its Anthropic twin (made on first use)."""
+    for status, response in operation["responses"].items():
+        ref = response.get("$ref", "")
+        if status.startswith(("4", "5")) and ref.startswith("#/components/responses/"):
+            name = ref.rsplit("/", 1)[1]
+            twin = "Anthropic" + name
+            if twin not in responses:
+                responses[twin] = {**responses[name], "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/AnthropicError"}}}}
+            response["$ref"] = f"#/components/responses/{twin}"
 
 
 def _guarded(operation: dict[str, Any], access: Access) -> None:

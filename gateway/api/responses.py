@@ -1,8 +1,10 @@
-"""Rendering: JSON bodies with orjson, and the error handlers, all in OpenAI's error shape.
+"""Rendering: JSON bodies with orjson, and the error handlers, in each format's error shape.
 
 ``SieveError`` is the one error tree (``gateway.errors``); the other handlers
 translate what the framework raises on its own (no route, wrong method, a body
-that fails an admin model) into the same ``{"error": {...}}`` body.
+that fails an admin model) into the same body: OpenAI's ``{"error": {...}}``,
+or Anthropic's ``{"type": "error", "error": {...}}`` on the ``/v1/messages``
+routes, whose clients parse only that (``gateway.wire.error_shapes``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from starlette.routing import Match
 
 from gateway.errors import ClientClosedRequest, InvalidRequest, SieveError
 from gateway.proxy import Reply
+from gateway.wire.error_shapes import anthropic_error_body, anthropic_error_type
+
+# The routes that forward a request (metrics count their refusals), and those that answer in Anthropic's shape.
+FORWARDING_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/v1/responses")
+ANTHROPIC_PATHS = "/v1/messages"
 
 log = logging.getLogger("sieve")
 
@@ -60,24 +67,35 @@ class RelayResponse(StreamingResponse):
                 self._on_close()
 
 
-def error_response(exc: SieveError, request_id: str | None = None) -> Response:
+def error_response(exc: SieveError, request_id: str | None = None, anthropic: bool = False) -> Response:
     headers = dict(exc.headers)
     if request_id:
         headers["x-sieve-request-id"] = request_id
+    body = anthropic_error_body(exc) if anthropic else exc.body()
     try:
-        return json_response(exc.body(), exc.status, headers)
+        return json_response(body, exc.status, headers)
     except TypeError:  # an extra field orjson cannot write (a number beyond 64 bits): say it as text
-        body = exc.body()
         body["error"] = {k: v if isinstance(v, (str, type(None))) else str(v) for k, v in body["error"].items()}
         return json_response(body, exc.status, headers)
+
+
+def _anthropic(request: Request) -> bool:
+    return request.url.path.startswith(ANTHROPIC_PATHS)
+
+
+def _in_shape(request: Request, body: dict[str, Any], status: int) -> dict[str, Any]:
+    """An OpenAI-shaped error ``body`` of the framework's own, in the shape of the route's format."""
+    if not _anthropic(request):
+        return body
+    return {"type": "error", "error": {**body["error"], "type": anthropic_error_type(status)}}
 
 
 async def handle_sieve_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SieveError)
     services = getattr(request.app.state, "services", None)
-    if services is not None and request.url.path.endswith("/chat/completions"):
+    if services is not None and request.url.path in FORWARDING_PATHS:
         services.recorder.refused(exc, getattr(request.state, "org", None), getattr(request.state, "model", None))
-    return error_response(exc, getattr(request.state, "request_id", None))
+    return error_response(exc, getattr(request.state, "request_id", None), _anthropic(request))
 
 
 async def handle_validation_error(request: Request, exc: Exception) -> Response:
@@ -112,7 +130,7 @@ async def handle_http_error(request: Request, exc: Exception) -> Response:
     headers = dict(getattr(exc, "headers", None) or {})
     if status == 405:
         headers["allow"] = ", ".join(_allowed_methods(request))
-    return json_response(body, status, headers)
+    return json_response(_in_shape(request, body, status), status, headers)
 
 
 def _allowed_methods(request: Request) -> list[str]:
@@ -130,9 +148,9 @@ async def handle_unexpected(request: Request, exc: Exception) -> Response:
     request_id = getattr(request.state, "request_id", None)
     log.exception("unhandled error in request %s", request_id)
     services = getattr(request.app.state, "services", None)
-    if services is not None and request.url.path.endswith("/chat/completions"):
+    if services is not None and request.url.path in FORWARDING_PATHS:
         services.recorder.failed(getattr(request.state, "org", None), getattr(request.state, "model", None))
     body = {"error": {"message": "internal error in the Sieve gateway; the request was not forwarded"
                                  f" (request id {request_id})", "type": "internal_error",
                       "param": None, "code": "internal_error"}}
-    return json_response(body, 500, {"x-sieve-request-id": request_id} if request_id else None)
+    return json_response(_in_shape(request, body, 500), 500, {"x-sieve-request-id": request_id} if request_id else None)

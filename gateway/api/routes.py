@@ -14,6 +14,9 @@ accept and answer is described for OpenAPI in :mod:`gateway.api.schemas`.
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import quote
+
 import orjson
 from fastapi.openapi.docs import get_swagger_ui_html
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -22,39 +25,85 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from gateway.api.access import ClientRoute, OpsRoute
 from gateway.api.responses import json_response, reply_response
+from gateway.api.format_schemas import AnthropicMessage, OpenAIResponse, Relayed
 from gateway.api.schemas import (ChatCompletion, Health, ModelList, OpenAPIDocument, PruneResponse, Readiness, answers,
                                  steered)
 from gateway.errors import StoreUnavailable
 from gateway.health import readiness_problems
+from gateway.passthrough import PassThroughCall
 from gateway.proxy import sieve_headers
 from gateway.services import Services
 from gateway.wire.body import parse_body, read_body
 from gateway.wire.call import ChatCall
-from gateway.wire.chat import check_chat_body
+from gateway.wire.formats import WireFormat
 from gateway.wire.headers import parse_sieve_headers
+from gateway.wire.ingress import INGRESSES
 
 
-async def _chat_call(request: Request) -> ChatCall:
+async def _read_json(request: Request) -> tuple[bytes, dict[str, Any]]:
     services: Services = request.app.state.services
     settings = services.settings
-    identity = request.state.identity
-    request.state.org = identity.org
+    request.state.org = request.state.identity.org
     raw = await read_body(request.stream(), request.headers.get("content-length"), settings.max_body_bytes,
                           settings.body_timeout_s)
     body = parse_body(raw, services.limits.max_json_depth)
     request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
-    check_chat_body(body, services.limits)
-    return ChatCall(request.state.request_id, body, len(raw), identity, services.policies.for_identity(identity),
-                    parse_sieve_headers(request.headers), request.headers)
+    return raw, body
+
+
+async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ChatCall:
+    """The request as the proxy takes it: in a format other than chat, ``body`` is its view."""
+    services: Services = request.app.state.services
+    identity = request.state.identity
+    raw, body = await _read_json(request)
+    view = INGRESSES[fmt].read(body, services.limits)
+    native = body if fmt is not WireFormat.CHAT else None
+    return ChatCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
+                    parse_sieve_headers(request.headers), request.headers, format=fmt, native=native,
+                    view=view if native is not None else None)
 
 
 async def chat_completions(request: Request) -> Response:
-    call = await _chat_call(request)
+    call = await _call(request)
     return reply_response(await request.app.state.services.proxy.complete(call))
 
 
+async def messages(request: Request) -> Response:
+    call = await _call(request, WireFormat.MESSAGES)
+    return reply_response(await request.app.state.services.proxy.complete(call))
+
+
+async def responses(request: Request) -> Response:
+    call = await _call(request, WireFormat.RESPONSES)
+    return reply_response(await request.app.state.services.proxy.complete(call))
+
+
+async def _pass_on(request: Request, fmt: WireFormat, suffix: str) -> Response:
+    body = (await _read_json(request))[1] if request.method == "POST" else None
+    call = PassThroughCall(request.state.request_id, request.state.identity, request.method, fmt, suffix,
+                           request.url.query, request.headers, body)
+    return reply_response(await request.app.state.services.passthrough.forward(call))
+
+
+async def count_tokens(request: Request) -> Response:
+    return await _pass_on(request, WireFormat.MESSAGES, "/count_tokens")
+
+
+async def compact_response(request: Request) -> Response:
+    return await _pass_on(request, WireFormat.RESPONSES, "/compact")
+
+
+async def stored_response(request: Request) -> Response:
+    return await _pass_on(request, WireFormat.RESPONSES, "/" + quote(request.path_params["response_id"], safe=""))
+
+
+async def response_input_items(request: Request) -> Response:
+    response_id = quote(request.path_params["response_id"], safe="")
+    return await _pass_on(request, WireFormat.RESPONSES, f"/{response_id}/input_items")
+
+
 async def prune(request: Request) -> Response:
-    call = await _chat_call(request)
+    call = await _call(request)
     outcome = await request.app.state.services.proxy.prune_only(call)
     report = outcome.result.report()
     report["request_id"] = call.request_id
@@ -102,6 +151,38 @@ CHAT = dict(
     openapi_extra=steered("InvalidRequest", "Forbidden", "NotFound", "RequestTimeout", "BodyTooLarge",
                           "BudgetExceeded", "UpstreamUnavailable", "ServiceUnavailable", "UpstreamTimeout",
                           stream=True, budget=True))
+MESSAGES = dict(
+    tags=["anthropic"], response_model=AnthropicMessage,
+    description="Anthropic's Messages API (Claude Code, the `anthropic` SDK), stream and non-stream: the history "
+                "is pruned in its own format (tool uses and their results together, thinking blocks untouched, "
+                "`cache_control` breakpoints kept) and forwarded to `SIEVE_ANTHROPIC_BASE_URL` + `/v1/messages` "
+                "with `SIEVE_ANTHROPIC_API_KEY` (as `x-api-key`), or with the client's own key in open or "
+                "passthrough mode. `anthropic-version` and `anthropic-beta` pass through. Errors have Anthropic's "
+                "shape `{\"type\": \"error\", \"error\": {\"type\", \"message\"}}`.",
+    response_description="The provider's message, relayed unchanged: a message, or (with `\"stream\": true`) its "
+                         "events (`message_start`, `content_block_*`, `message_delta`, `message_stop`, `ping`); a "
+                         "stream Sieve cannot finish ends with an `error` event.",
+    openapi_extra=steered("InvalidRequest", "Forbidden", "RequestTimeout", "BodyTooLarge", "BudgetExceeded",
+                          "UpstreamUnavailable", "ServiceUnavailable", "UpstreamTimeout",
+                          stream=True, budget=True, body="AnthropicMessages"))
+RESPONSES = dict(
+    tags=["openai"], response_model=OpenAIResponse,
+    description="OpenAI's Responses API (Codex CLI, openai-agents), stream and non-stream: `input` is pruned in its "
+                "own format (calls and their outputs together, reasoning items untouched) and forwarded to the "
+                "model's OpenAI-compatible upstream + `/responses`. A request with `previous_response_id` (or "
+                "`conversation`) keeps its history at the provider: it is forwarded unpruned. `prompt_cache_key`, "
+                "`store`, `include`, `reasoning`, the `session-id` header and every unknown field pass through.",
+    response_description="The provider's response, relayed unchanged: a response object, or (with "
+                         "`\"stream\": true`) its `response.*` events; a stream Sieve cannot finish ends with "
+                         "`response.failed` (or `error`, before the response was announced).",
+    openapi_extra=steered("InvalidRequest", "Forbidden", "NotFound", "RequestTimeout", "BodyTooLarge",
+                          "BudgetExceeded", "UpstreamUnavailable", "ServiceUnavailable", "UpstreamTimeout",
+                          stream=True, budget=True, body="OpenAIResponses"))
+RELAYED = dict(response_model=Relayed, response_description="The provider's answer, relayed unchanged.",
+               openapi_extra=answers("UpstreamUnavailable", "UpstreamTimeout"))
+RESPONSE_ID = {**RELAYED, "openapi_extra": {**answers("NotFound", "UpstreamUnavailable", "UpstreamTimeout"),
+                                            "parameters": [{"name": "response_id", "in": "path", "required": True,
+                                                            "schema": {"type": "string"}}]}}
 OPS = dict(tags=["operations"])
 
 ROUTES = [
@@ -110,6 +191,24 @@ ROUTES = [
     ClientRoute("/chat/completions", chat_completions, methods=["POST"],
                 operation_id="createChatCompletionUnversioned",
                 summary="The same as `POST /v1/chat/completions`, for clients whose base URL has no `/v1`.", **CHAT),
+    ClientRoute("/v1/messages", messages, methods=["POST"], operation_id="createMessage",
+                summary="Prune the history, forward to Anthropic, relay the message.", **MESSAGES),
+    ClientRoute("/v1/messages/count_tokens", count_tokens, methods=["POST"], tags=["anthropic"],
+                operation_id="countMessageTokens", summary="Passed through to Anthropic as sent (not pruned).",
+                **RELAYED),
+    ClientRoute("/v1/responses", responses, methods=["POST"], operation_id="createResponse",
+                summary="Prune the input, forward to the provider's Responses API, relay the response.", **RESPONSES),
+    ClientRoute("/v1/responses/compact", compact_response, methods=["POST"], tags=["openai"],
+                operation_id="compactResponse", summary="Passed through to the provider as sent.", **RELAYED),
+    ClientRoute("/v1/responses/{response_id}", stored_response, methods=["GET"], tags=["openai"],
+                operation_id="getResponse", summary="A stored response, from the default upstream; passed through.",
+                **RESPONSE_ID),
+    ClientRoute("/v1/responses/{response_id}", stored_response, methods=["DELETE"], tags=["openai"],
+                operation_id="deleteResponse", summary="A stored response deleted at the default upstream; passed "
+                                                       "through.", **RESPONSE_ID),
+    ClientRoute("/v1/responses/{response_id}/input_items", response_input_items, methods=["GET"], tags=["openai"],
+                operation_id="listResponseInputItems", summary="A stored response's input items, from the default "
+                                                               "upstream; passed through.", **RESPONSE_ID),
     ClientRoute("/v1/prune", prune, methods=["POST"], tags=["sieve"], operation_id="prune",
                 summary="What Sieve would forward for this body, and why; nothing is forwarded, no budget is spent.",
                 description="Takes the same body and headers as a chat completion. Any model name is accepted "

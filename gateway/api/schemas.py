@@ -359,10 +359,10 @@ def answers(*errors: str) -> dict[str, Any]:
     return {"responses": {str(ERRORS[name][0]): {"$ref": f"#/components/responses/{name}"} for name in errors}}
 
 
-def steered(*errors: str, stream: bool = False, budget: bool = False) -> dict[str, Any]:
-    """``openapi_extra`` of a route that prunes: the chat-completion body, the ``x-sieve-*`` headers
-    in and out, and its errors. ``stream``: it may answer an event stream; ``budget``: it reports
-    the budget left."""
+def steered(*errors: str, stream: bool = False, budget: bool = False, body: str = "ChatCompletion") -> dict[str, Any]:
+    """``openapi_extra`` of a route that prunes: its request body (a component of
+    ``REQUEST_BODIES``), the ``x-sieve-*`` headers in and out, and its errors. ``stream``: it may
+    answer an event stream; ``budget``: it reports the budget left."""
     out = [alias for alias, field in _aliases(SieveResponseHeaders) if budget or field != "budget_remaining_tokens"]
     ok: dict[str, Any] = {"headers": {name: {"$ref": f"#/components/headers/{component_name(name)}"}
                                       for name in out}}
@@ -372,7 +372,7 @@ def steered(*errors: str, stream: bool = False, budget: bool = False) -> dict[st
     extra["responses"]["200"] = ok
     extra["parameters"] = [{"$ref": f"#/components/parameters/{component_name(alias)}"}
                            for alias, _ in _aliases(SteeringHeaders)]
-    extra["requestBody"] = {"$ref": "#/components/requestBodies/ChatCompletion"}
+    extra["requestBody"] = {"$ref": f"#/components/requestBodies/{body}"}
     return extra
 
 

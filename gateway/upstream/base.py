@@ -21,10 +21,18 @@ no answer; a provider's own error comes back as a response with its status.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, AsyncIterator, Protocol
 
 from gateway.settings import ModelRoute, RouteKind
 from gateway.wire.call import ChatCall
+
+
+class KeyScheme(StrEnum):
+    """How a provider takes its key."""
+
+    BEARER = "bearer"      # Authorization: Bearer <key> (OpenAI and the OpenAI-compatible)
+    X_API_KEY = "x-api-key"  # x-api-key: <key> (Anthropic); a client's own Bearer token passes as it came
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +41,11 @@ class ResolvedRoute:
 
     model: str
     kind: RouteKind
-    url: str | None           # chat/completions URL (OPENAI kind)
+    url: str | None           # the format's endpoint (OPENAI kind): .../chat/completions, .../responses, .../v1/messages
     api_key: str | None       # configured key; None = forward the client's
     upstream_model: str | None
     route: ModelRoute
+    key_scheme: KeyScheme = KeyScheme.BEARER
 
 
 @dataclass(slots=True)

@@ -1,4 +1,5 @@
-"""The fast path: byte-transparent forwarding to an OpenAI-compatible provider.
+"""The fast path: byte-transparent forwarding to a provider in the client's own format
+(an OpenAI-compatible API's Chat Completions or Responses, Anthropic's Messages).
 
 One shared ``aiohttp.ClientSession`` per process (created in the app's
 lifespan). aiohttp rather than httpx: under load on this class of machine
@@ -8,7 +9,8 @@ BENCHMARKS.md), and a gateway's forwarding client sits on every request.
 Streams are relayed chunk by chunk as they arrive; nothing is buffered.
 A provider's error passes through with its status, headers and JSON body
 unchanged; an error body that is not JSON (a load balancer's HTML page) is
-put in OpenAI's error shape, so clients can always parse it.
+put in OpenAI's error shape, so clients can always parse it. The key goes in
+the route's :class:`~gateway.upstream.base.KeyScheme`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import aiohttp
 import orjson
 
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
-from gateway.upstream.base import ResolvedRoute, UpstreamResponse
-from gateway.wire.call import ChatCall
+from gateway.upstream.base import KeyScheme, ResolvedRoute, UpstreamResponse
+from gateway.wire.call import ChatCall, Identity
 from gateway.wire.keys import client_provider_key
 
 # Request headers never forwarded: hop-by-hop, our own, and what aiohttp sets.
@@ -37,18 +39,34 @@ _DROP_RESPONSE = frozenset((
 ))
 
 
-def forward_headers(incoming: Mapping[str, str], api_key: str | None) -> dict[str, str]:
-    """Headers for the provider: the client's, minus hop-by-hop and x-sieve-*;
-    the configured key replaces the client's Authorization when there is one.
-    ``accept-encoding: identity``: bytes are relayed as they come (and read for
-    usage), so the provider must not compress them (aiohttp would ask for gzip)."""
+def forward_headers(incoming: Mapping[str, str], key: Mapping[str, str]) -> dict[str, str]:
+    """Headers for the provider: the client's, minus hop-by-hop, x-sieve-* and its own key
+    headers, plus ``key`` (:func:`key_headers`). ``accept-encoding: identity``: bytes are
+    relayed as they come (and read for usage), so the provider must not compress them
+    (aiohttp would ask for gzip)."""
     out = {k: v for k, v in incoming.items()
-           if k not in _DROP_REQUEST and not k.startswith("x-sieve-")}
-    if api_key:
-        out["authorization"] = f"Bearer {api_key}"
+           if k not in _DROP_REQUEST and k != "authorization" and not k.startswith("x-sieve-")}
+    out.update(key)
     out["content-type"] = "application/json"
     out["accept-encoding"] = "identity"
     return out
+
+
+def key_headers(route: ResolvedRoute, identity: Identity, incoming: Mapping[str, str]) -> dict[str, str]:
+    """The provider key to send: the route's configured one in its provider's scheme, else the
+    caller's own provider key (open or passthrough mode; never a Sieve virtual key). Under
+    ``x-api-key`` a client key goes in the header it came in: a Bearer token there is an
+    OAuth token (Claude Code's subscription login), not an API key."""
+    if route.api_key:
+        if route.key_scheme is KeyScheme.X_API_KEY:
+            return {"x-api-key": route.api_key}
+        return {"authorization": f"Bearer {route.api_key}"}
+    key = client_provider_key(identity, incoming)
+    if not key:
+        return {}
+    if route.key_scheme is KeyScheme.X_API_KEY and incoming.get("authorization") is None:
+        return {"x-api-key": key}
+    return {"authorization": f"Bearer {key}"}
 
 
 def relay_headers(upstream: Mapping[str, str]) -> dict[str, str]:
@@ -80,7 +98,8 @@ def error_body(status: int, headers: dict[str, str], body: bytes) -> bytes:
 
 
 class OpenAICompatibleUpstream:
-    """POSTs a body to ``{api_base}/chat/completions`` and hands back status, headers and bytes.
+    """POSTs a body to the route's endpoint (``{api_base}/chat/completions``, ``/responses``,
+    Anthropic's ``/v1/messages``) and hands back status, headers and bytes.
 
     The key is the route's configured one, else the caller's own provider key
     (passthrough); a Sieve virtual key never leaves the gateway."""
@@ -91,20 +110,27 @@ class OpenAICompatibleUpstream:
                                               sock_read=read_timeout_s)
 
     async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
-        api_key = route.api_key or client_provider_key(call.identity, call.headers)
-        headers = forward_headers(call.headers, api_key)
-        if not api_key:
-            headers.pop("authorization", None)
-        return await self._post(route.url or "", orjson.dumps(body), headers, body.get("stream") is True)
+        headers = forward_headers(call.headers, key_headers(route, call.identity, call.headers))
+        return await self._request("POST", route.url or "", orjson.dumps(body), headers, body.get("stream") is True)
 
-    async def _post(self, url: str, body: bytes, headers: Mapping[str, str], stream: bool) -> UpstreamResponse:
+    async def relay(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str]) -> UpstreamResponse:
+        """Any request as it came (the pass-through routes: ``GET /v1/responses/{id}``,
+        ``/v1/messages/count_tokens``), its answer relayed like a forwarded one's: streamed
+        when the provider answers with an event stream."""
+        return await self._request(method, url, body, headers, None)
+
+    async def _request(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str],
+                       stream: bool | None) -> UpstreamResponse:
+        """``stream``: whether the answer is an event stream; None: as its content type says."""
         try:
-            resp = await self._session.post(url, data=body, headers=headers, timeout=self._timeout)
+            resp = await self._session.request(method, url, data=body, headers=headers, timeout=self._timeout)
         except asyncio.TimeoutError as exc:
             raise UpstreamTimeout(f"upstream did not answer in time: {url}") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"cannot reach upstream {url}: {exc.__class__.__name__}") from exc
         headers_out = relay_headers(resp.headers)
+        if stream is None:
+            stream = resp.content_type == "text/event-stream"
         if not stream or resp.status >= 400:
             try:
                 payload = await resp.read()

@@ -5,6 +5,12 @@ policy; from then on the request travels as one :class:`ChatCall`::
 
     call = ChatCall(request_id, body, len(raw), identity, policy, parse_sieve_headers(headers), headers)
     call.identity.org, call.policy.target_tokens, call.sieve.conversation_id
+
+A request in another format (Anthropic Messages, OpenAI Responses) travels the
+same way: ``body`` is its chat-shaped view (what the pruner, the conversation
+key and the accounting read), ``native`` the body as the client sent it, and
+``view`` says where each view message came from, so the decision can be
+written back in the format.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from enum import Enum
 from typing import Any, Mapping
 
 from gateway.pruning.policy import Policy
+from gateway.wire.formats import ChatView, WireFormat
 from gateway.wire.headers import SieveHeaders
 
 ANONYMOUS_ORG = "anonymous"
@@ -53,3 +60,11 @@ class ChatCall:
     sieve: SieveHeaders
     headers: Mapping[str, str]
     started: float = field(default_factory=time.perf_counter)
+    format: WireFormat = WireFormat.CHAT
+    native: dict[str, Any] | None = None  # the body as sent, when ``body`` is its view
+    view: ChatView | None = None
+
+    @property
+    def sent_body(self) -> dict[str, Any]:
+        """The body as the client sent it, in its own format."""
+        return self.native if self.native is not None else self.body

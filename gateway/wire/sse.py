@@ -20,6 +20,8 @@ from typing import Any
 
 import orjson
 
+from gateway.errors import SieveError
+
 log = logging.getLogger("sieve.sse")
 
 _USAGE = b'"usage"'
@@ -79,6 +81,11 @@ class SSEUsageTap:
         tail = self._take()
         return self._pass(tail, whole=False) if tail else b""
 
+    def error_event(self, exc: SieveError) -> bytes:
+        """The event that ends a stream Sieve could not finish, in this format: a chat
+        chunk holding OpenAI's ``{"error": {...}}``, which the SDKs raise."""
+        return b"data: " + orjson.dumps(exc.body()) + b"\n\n"
+
     def _take(self) -> bytes:
         data = b"".join(self._held)
         self._held, self._held_len = [], 0
@@ -89,29 +96,29 @@ class SSEUsageTap:
         if not self.finished and (_has_finish(data) or (b"[DONE]" in data and _DONE.search(data))):
             self.finished = True
         if _ERROR in data and self.error is None:
-            for event in _events(data, whole):
+            for event in split_events(data, whole):
                 self._read_error(event)
         if _USAGE not in data:
             return data
-        kept = [event for event in _events(data, whole) if not (self._read_usage(event) and self.strip)]
+        kept = [event for event in split_events(data, whole) if not (self._read_usage(event) and self.strip)]
         return b"".join(kept) if self.strip else data
 
     def _read_usage(self, event: bytes) -> bool:
         """Record usage from a ``data:`` event; True if it is a usage-only chunk."""
-        for payload in _data(event):
+        for payload in event_data(event):
             if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
                 self.usage = payload["usage"]
                 return not payload.get("choices")
         return False
 
     def _read_error(self, event: bytes) -> None:
-        for payload in _data(event):
+        for payload in event_data(event):
             if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
                 self.error = payload["error"]
                 return
 
 
-def _events(data: bytes, whole: bool) -> list[bytes]:
+def split_events(data: bytes, whole: bool) -> list[bytes]:
     """``data`` cut into its events, each with its blank line, byte for byte."""
     if not whole:
         return [data]
@@ -128,7 +135,7 @@ def _has_finish(data: bytes) -> bool:
     return _FINISH.search(data) is not None
 
 
-def _data(event: bytes) -> list[Any]:
+def event_data(event: bytes) -> list[Any]:
     """The JSON of each ``data:`` line of an event (lines that are not JSON are skipped)."""
     out = []
     for line in event.split(b"\n"):

@@ -3,10 +3,12 @@ window edges (midnight always; a minute edge where a module asks for it)."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
+from gateway.settings import Settings
+from tests.fake_providers import FakeProviders, Reply
 from tests.redis_server import RedisServer, skip_without_redis
 from tests.support import wait_clear_of_window_edge
 
@@ -37,3 +39,27 @@ def redis() -> Iterator[RedisServer]:
     skip_without_redis()
     with RedisServer() as server:
         yield server
+
+
+# -- the fake provider of every format (tests.fake_providers) -------------------------------------
+
+@pytest.fixture(scope="module")
+def providers_server() -> Iterator[FakeProviders]:
+    """One fake provider speaking Chat Completions, Responses and Anthropic Messages, for the module."""
+    with FakeProviders() as server:
+        yield server
+
+
+@pytest.fixture
+def providers(providers_server: FakeProviders) -> FakeProviders:
+    """The module's fake provider, cleared for each test (no recorded requests, default ``Reply()``)."""
+    providers_server.clear()
+    providers_server.default = Reply()
+    return providers_server
+
+
+def format_settings(providers: FakeProviders, **overrides: Any) -> Settings:
+    """Settings of a gateway whose OpenAI-compatible and Anthropic upstreams are ``providers``."""
+    overrides.setdefault("upstream_base_url", providers.base_url)
+    overrides.setdefault("anthropic_base_url", providers.anthropic_base_url)
+    return Settings(**overrides)

@@ -53,10 +53,14 @@ def test_path_parameters_match_the_route_templates(served) -> None:
             assert declared == in_template, f"{method.upper()} {path}"
 
 
-def test_errors_are_documented_in_openai_shape(served) -> None:
+def test_errors_are_documented_in_their_formats_shape(served) -> None:
+    """OpenAI's shape everywhere, but Anthropic's on the Messages routes (its clients parse only that)."""
     error = served["components"]["schemas"]["Error"]["properties"]["error"]
     assert set(error["required"]) == {"message", "type", "param", "code"}
+    anthropic = served["components"]["schemas"]["AnthropicError"]
+    assert set(anthropic["required"]) == {"type", "error"}
     for path, item in served["paths"].items():
+        shape = "AnthropicError" if path.startswith("/v1/messages") else "Error"
         for method, operation in item.items():
             if method not in HTTP_METHODS:
                 continue
@@ -64,7 +68,7 @@ def test_errors_are_documented_in_openai_shape(served) -> None:
             assert statuses, f"{method.upper()} {path} documents no error"
             for status in statuses:
                 response = _component(served, operation["responses"][status], "responses")
-                assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}, \
+                assert response["content"]["application/json"]["schema"] == {"$ref": f"#/components/schemas/{shape}"}, \
                     f"{method.upper()} {path} {status}"
 
 
@@ -97,7 +101,7 @@ def test_the_info_block_names_the_gateway(served) -> None:
     info = served["info"]
     assert info["title"] == "Sieve" and info["version"] and info["summary"] and info["description"]
     assert info["license"]["identifier"] == "Apache-2.0"
-    assert {tag["name"] for tag in served["tags"]} == {"openai", "sieve", "operations", "admin"}
+    assert {tag["name"] for tag in served["tags"]} == {"openai", "anthropic", "sieve", "operations", "admin"}
     for path, method, operation in _operations(served):
         assert operation["summary"] and operation["tags"] and operation["operationId"], f"{method.upper()} {path}"
 

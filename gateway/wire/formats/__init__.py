@@ -7,11 +7,11 @@ the format's own shape: kept items byte for byte, masked tool output and
 omission markers in the format's own content shape::
 
     adapter = adapter_for(WireFormat.MESSAGES)
-    view = adapter.read(body)                      # or InvalidRequest naming the field
+    view = adapter.read(body, limits)              # or InvalidRequest naming the field
     result = prune(view.body, policy, ...)         # the one pipeline
     forwarded = adapter.write(body, view, result)  # an Anthropic body again
 """
 
-from gateway.wire.formats.base import ChatView, FormatAdapter, WireFormat, adapter_for
+from gateway.wire.formats.base import FORMAT_HEADER, ChatView, FormatAdapter, WireFormat, adapter_for, parse_format
 
-__all__ = ["ChatView", "FormatAdapter", "WireFormat", "adapter_for"]
+__all__ = ["FORMAT_HEADER", "ChatView", "FormatAdapter", "WireFormat", "adapter_for", "parse_format"]

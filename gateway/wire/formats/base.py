@@ -1,42 +1,20 @@
-"""The seam between a wire format and the pruning pipeline: one view, one adapter per format."""
+"""The seam between a wire format and the pruning pipeline: one view, one adapter per format.
+
+``WireFormat``, ``ChatView`` and ``FormatAdapter`` live in ``view.py`` (the
+adapters import them); this module holds the registry::
+
+    adapter = adapter_for(parse_format(headers.get("x-sieve-format")))
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping
 
 from gateway.pruning.result import PruneResult
-
-
-class WireFormat(StrEnum):
-    """The request formats Sieve reads (``x-sieve-format`` on ``/v1/prune``)."""
-
-    CHAT = "chat"            # OpenAI Chat Completions
-    MESSAGES = "messages"    # Anthropic Messages
-    RESPONSES = "responses"  # OpenAI Responses
-
-
-@dataclass(slots=True)
-class ChatView:
-    """A body seen as Chat Completions: ``body`` holds ``model`` and ``messages`` (and whatever
-    else the pruner reads, ``metadata.sieve_goal`` say); ``origins[i]`` says where view
-    message ``i`` came from in the native body (the adapter's own business)."""
-
-    body: dict[str, Any]
-    origins: Sequence[Any] = field(default_factory=tuple)
-
-
-class FormatAdapter(Protocol):
-    format: WireFormat
-
-    def read(self, body: Mapping[str, Any]) -> ChatView:
-        """The view of a checked native body; ``InvalidRequest`` (400) naming the field if the
-        body is not one Sieve can read."""
-
-    def write(self, body: Mapping[str, Any], view: ChatView, result: PruneResult) -> dict[str, Any]:
-        """The native body to forward: ``body`` with the decision in ``result`` applied
-        (``result.request['messages']`` and ``result.sources`` say what is forwarded)."""
+from gateway.wire.chat import WireLimits, check_chat_body
+from gateway.wire.formats.messages import MessagesAdapter
+from gateway.wire.formats.responses import ResponsesAdapter
+from gateway.wire.formats.view import FORMAT_HEADER, ChatView, FormatAdapter, WireFormat, parse_format
 
 
 class ChatAdapter:
@@ -44,7 +22,8 @@ class ChatAdapter:
 
     format = WireFormat.CHAT
 
-    def read(self, body: Mapping[str, Any]) -> ChatView:
+    def read(self, body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> ChatView:
+        check_chat_body(body, limits)
         return ChatView(dict(body) if not isinstance(body, dict) else body)
 
     def write(self, body: Mapping[str, Any], view: ChatView, result: PruneResult) -> dict[str, Any]:
@@ -56,4 +35,10 @@ def adapter_for(fmt: WireFormat) -> FormatAdapter:
     return _ADAPTERS[fmt]
 
 
-_ADAPTERS: dict[WireFormat, FormatAdapter] = {WireFormat.CHAT: ChatAdapter()}
+_ADAPTERS: dict[WireFormat, FormatAdapter] = {
+    WireFormat.CHAT: ChatAdapter(),
+    WireFormat.MESSAGES: MessagesAdapter(),
+    WireFormat.RESPONSES: ResponsesAdapter(),
+}
+
+__all__ = ["FORMAT_HEADER", "ChatAdapter", "ChatView", "FormatAdapter", "WireFormat", "adapter_for", "parse_format"]

@@ -1,0 +1,95 @@
+"""The OpenAI Responses request shape: checked where Sieve relies on it, lenient elsewhere.
+
+Sieve reads ``model``, ``instructions`` and ``input`` (a string or a list of
+items), and in the items what makes tool chains: messages' roles and content,
+``function_call`` / ``custom_tool_call`` and their outputs by ``call_id``. A
+violation is a 400 naming the field (``input[4].call_id must be a string``);
+every other field and item type passes through untouched::
+
+    check_responses_body(body, WireLimits())   # or InvalidRequest (400) naming the field
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gateway.errors import InvalidRequest
+from gateway.wire.chat import WireLimits
+
+ROLES = ("user", "assistant", "system", "developer")
+CALLS = ("function_call", "custom_tool_call")
+OUTPUTS = ("function_call_output", "custom_tool_call_output")
+
+
+def check_responses_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
+    if not isinstance(body, Mapping):
+        raise InvalidRequest("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise InvalidRequest("'instructions' must be a string", param="instructions")
+    items = body.get("input")
+    if items is not None and not isinstance(items, (str, list)):
+        raise InvalidRequest("'input' must be a string or an array of input items", param="input")
+    if isinstance(items, list):
+        if len(items) > limits.max_messages:
+            raise InvalidRequest(f"'input' has {len(items)} items; the limit is {limits.max_messages}",
+                                 param="input", code="too_many_messages")
+        for i, item in enumerate(items):
+            _check_item(f"input[{i}]", item, limits)
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")
+
+
+def _check_item(where: str, item: Any, limits: WireLimits) -> None:
+    if not isinstance(item, dict):
+        raise InvalidRequest(f"{where} must be an object", param=where)
+    kind = item.get("type")
+    if kind is not None and not isinstance(kind, str):
+        raise InvalidRequest(f"{where}.type must be a string", param=f"{where}.type")
+    chars = 0
+    if kind == "message" or (kind is None and "role" in item):
+        if item.get("role") not in ROLES:
+            raise InvalidRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {item.get('role')!r}",
+                                 param=f"{where}.role")
+        chars = _check_content(f"{where}.content", item.get("content"), limits)
+    elif kind is None:
+        raise InvalidRequest(f"{where} needs a 'type' (or a 'role', for a message)", param=f"{where}.type")
+    elif kind in CALLS:
+        _require_str(where, item, "call_id")
+        _require_str(where, item, "name")
+        field = "arguments" if kind == "function_call" else "input"
+        _require_str(where, item, field)
+        chars = len(item[field])
+    elif kind in OUTPUTS:
+        _require_str(where, item, "call_id")
+        chars = _check_content(f"{where}.output", item.get("output"), limits)
+    if chars > limits.max_message_chars:
+        raise InvalidRequest(f"{where} has {chars} characters of text; the limit is {limits.max_message_chars}",
+                             param=where, code="message_too_large")
+
+
+def _check_content(where: str, content: Any, limits: WireLimits) -> int:
+    """Checks a string or a list of content parts; returns the characters of its text."""
+    if isinstance(content, str):
+        return len(content)
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where} must be a string or an array of content parts", param=where)
+    if len(content) > limits.max_content_parts:
+        raise InvalidRequest(f"{where} has {len(content)} parts; the limit is {limits.max_content_parts}",
+                             param=where, code="too_many_content_parts")
+    chars = 0
+    for j, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise InvalidRequest(f"{where}[{j}] must be a content part object", param=f"{where}[{j}]")
+        text = part.get("text")
+        chars += len(text) if isinstance(text, str) else 0
+    return chars
+
+
+def _require_str(where: str, item: Mapping[str, Any], name: str) -> None:
+    if not isinstance(item.get(name), str):
+        raise InvalidRequest(f"{where}.{name} must be a string", param=f"{where}.{name}")
