@@ -3,6 +3,7 @@
 Reading (one view message per unit-sized piece of a turn)::
 
     system (string or blocks)         -> a system message (written back untouched)
+    system turn inside messages       -> a system message (pinned, as the system prompt is)
     assistant turn                    -> one assistant message: its text; each tool_use a tool
                                          call with the tool_use id; thinking blocks ride along
     user turn: each tool_result block -> a tool message answering that id (first, as the
@@ -90,6 +91,8 @@ def _view_of_turn(turn: Mapping[str, Any]) -> list[tuple[dict[str, Any], tuple[i
     role, content = turn["role"], turn["content"]
     if isinstance(content, str):
         return [({"role": role, "content": content}, None)]
+    if role == "system":
+        return [({"role": "system", "content": parts_text(content)}, tuple(range(len(content))))]
     if role == "assistant":
         return [(_assistant_message(content), tuple(range(len(content))))]
     results = [j for j, block in enumerate(content) if block["type"] == "tool_result"]

@@ -16,7 +16,9 @@ from typing import Any, Mapping
 from gateway.errors import InvalidRequest
 from gateway.wire.chat import WireLimits
 
-ROLES = ("user", "assistant")
+# "system": Claude Code (2.1.x) puts system turns between the others (its environment notes);
+# the API takes them, so Sieve does too, and keeps them as pinned system messages.
+ROLES = ("user", "assistant", "system")
 
 
 def check_messages_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
