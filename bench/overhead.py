@@ -1,6 +1,7 @@
 """Gateway overhead: Sieve vs. LiteLLM's proxy vs. the upstream itself, on loopback.
 
-Starts the fake upstream (``python -m tests.fake_upstream``), Sieve
+Starts the fake upstream (``python -m tests.fake_upstream``; ``tests.scripted_provider`` for the
+``messages`` and ``responses`` routes, see bench/overhead_routes.py), Sieve
 (``python -m gateway.cli serve``) and LiteLLM's proxy (in its own virtualenv under
 ``bench/.cache``), then drives each with the same bounded aiohttp load generator::
 
@@ -9,6 +10,7 @@ Starts the fake upstream (``python -m tests.fake_upstream``), Sieve
     python bench/overhead.py --memory                # RSS after 1k and 10k requests
     python bench/overhead.py --against 99e55f9 --targets direct,sieve-none,sieve-prune,base-none,base-prune
                                                      # this tree beside another revision (or tree path)
+    python bench/overhead.py --route messages        # Anthropic Messages (/v1/messages), or --route responses
 
 Every figure is the median over ``--repeats`` runs; ratios compare targets of the
 same run. See bench/README.md.
@@ -38,6 +40,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
+from bench.overhead_routes import ROUTES, Route  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 CACHE = ROOT / "bench" / ".cache"
@@ -132,10 +135,8 @@ class Server:
 
 def start_upstream(a: argparse.Namespace) -> Server:
     port = free_port()
-    return Server("fake-upstream", [sys.executable, "-m", "tests.fake_upstream", "--port",
-                                    str(port), "--latency-ms", str(a.latency_ms), "--chunks",
-                                    str(a.chunks), "--chunk-delay-ms", str(a.chunk_delay_ms)],
-                  port, "/v1/models")
+    route: Route = ROUTES[a.route]
+    return Server("fake-upstream", route.upstream_argv(port, a), port, route.ready_path)
 
 
 def start_sieve(a: argparse.Namespace, upstream_port: int, tree: Path = ROOT, name: str = "sieve") -> Server | None:
@@ -148,7 +149,7 @@ def start_sieve(a: argparse.Namespace, upstream_port: int, tree: Path = ROOT, na
     cmd = shlex.split(a.sieve_cmd) if a.sieve_cmd and tree == ROOT else \
         [sys.executable, "-m", "gateway.cli", "serve"]
     return Server(name, cmd + ["--host", "127.0.0.1", "--port", str(port)], port, "/readyz",
-                  env={"SIEVE_UPSTREAM_BASE_URL": f"http://127.0.0.1:{upstream_port}/v1",
+                  env={**ROUTES[a.route].sieve_env(upstream_port),
                        "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true",
                        "PYTHONPATH": str(tree)}, cwd=tree)
 
@@ -181,14 +182,12 @@ def ensure_litellm_venv() -> Path:
     return exe
 
 
-def start_litellm(upstream_port: int) -> Server:
+def start_litellm(upstream_port: int, route: Route) -> Server:
     exe = ensure_litellm_venv()
     port = free_port()
     cfg = CACHE / "litellm-config.yaml"
     cfg.write_text(json.dumps({  # JSON is YAML
-        "model_list": [{"model_name": MODEL, "litellm_params": {
-            "model": f"openai/{MODEL}", "api_base": f"http://127.0.0.1:{upstream_port}/v1",
-            "api_key": "sk-fake"}}],
+        "model_list": [route.litellm_model(MODEL, upstream_port)],
         "general_settings": {"master_key": KEY},
         "litellm_settings": {"telemetry": False},
     }, indent=1))
@@ -249,17 +248,18 @@ def pct(xs: list[float], q: float) -> float:
 
 
 async def one(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict,
-              stream: bool, cell: Cell, ttfb: list[float]) -> None:
+              stream: bool, cell: Cell, ttfb: list[float], end_marker: bytes = b"[DONE]") -> None:
     t0 = time.perf_counter()
     try:
         async with session.post(url, data=body, headers=headers) as r:
             if stream:
-                first, tail = None, b""
+                first, tail, ended = None, b"", False
                 async for piece in r.content.iter_any():
                     if first is None:
                         first = time.perf_counter()
+                    ended = ended or end_marker in tail + piece  # the last event may be long (Responses)
                     tail = (tail + piece)[-64:]
-                ok = r.status == 200 and b"[DONE]" in tail
+                ok = r.status == 200 and ended
             else:
                 payload = await r.read()
                 ok = r.status == 200
@@ -277,10 +277,10 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes, headers: di
 
 async def drive(url: str, body: dict, headers: dict, stream: bool, concurrency: int,
                 requests: int, duration: float, pid: int, target: str,
-                warmup: bool = True) -> Cell:
+                warmup: bool = True, route: Route = ROUTES["chat"]) -> Cell:
     """Closed loop: `concurrency` workers until `requests` done or `duration` elapsed."""
     if stream:
-        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        body = route.streamed(body)
     raw = orjson.dumps(body)
     hdrs = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", **headers}
     cell, ttfb = Cell(target, stream, concurrency), []
@@ -288,7 +288,7 @@ async def drive(url: str, body: dict, headers: dict, stream: bool, concurrency: 
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=conn, timeout=timeout) as s:
         for _ in range(min(concurrency, 4) if warmup else 0):  # warm connections (and Sieve's conversation)
-            await one(s, url, raw, hdrs, stream, Cell(target, stream, 1), [])
+            await one(s, url, raw, hdrs, stream, Cell(target, stream, 1), [], route.end_marker)
         issued = 0
         deadline = time.perf_counter() + duration
 
@@ -296,7 +296,7 @@ async def drive(url: str, body: dict, headers: dict, stream: bool, concurrency: 
             nonlocal issued
             while issued < requests and time.perf_counter() < deadline:
                 issued += 1
-                await one(s, url, raw, hdrs, stream, cell, ttfb)
+                await one(s, url, raw, hdrs, stream, cell, ttfb, route.end_marker)
 
         cpu0, t0 = cpu_seconds(pid), time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -400,8 +400,10 @@ def print_against(rows: list[dict], against: str | None) -> None:
 
 # -- modes ------------------------------------------------------------------
 async def run_overhead(a: argparse.Namespace, servers: dict[str, Server]) -> dict:
-    body, approx = (small_request(), 0) if a.payload == "small" else agent_request(a.agent_tokens)
-    print(f"# payload: {a.payload} ({len(body['messages'])} messages, ~{approx} tokens, "
+    route = ROUTES[a.route]
+    chat_body, approx = (small_request(), 0) if a.payload == "small" else agent_request(a.agent_tokens)
+    body = route.payload(chat_body)
+    print(f"# route {route.path}; payload: {a.payload} ({len(chat_body['messages'])} chat messages, ~{approx} tokens, "
           f"{len(orjson.dumps(body)) // 1024} KiB); upstream latency {a.latency_ms} ms, "
           f"{a.chunks} chunks x {a.chunk_delay_ms} ms", file=sys.stderr)
     up = servers["upstream"]
@@ -423,9 +425,9 @@ async def run_overhead(a: argparse.Namespace, servers: dict[str, Server]) -> dic
                     srv, headers = plan[target]
                     if srv is None:
                         continue
-                    url = f"http://127.0.0.1:{srv.port}/v1/chat/completions"
+                    url = f"http://127.0.0.1:{srv.port}{route.path}"
                     cell = await drive(url, body, headers, stream, conc, a.requests, a.duration,
-                                       srv.pid, target)
+                                       srv.pid, target, route=route)
                     runs.setdefault((target, stream, conc), []).append(cell)
                     print(f"# rep {rep + 1} {target:<11} {'stream' if stream else 'json':<6} "
                           f"c={conc:<3} n={cell.n:<5} err={cell.errors} p50={cell.p50_ms:.1f}ms "
@@ -483,6 +485,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=400, help="per cell, bound 1")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per cell, bound 2")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--route", choices=tuple(ROUTES), default="chat",
+                   help="the route loaded: chat (/v1/chat/completions), messages (/v1/messages), "
+                        "responses (/v1/responses); the same history in each format")
     p.add_argument("--payload", choices=("agent", "small"), default="agent")
     p.add_argument("--agent-tokens", type=int, default=20_000)
     p.add_argument("--prune-target", type=int, default=8_000)
@@ -497,6 +502,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    + ",".join(AGAINST_TARGETS) + ") and print this tree against it")
     p.add_argument("--json-out", type=Path)
     a = p.parse_args(argv)
+    if a.memory and a.route != "chat":
+        p.error("--memory loads the chat route only")
     if a.quick:
         a.requests, a.duration, a.repeats = min(a.requests, 60), min(a.duration, 3.0), 1
     a.targets = [t for t in a.targets.split(",") if t]
@@ -516,7 +523,7 @@ async def amain(a: argparse.Namespace, against: Path | None) -> dict:
         if against is not None and (s := start_sieve(a, servers["upstream"].port, against, "base")):
             servers["base"] = s
         if not a.memory and "litellm" in a.targets:
-            servers["litellm"] = start_litellm(servers["upstream"].port)
+            servers["litellm"] = start_litellm(servers["upstream"].port, ROUTES[a.route])
         for name, srv in servers.items():
             try:
                 await srv.wait_ready(180 if name == "litellm" else 60)
