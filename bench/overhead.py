@@ -173,12 +173,38 @@ def against_tree(against: str | None):
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
 
 
+# The proxy's own requirements, as litellm's metadata lists them for its [proxy] extra, except
+# the companion packages (litellm-proxy, litellm-proxy-extras, litellm-enterprise) pinned to the
+# release: a package index that lacks them still serves the proxy (they add the database and
+# enterprise features, unused here).
+_PROXY_REQUIREMENTS = """import importlib.metadata as md
+from pip._vendor.packaging.requirements import Requirement
+for line in md.requires("litellm") or ():
+    r = Requirement(line)
+    if r.marker and r.marker.evaluate({"extra": "proxy"}) and not r.name.startswith("litellm-"):
+        print(f"{r.name}{r.specifier}")"""
+
+
+def litellm_version() -> str:
+    """The litellm release Sieve itself is pinned to (.ci/constraints.txt): both sides run the same."""
+    for line in (ROOT / ".ci" / "constraints.txt").read_text().splitlines():
+        if line.startswith("litellm=="):
+            return line.split("==", 1)[1].strip()
+    raise RuntimeError("litellm is not pinned in .ci/constraints.txt")
+
+
 def ensure_litellm_venv() -> Path:
     exe = VENV / "bin" / "litellm"
     if not exe.exists():
-        print(f"# creating {VENV} and installing litellm[proxy] (first run only)", file=sys.stderr)
+        version = litellm_version()
+        print(f"# creating {VENV} and installing litellm {version} with its proxy (first run only)", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=True)
+        pip, python = str(VENV / "bin" / "pip"), str(VENV / "bin" / "python")
+        if subprocess.run([pip, "install", "-q", f"litellm[proxy]=={version}"]).returncode != 0:
+            subprocess.run([pip, "install", "-q", f"litellm=={version}"], check=True)
+            wanted = subprocess.run([python, "-c", _PROXY_REQUIREMENTS], check=True, capture_output=True,
+                                    text=True).stdout.split()
+            subprocess.run([pip, "install", "-q", *wanted], check=True)
     return exe
 
 
