@@ -149,6 +149,10 @@ def is_main_loop(fmt: str, body: dict) -> bool:
     return ANTHROPIC_SHELL_TOOL in names if fmt == "messages" else bool(names & RESPONSES_SHELL_TOOLS.keys())
 
 
+def _json(body: Any) -> web.Response:
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
 class ScriptedProvider:
     """The provider, in a background thread with its own loop (as ``tests.fake_upstream`` runs)."""
 
@@ -284,7 +288,7 @@ class ScriptedProvider:
                              output_tokens=turn.output_tokens())
         model = str(body.get("model", "claude-fake"))
         if not body.get("stream"):
-            return web.json_response(events.anthropic_message(turn, model, usage))
+            return _json(events.anthropic_message(turn, model, usage))
         return await self._sse(request, events.anthropic_stream(turn, model, usage))
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
@@ -297,7 +301,7 @@ class ScriptedProvider:
                              output_tokens=turn.output_tokens())
         model = str(body.get("model", "gpt-fake"))
         if not body.get("stream"):
-            return web.json_response(events.responses_object(turn, model, usage, body))
+            return _json(events.responses_object(turn, model, usage, body))
         return await self._sse(request, events.responses_stream(turn, model, usage, body))
 
     async def _sse(self, request: web.Request, frames: list[bytes]) -> web.StreamResponse:
@@ -372,7 +376,13 @@ def main(argv: list[str] | None = None) -> None:
         await asyncio.Event().wait()
 
     try:
-        asyncio.run(serve())
+        import uvloop  # optional: the faster loop, as tests.fake_upstream runs under a benchmark
+
+        run = uvloop.run
+    except (ImportError, AttributeError):
+        run = asyncio.run
+    try:
+        run(serve())
     except KeyboardInterrupt:
         pass
 
