@@ -40,12 +40,15 @@ from gateway.wire.headers import parse_sieve_headers
 from gateway.wire.ingress import INGRESSES
 
 
-async def _read_json(request: Request) -> tuple[bytes, dict[str, Any]]:
+async def _read_json(request: Request, required: bool = True) -> tuple[bytes, dict[str, Any] | None]:
+    """The body, bounded, and its JSON object (None for an empty body that may be empty)."""
     services: Services = request.app.state.services
     settings = services.settings
     request.state.org = request.state.identity.org
     raw = await read_body(request.stream(), request.headers.get("content-length"), settings.max_body_bytes,
                           settings.body_timeout_s)
+    if not raw and not required:
+        return raw, None
     body = parse_body(raw, services.limits.max_json_depth)
     request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
     return raw, body
@@ -56,6 +59,7 @@ async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ChatCall
     services: Services = request.app.state.services
     identity = request.state.identity
     raw, body = await _read_json(request)
+    assert body is not None
     view = INGRESSES[fmt].read(body, services.limits)
     native = body if fmt is not WireFormat.CHAT else None
     return ChatCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
@@ -79,7 +83,7 @@ async def responses(request: Request) -> Response:
 
 
 async def _pass_on(request: Request, fmt: WireFormat, suffix: str) -> Response:
-    body = (await _read_json(request))[1] if request.method == "POST" else None
+    body = (await _read_json(request, required=False))[1] if request.method == "POST" else None
     call = PassThroughCall(request.state.request_id, request.state.identity, request.method, fmt, suffix,
                            request.url.query, request.headers, body)
     return reply_response(await request.app.state.services.passthrough.forward(call))
@@ -91,6 +95,14 @@ async def count_tokens(request: Request) -> Response:
 
 async def compact_response(request: Request) -> Response:
     return await _pass_on(request, WireFormat.RESPONSES, "/compact")
+
+
+async def response_input_tokens(request: Request) -> Response:
+    return await _pass_on(request, WireFormat.RESPONSES, "/input_tokens")
+
+
+async def cancel_response(request: Request) -> Response:
+    return await _pass_on(request, WireFormat.RESPONSES, f"/{quote(request.path_params['response_id'], safe='')}/cancel")
 
 
 async def stored_response(request: Request) -> Response:
@@ -200,6 +212,12 @@ ROUTES = [
                 summary="Prune the input, forward to the provider's Responses API, relay the response.", **RESPONSES),
     ClientRoute("/v1/responses/compact", compact_response, methods=["POST"], tags=["openai"],
                 operation_id="compactResponse", summary="Passed through to the provider as sent.", **RELAYED),
+    ClientRoute("/v1/responses/input_tokens", response_input_tokens, methods=["POST"], tags=["openai"],
+                operation_id="countResponseInputTokens", summary="Passed through to the provider as sent.",
+                **RELAYED),
+    ClientRoute("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"], tags=["openai"],
+                operation_id="cancelResponse", summary="A background response cancelled at the default upstream; "
+                                                       "passed through.", **RESPONSE_ID),
     ClientRoute("/v1/responses/{response_id}", stored_response, methods=["GET"], tags=["openai"],
                 operation_id="getResponse", summary="A stored response, from the default upstream; passed through.",
                 **RESPONSE_ID),
