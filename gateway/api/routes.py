@@ -14,6 +14,8 @@ accept and answer is described for OpenAPI in :mod:`gateway.api.schemas`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from fastapi.openapi.docs import get_swagger_ui_html
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -30,11 +32,13 @@ from gateway.proxy import sieve_headers
 from gateway.services import Services
 from gateway.wire.body import parse_body, read_body
 from gateway.wire.call import ChatCall
-from gateway.wire.chat import check_chat_body
+from gateway.wire.formats import FORMAT_HEADER, ChatView, WireFormat, adapter_for, parse_format
 from gateway.wire.headers import parse_sieve_headers
 
 
-async def _chat_call(request: Request) -> ChatCall:
+async def _call(request: Request, fmt: WireFormat) -> tuple[ChatCall, dict[str, Any], ChatView]:
+    """The request as a ChatCall on the chat view of its body (read in format ``fmt``), the
+    native body, and the view (what the adapter writes the decision back with)."""
     services: Services = request.app.state.services
     settings = services.settings
     identity = request.state.identity
@@ -43,23 +47,27 @@ async def _chat_call(request: Request) -> ChatCall:
                           settings.body_timeout_s)
     body = parse_body(raw, services.limits.max_json_depth)
     request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
-    check_chat_body(body, services.limits)
-    return ChatCall(request.state.request_id, body, len(raw), identity, services.policies.for_identity(identity),
+    view = adapter_for(fmt).read(body, services.limits)
+    call = ChatCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
                     parse_sieve_headers(request.headers), request.headers)
+    return call, body, view
 
 
 async def chat_completions(request: Request) -> Response:
-    call = await _chat_call(request)
+    call, _, _ = await _call(request, WireFormat.CHAT)
     return reply_response(await request.app.state.services.proxy.complete(call))
 
 
 async def prune(request: Request) -> Response:
-    call = await _chat_call(request)
+    fmt = parse_format(request.headers.get(FORMAT_HEADER))
+    call, body, view = await _call(request, fmt)
     outcome = await request.app.state.services.proxy.prune_only(call)
     report = outcome.result.report()
     report["request_id"] = call.request_id
     report["fail_open"] = outcome.failed
-    return Response(orjson.dumps({"request": outcome.result.request, "report": report}),
+    report["format"] = fmt
+    forwarded = adapter_for(fmt).write(body, view, outcome.result)
+    return Response(orjson.dumps({"request": forwarded, "report": report}),
                     headers=sieve_headers(call.request_id, outcome), media_type="application/json")
 
 
@@ -103,6 +111,12 @@ CHAT = dict(
                           "BudgetExceeded", "UpstreamUnavailable", "ServiceUnavailable", "UpstreamTimeout",
                           stream=True, budget=True))
 OPS = dict(tags=["operations"])
+PRUNE = steered("InvalidRequest", "Forbidden", "RequestTimeout", "BodyTooLarge")
+PRUNE["parameters"].append({
+    "name": FORMAT_HEADER, "in": "header", "required": False,
+    "schema": {"type": "string", "enum": [f.value for f in WireFormat], "default": WireFormat.CHAT.value},
+    "description": "The body's format: `chat` (Chat Completions), `messages` (Anthropic Messages) or `responses` "
+                   "(OpenAI Responses); the pruned body comes back in the same format."})
 
 ROUTES = [
     ClientRoute("/v1/chat/completions", chat_completions, methods=["POST"], operation_id="createChatCompletion",
@@ -112,11 +126,12 @@ ROUTES = [
                 summary="The same as `POST /v1/chat/completions`, for clients whose base URL has no `/v1`.", **CHAT),
     ClientRoute("/v1/prune", prune, methods=["POST"], tags=["sieve"], operation_id="prune",
                 summary="What Sieve would forward for this body, and why; nothing is forwarded, no budget is spent.",
-                description="Takes the same body and headers as a chat completion. Any model name is accepted "
-                            "(no provider is asked).",
+                description="Takes the same body and headers as a chat completion, or (with `x-sieve-format`) an "
+                            "Anthropic Messages or OpenAI Responses body, and answers the pruned body in the same "
+                            "format. Any model name is accepted (no provider is asked).",
                 response_model=PruneResponse, response_description="The request Sieve would forward, and the "
                                                                    "prune report.",
-                openapi_extra=steered("InvalidRequest", "Forbidden", "RequestTimeout", "BodyTooLarge")),
+                openapi_extra=PRUNE),
     ClientRoute("/v1/models", models, methods=["GET"], tags=["openai"], operation_id="listModels",
                 summary="The models this gateway routes (configured ones, plus what the default upstream lists).",
                 response_model=ModelList, response_description="A list of models, as OpenAI lists them."),
