@@ -1,7 +1,7 @@
 """The ``sieve`` command: serve | prune | replay.
 
     sieve serve [--host 127.0.0.1] [--port 8080] [--config FILE]
-    sieve prune REQUEST.json [--target N] [--strategy S] [--policy NAME]
+    sieve prune REQUEST.json|- [--format chat|messages|responses] [--target N] [--strategy S] [--policy NAME]
     sieve replay LOGS.jsonl [--policy NAME] [--target N]
 """
 
@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--allow-open", action="store_true",
                        help="allow a gateway without virtual keys on a non-loopback address")
     prune = sub.add_parser("prune", help="print the pruned request and report for a request body")
-    prune.add_argument("file", type=Path)
+    prune.add_argument("file", help="the request body (JSON); - reads standard input")
+    prune.add_argument("--format", choices=("chat", "messages", "responses"), default="chat",
+                       help="the body's wire format (the pruned body is printed in it)")
     prune.add_argument("--target", type=int)
     prune.add_argument("--strategy", choices=("none", "window", "relevance"))
     prune.add_argument("--policy", default=None)
@@ -44,8 +46,10 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(args)
         if args.command == "prune":
             from gateway.offline import prune_file  # noqa: PLC0415
+            from gateway.wire.formats import WireFormat  # noqa: PLC0415
 
-            return prune_file(args.file, _settings(None), args.policy, args.target, args.strategy)
+            return prune_file(args.file, _settings(None), args.policy, args.target, args.strategy,
+                              fmt=WireFormat(args.format))
         from gateway.offline import replay_file  # noqa: PLC0415
 
         return replay_file(args.file, _settings(None), args.policy, args.target, not args.no_progress)

@@ -1,4 +1,4 @@
-"""Offline use of the pipeline: ``sieve prune FILE`` and ``sieve replay LOGS.jsonl``.
+"""Offline use of the pipeline: ``sieve prune FILE|- [--format F]`` and ``sieve replay LOGS.jsonl``.
 
 ``replay`` runs recorded chat requests (one request body per line, or audit-log
 lines that carry the request under ``"request"``) through the same pure
@@ -15,12 +15,12 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, BinaryIO, Iterator, TextIO
 
 import orjson
 
 from gateway.wire.chat import check_chat_body
-from gateway.errors import ConfigError, SieveError
+from gateway.errors import ConfigError, InvalidRequest, SieveError
 from gateway.policies import load_policies
 from gateway.pruner import conversation_key
 from gateway.pruning.frozen import FrozenPlan
@@ -32,23 +32,44 @@ from gateway.pruning.tokens import TokenCounters
 from gateway.settings import Settings
 from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.usage import Usage
+from gateway.wire.formats import WireFormat, adapter_for
 
 
-def prune_file(path: Path, settings: Settings, policy_name: str | None, target: int | None,
-               strategy: str | None, out: TextIO | None = None) -> int:
+STDIN = "-"
+
+
+def prune_file(path: Path | str, settings: Settings, policy_name: str | None, target: int | None,
+               strategy: str | None, out: TextIO | None = None, fmt: WireFormat = WireFormat.CHAT,
+               stdin: BinaryIO | None = None) -> int:
+    """Print the pruned body (in ``fmt``, the body's own format) and the report of the request
+    body in ``path`` (``-``: standard input); a body Sieve cannot read is one line on stderr
+    and status 1."""
     out = out or sys.stdout
+    name = "stdin" if str(path) == STDIN else str(path)
+    adapter = adapter_for(fmt)
     try:
-        body = orjson.loads(path.read_bytes())
-        check_chat_body(body)
+        raw = (stdin or sys.stdin.buffer).read() if str(path) == STDIN else Path(path).read_bytes()
+        body = orjson.loads(raw)
+        if not isinstance(body, dict):
+            raise InvalidRequest(f"the request body must be a JSON object, not {_json_kind(body)}")
+        view = adapter.read(body)
     except (OSError, orjson.JSONDecodeError, SieveError) as exc:
-        print(f"sieve prune: {path}: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        print(f"sieve prune: {name}: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 1
     policy = _policy(settings, policy_name)
-    result = prune(body, policy, scorer=LocalScorer(), counter=TokenCounters().for_model(body["model"]),
+    result = prune(view.body, policy, scorer=LocalScorer(), counter=TokenCounters().for_model(body["model"]),
                    steering=Steering(target_tokens=target, strategy=strategy))
-    out.write(orjson.dumps({"request": result.request, "report": result.report()},
+    report = result.report()
+    report["format"] = fmt
+    out.write(orjson.dumps({"request": adapter.write(body, view, result), "report": report},
                            option=orjson.OPT_INDENT_2).decode() + "\n")
     return 0
+
+
+def _json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in JSON's own words."""
+    kinds = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return kinds.get(type(value), "null")
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The routes Sieve relays as they came: nothing to prune, no answer to budget.
 
 ``POST /v1/messages/count_tokens``, ``POST /v1/responses/compact``,
-``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``
+``/v1/responses/input_tokens``, ``GET``/``DELETE /v1/responses/{id}``,
+``POST /v1/responses/{id}/cancel`` and ``GET /v1/responses/{id}/input_items``
 belong to the formats Sieve serves, so a client pointed at Sieve must reach
 them; they go to the format's upstream (the model's, when the body names one,
 else the format's default), with the same key rules as a forwarded request,

@@ -35,7 +35,7 @@ from gateway.deferred import Deferred
 from gateway.errors import SieveError, UpstreamUnavailable
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.result import PruneResult
-from gateway.telemetry.metrics import Outcome
+from gateway.telemetry.metrics import FailOpen, Outcome
 from gateway.telemetry.redaction import without_secrets
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
 from gateway.upstream.router import ModelRouter
@@ -46,6 +46,7 @@ from gateway.wire.ingress import INGRESSES, Ingress
 from gateway.wire.sse import SSEUsageTap
 
 log = logging.getLogger("sieve.proxy")
+WRITE_FAILED = "the pruned body could not be written back in its format: forwarded as sent"
 
 
 @dataclass(slots=True)
@@ -79,7 +80,13 @@ class ChatProxy:
         ingress = INGRESSES[call.format]
         route = self._router.resolve(call.body["model"], call.format)
         outcome = await self._prune(call, ingress)
-        forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
+        try:
+            forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
+        except Exception as exc:  # noqa: BLE001 - a bug writing the format back must not fail the request
+            log.exception("writing the pruned %s body failed (%s); forwarding it as sent", call.format,
+                          type(exc).__name__)
+            outcome = await self._pruner.pass_through(call, WRITE_FAILED, FailOpen.PRUNING_ERROR)
+            forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
         hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens,
                                            ingress.reservation_body(forwarded))
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold,

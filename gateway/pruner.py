@@ -98,11 +98,13 @@ class Pruner:
             failed = failed or FailOpen.STATE_STORE
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run)
 
-    async def pass_through(self, call: ChatCall, reason: str) -> PruneOutcome:
-        """``call`` forwarded as it came, for ``reason`` (its history is kept at the provider):
-        counted like strategy ``none``, and its conversation's stored plan neither read nor
-        written, since the body holds only the newest turn of that conversation."""
+    async def pass_through(self, call: ChatCall, reason: str, failed: FailOpen | None = None) -> PruneOutcome:
+        """``call`` forwarded as it came, for ``reason`` (its history is kept at the provider, or
+        a pruning bug, ``failed``): counted like strategy ``none``, and its conversation's stored
+        plan neither read nor written, since the body may hold only the newest turn of it."""
         check_overrides(call.sieve, call.policy)
+        if failed is not None:
+            self._metrics.fail_open.labels(reason=failed).inc()
         t0 = time.perf_counter()
         counter = self._counters.for_model(call.body["model"])
         result = prune(call.body, call.policy, scorer=self._scorer, counter=counter,
@@ -110,7 +112,7 @@ class Pruner:
         prune_s = time.perf_counter() - t0
         self._metrics.prune_seconds.observe(prune_s)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
-        return PruneOutcome(result, key, None, prune_s, unpruned_reason=reason)
+        return PruneOutcome(result, key, None, prune_s, failed, unpruned_reason=reason)
 
     async def _load(self, key: str) -> tuple[bytes | None, FailOpen | None]:
         """The conversation's stored plan, and the fail-open reason when the store failed."""

@@ -11,7 +11,8 @@ from the same scripted ``Reply`` queue::
 
 Routes: ``POST /v1/messages`` (stream and not), ``/v1/messages/count_tokens``,
 ``POST /v1/responses`` (stream and not), ``/v1/responses/compact``,
-``GET``/``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items``,
+``/v1/responses/input_tokens``, ``GET``/``DELETE /v1/responses/{id}``,
+``POST /v1/responses/{id}/cancel``, ``GET /v1/responses/{id}/input_items``,
 besides the Chat Completions routes. A reply's ``tool_calls`` (OpenAI shape)
 become ``tool_use`` blocks / ``function_call`` items; ``usage`` is returned
 verbatim (in the format's own shape), else computed from the request's size
@@ -56,6 +57,8 @@ class FakeProviders(FakeUpstream):
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_post("/v1/responses/compact", self._compact)
+        app.router.add_post("/v1/responses/input_tokens", self._input_tokens)
+        app.router.add_post("/v1/responses/{id}/cancel", self._cancelled)
         app.router.add_get("/v1/responses/{id}/input_items", self._input_items)
         app.router.add_get("/v1/responses/{id}", self._stored)
         app.router.add_delete("/v1/responses/{id}", self._deleted)
@@ -155,6 +158,16 @@ class FakeProviders(FakeUpstream):
                                   "output": [{"type": "compaction", "encrypted_content": "opaque"}],
                                   "usage": {"input_tokens": _size_tokens(req.get("input")), "output_tokens": 1}})
 
+    async def _input_tokens(self, request: web.Request) -> web.Response:
+        _, req = await self._record(request)
+        return web.json_response({"object": "response.input_tokens",
+                                  "input_tokens": _size_tokens(req.get("instructions"), req.get("input"))})
+
+    async def _cancelled(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.json_response({"id": request.match_info["id"], "object": "response", "status": "cancelled",
+                                  "output": []})
+
     async def _stored(self, request: web.Request) -> web.Response:
         await self._record(request)
         rid = request.match_info["id"]
@@ -169,7 +182,8 @@ class FakeProviders(FakeUpstream):
         await self._record(request)
         return web.json_response({"object": "list", "data": [{"id": "msg_in", "type": "message", "role": "user",
                                                               "content": [{"type": "input_text", "text": "hi"}]}],
-                                  "first_id": "msg_in", "last_id": "msg_in", "has_more": False})
+                                  "first_id": "msg_in", "last_id": "msg_in", "has_more": False,
+                                  "query": request.query_string})
 
 
 def _message_events(message: dict[str, Any], pieces: list[str] | None) -> list[bytes]:

@@ -35,17 +35,20 @@ from gateway.proxy import sieve_headers
 from gateway.services import Services
 from gateway.wire.body import parse_body, read_body
 from gateway.wire.call import ChatCall
-from gateway.wire.formats import WireFormat
+from gateway.wire.formats import FORMAT_HEADER, WireFormat, adapter_for, parse_format
 from gateway.wire.headers import parse_sieve_headers
 from gateway.wire.ingress import INGRESSES
 
 
-async def _read_json(request: Request) -> tuple[bytes, dict[str, Any]]:
+async def _read_json(request: Request, required: bool = True) -> tuple[bytes, dict[str, Any] | None]:
+    """The body, bounded, and its JSON object (None for an empty body that may be empty)."""
     services: Services = request.app.state.services
     settings = services.settings
     request.state.org = request.state.identity.org
     raw = await read_body(request.stream(), request.headers.get("content-length"), settings.max_body_bytes,
                           settings.body_timeout_s)
+    if not raw and not required:
+        return raw, None
     body = parse_body(raw, services.limits.max_json_depth)
     request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
     return raw, body
@@ -56,11 +59,11 @@ async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ChatCall
     services: Services = request.app.state.services
     identity = request.state.identity
     raw, body = await _read_json(request)
+    assert body is not None
     view = INGRESSES[fmt].read(body, services.limits)
     native = body if fmt is not WireFormat.CHAT else None
     return ChatCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
-                    parse_sieve_headers(request.headers), request.headers, format=fmt, native=native,
-                    view=view if native is not None else None)
+                    parse_sieve_headers(request.headers), request.headers, format=fmt, native=native, view=view)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -79,7 +82,7 @@ async def responses(request: Request) -> Response:
 
 
 async def _pass_on(request: Request, fmt: WireFormat, suffix: str) -> Response:
-    body = (await _read_json(request))[1] if request.method == "POST" else None
+    body = (await _read_json(request, required=False))[1] if request.method == "POST" else None
     call = PassThroughCall(request.state.request_id, request.state.identity, request.method, fmt, suffix,
                            request.url.query, request.headers, body)
     return reply_response(await request.app.state.services.passthrough.forward(call))
@@ -93,6 +96,14 @@ async def compact_response(request: Request) -> Response:
     return await _pass_on(request, WireFormat.RESPONSES, "/compact")
 
 
+async def response_input_tokens(request: Request) -> Response:
+    return await _pass_on(request, WireFormat.RESPONSES, "/input_tokens")
+
+
+async def cancel_response(request: Request) -> Response:
+    return await _pass_on(request, WireFormat.RESPONSES, f"/{quote(request.path_params['response_id'], safe='')}/cancel")
+
+
 async def stored_response(request: Request) -> Response:
     return await _pass_on(request, WireFormat.RESPONSES, "/" + quote(request.path_params["response_id"], safe=""))
 
@@ -103,12 +114,16 @@ async def response_input_items(request: Request) -> Response:
 
 
 async def prune(request: Request) -> Response:
-    call = await _call(request)
+    fmt = parse_format(request.headers.get(FORMAT_HEADER))
+    call = await _call(request, fmt)
     outcome = await request.app.state.services.proxy.prune_only(call)
     report = outcome.result.report()
     report["request_id"] = call.request_id
     report["fail_open"] = outcome.failed
-    return Response(orjson.dumps({"request": outcome.result.request, "report": report}),
+    report["format"] = fmt
+    assert call.view is not None
+    forwarded = adapter_for(fmt).write(call.sent_body, call.view, outcome.result)
+    return Response(orjson.dumps({"request": forwarded, "report": report}),
                     headers=sieve_headers(call.request_id, outcome), media_type="application/json")
 
 
@@ -184,6 +199,12 @@ RESPONSE_ID = {**RELAYED, "openapi_extra": {**answers("NotFound", "UpstreamUnava
                                             "parameters": [{"name": "response_id", "in": "path", "required": True,
                                                             "schema": {"type": "string"}}]}}
 OPS = dict(tags=["operations"])
+PRUNE = steered("InvalidRequest", "Forbidden", "RequestTimeout", "BodyTooLarge")
+PRUNE["parameters"].append({
+    "name": FORMAT_HEADER, "in": "header", "required": False,
+    "schema": {"type": "string", "enum": [f.value for f in WireFormat], "default": WireFormat.CHAT.value},
+    "description": "The body's format: `chat` (Chat Completions), `messages` (Anthropic Messages) or `responses` "
+                   "(OpenAI Responses); the pruned body comes back in the same format."})
 
 ROUTES = [
     ClientRoute("/v1/chat/completions", chat_completions, methods=["POST"], operation_id="createChatCompletion",
@@ -200,6 +221,12 @@ ROUTES = [
                 summary="Prune the input, forward to the provider's Responses API, relay the response.", **RESPONSES),
     ClientRoute("/v1/responses/compact", compact_response, methods=["POST"], tags=["openai"],
                 operation_id="compactResponse", summary="Passed through to the provider as sent.", **RELAYED),
+    ClientRoute("/v1/responses/input_tokens", response_input_tokens, methods=["POST"], tags=["openai"],
+                operation_id="countResponseInputTokens", summary="Passed through to the provider as sent.",
+                **RELAYED),
+    ClientRoute("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"], tags=["openai"],
+                operation_id="cancelResponse", summary="A background response cancelled at the default upstream; "
+                                                       "passed through.", **RESPONSE_ID),
     ClientRoute("/v1/responses/{response_id}", stored_response, methods=["GET"], tags=["openai"],
                 operation_id="getResponse", summary="A stored response, from the default upstream; passed through.",
                 **RESPONSE_ID),
@@ -211,11 +238,12 @@ ROUTES = [
                                                                "upstream; passed through.", **RESPONSE_ID),
     ClientRoute("/v1/prune", prune, methods=["POST"], tags=["sieve"], operation_id="prune",
                 summary="What Sieve would forward for this body, and why; nothing is forwarded, no budget is spent.",
-                description="Takes the same body and headers as a chat completion. Any model name is accepted "
-                            "(no provider is asked).",
+                description="Takes the same body and headers as a chat completion, or (with `x-sieve-format`) an "
+                            "Anthropic Messages or OpenAI Responses body, and answers the pruned body in the same "
+                            "format. Any model name is accepted (no provider is asked).",
                 response_model=PruneResponse, response_description="The request Sieve would forward, and the "
                                                                    "prune report.",
-                openapi_extra=steered("InvalidRequest", "Forbidden", "RequestTimeout", "BodyTooLarge")),
+                openapi_extra=PRUNE),
     ClientRoute("/v1/models", models, methods=["GET"], tags=["openai"], operation_id="listModels",
                 summary="The models this gateway routes (configured ones, plus what the default upstream lists).",
                 response_model=ModelList, response_description="A list of models, as OpenAI lists them."),

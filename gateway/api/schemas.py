@@ -22,6 +22,7 @@ from gateway.pruning.policy import STRATEGIES
 from gateway.pruning.vocabulary import Action, Mode, Strategy
 from gateway.telemetry.metrics import FailOpen
 from gateway.wire.chat import MAX_COMPLETION_TOKENS, WireLimits
+from gateway.wire.formats.view import WireFormat
 from gateway.wire.headers import MAX_CONVERSATION_ID_CHARS, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
 
 OMITTED: Any = None  # an optional field that is never null on the wire (no model is ever built)
@@ -234,6 +235,8 @@ class PruneReport(Wire):
     request_id: str = Field(pattern=REQUEST_ID)
     fail_open: FailOpen | None = Field(description="Why the request would be forwarded unpruned (a store or "
                                               "pruning failure), else null.")
+    format: WireFormat = Field(description="The body's wire format (`x-sieve-format`); the per-message entries "
+                                           "count the messages of its chat view (a tool result each).")
     mode: Mode
     strategy: Strategy
     epoch: int = Field(ge=0, description="How many times this conversation's plan was cut anew.")

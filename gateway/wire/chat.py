@@ -36,6 +36,8 @@ class WireLimits:
 
 
 def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
+    if not isinstance(body, Mapping):
+        raise InvalidRequest("the request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         raise InvalidRequest("'model' is required and must be a non-empty string", param="model")

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from gateway.pruning.tokens import TokenCounters
+from gateway.wire.formats.messages import MessagesAdapter
 from tests.conversations import agent_history
 from tests.fake_providers import FakeProviders, Reply
 from tests.formats_support import MAX_BREAKPOINTS, chat_to_messages, messages_problems
@@ -266,3 +267,18 @@ def test_the_audit_line_names_the_request(gateway, providers):
     lines = [line for line in read_jsonl(gateway.audit_path)
              if line["request_id"] == response.headers["x-sieve-request-id"]]
     assert len(lines) == 1 and lines[0]["model"] == MODEL and lines[0]["outcome"] == "passthrough"
+
+
+def test_a_bug_writing_the_pruned_body_back_forwards_it_as_sent(gateway, providers, monkeypatch):
+    """Fail-open: the adapter's write raising (a bug, injected here) costs the pruning, not the request."""
+    def broken(self, body, view, result):
+        raise RuntimeError("injected bug")
+
+    monkeypatch.setattr(MessagesAdapter, "write", broken)
+    body = history(10)
+    before = metric_value(gateway.metrics, "sieve_fail_open_total", reason="pruning_error")
+    response = client(gateway, headers={"x-sieve-target-tokens": "2000"}).messages.with_raw_response.create(**body)
+    assert response.parse().content[0].text == "ok"
+    assert providers.requests[-1].json == json.loads(json.dumps(body))
+    assert response.headers["x-sieve-saved-tokens"] == "0"
+    assert metric_value(gateway.metrics, "sieve_fail_open_total", reason="pruning_error") == before + 1

@@ -141,9 +141,11 @@ def test_the_chat_routes_document_body_headers_and_stream(served) -> None:
     assert set(request["required"]) == {"model", "messages"} and request["additionalProperties"] is True
     for path in CHAT_PATHS:
         operation = served["paths"][path]["post"]
-        assert [p["$ref"].rsplit("/", 1)[-1] for p in operation["parameters"]] == list(parameters)
+        assert [p["$ref"].rsplit("/", 1)[-1] for p in operation["parameters"] if "$ref" in p] == list(parameters)
         assert operation["requestBody"] == {"$ref": "#/components/requestBodies/ChatCompletion"}
         assert "x-sieve-request-id" in operation["responses"]["200"]["headers"]
+    own = [p for p in served["paths"]["/v1/prune"]["post"]["parameters"] if "$ref" not in p]
+    assert [(p["name"], p["schema"]["enum"]) for p in own] == [("x-sieve-format", ["chat", "messages", "responses"])]
     for path in CHAT_PATHS[:2]:
         assert set(served["paths"][path]["post"]["responses"]["200"]["content"]) == {"application/json",
                                                                                       "text/event-stream"}

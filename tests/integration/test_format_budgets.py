@@ -1,0 +1,128 @@
+"""Budgets and savings of the Anthropic Messages and OpenAI Responses routes, through the real routes,
+with budgets in a real redis-server.
+
+A request reserves its forwarded prompt plus its answer's cap (``max_tokens`` /
+``max_output_tokens``) and is settled at the format's own usage: Anthropic's
+``input_tokens`` + cache reads + cache writes + ``output_tokens``
+(``message_start`` / ``message_delta`` in a stream), Responses' ``input_tokens``
+(cached part included) + ``output_tokens`` (``response.completed`` in a stream).
+Savings are priced with each provider's cache rates.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import anthropic
+import httpx
+import pytest
+
+from gateway.settings import prepare_offline_environment
+from gateway.telemetry.pricing import PriceBook
+from tests.fake_providers import FakeProviders, Reply
+from tests.gateway_server import GatewayServer
+from tests.integration.budget_helpers import ADMIN_KEY, admin_headers, org_counter
+from tests.integration.conftest import format_settings
+from tests.redis_server import RedisServer
+from tests.support import NO_PRUNING, openai_client, read_jsonl
+
+pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("clear_of_a_minute_edge")]
+
+CLAUDE, GPT = "claude-sonnet-4-5", "gpt-5"
+ANTHROPIC_USAGE = {"input_tokens": 40, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 2000,
+                   "output_tokens": 17}
+RESPONSES_USAGE = {"input_tokens": 900, "input_tokens_details": {"cached_tokens": 800}, "output_tokens": 23,
+                   "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 923}
+KEYS = ({"key": "sk-claude", "org": "claude-org"}, {"key": "sk-claude-stream", "org": "claude-stream"},
+        {"key": "sk-codex", "org": "codex-org"}, {"key": "sk-codex-stream", "org": "codex-stream"},
+        {"key": "sk-tight", "org": "tight"})
+BUDGETS = {"orgs": {"claude-org": {"day": 100_000}, "claude-stream": {"day": 100_000}, "codex-org": {"day": 100_000},
+                    "codex-stream": {"day": 100_000}, "tight": {"day": 50}}}
+
+
+@pytest.fixture(scope="module")
+def gateway(redis: RedisServer, providers_server: FakeProviders, tmp_path_factory) -> Iterator[GatewayServer]:
+    audit = tmp_path_factory.mktemp("audit") / "audit.jsonl"
+    settings = format_settings(providers_server, redis_url=redis.url, admin_key=ADMIN_KEY, budgets=BUDGETS,
+                               virtual_keys=KEYS, audit_log=str(audit))
+    with GatewayServer(settings) as gw:
+        gw.audit_path = audit
+        yield gw
+
+
+def day_counter(gw: GatewayServer, org: str) -> dict:
+    gw.wait_idle()
+    response = gw.get(f"/admin/usage/{org}", headers=admin_headers())
+    assert response.status_code == 200, response.text
+    return org_counter(response.json()["counters"], f"org:{org}:day")
+
+
+def claude(gw: GatewayServer, key: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gw.base_url, api_key=key, max_retries=0, timeout=30,
+                               default_headers=NO_PRUNING)
+
+
+def test_messages_reserve_the_cap_and_settle_on_anthropic_usage(gateway, providers):
+    providers.enqueue(Reply(usage=ANTHROPIC_USAGE))
+    response = claude(gateway, "sk-claude").messages.with_raw_response.create(
+        model=CLAUDE, max_tokens=500, messages=[{"role": "user", "content": "hello"}])
+    forwarded = int(response.headers["x-sieve-forwarded-tokens"])
+    assert int(response.headers["x-sieve-budget-remaining-tokens"]) == 100_000 - forwarded - 500
+    status = day_counter(gateway, "claude-org")
+    assert status["settled"] == 40 + 300 + 2000 + 17 and status["reserved"] == 0
+
+
+def test_a_messages_stream_settles_on_the_usage_of_its_events(gateway, providers):
+    providers.enqueue(Reply(chunks=["a", "b"], usage=ANTHROPIC_USAGE))
+    with claude(gateway, "sk-claude-stream").messages.stream(
+            model=CLAUDE, max_tokens=500, messages=[{"role": "user", "content": "hello"}]) as stream:
+        stream.until_done()
+    status = day_counter(gateway, "claude-stream")
+    assert status["settled"] == 40 + 300 + 2000 + 17 and status["reserved"] == 0
+
+
+def test_responses_reserve_the_cap_and_settle_on_responses_usage(gateway, providers):
+    providers.enqueue(Reply(usage=RESPONSES_USAGE))
+    response = openai_client(gateway, "sk-codex", headers=NO_PRUNING).responses.with_raw_response.create(
+        model=GPT, input="hello", max_output_tokens=300)
+    forwarded = int(response.headers["x-sieve-forwarded-tokens"])
+    assert int(response.headers["x-sieve-budget-remaining-tokens"]) == 100_000 - forwarded - 300
+    status = day_counter(gateway, "codex-org")
+    assert status["settled"] == 900 + 23 and status["reserved"] == 0
+
+
+def test_a_responses_stream_settles_on_response_completed(gateway, providers):
+    providers.enqueue(Reply(chunks=["a", "b"], usage=RESPONSES_USAGE))
+    for _ in openai_client(gateway, "sk-codex-stream", headers=NO_PRUNING).responses.create(
+            model=GPT, input="hello", stream=True):
+        pass
+    status = day_counter(gateway, "codex-stream")
+    assert status["settled"] == 900 + 23 and status["reserved"] == 0
+
+
+def test_an_exceeded_budget_is_a_429_in_each_formats_shape(gateway, providers):
+    before = len(providers.requests)
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        claude(gateway, "sk-tight").messages.create(model=CLAUDE, max_tokens=200,
+                                                    messages=[{"role": "user", "content": "hi"}])
+    body = caught.value.body
+    assert body["type"] == "error" and body["error"]["type"] == "rate_limit_error"
+    assert body["error"]["code"] == "budget_exceeded" and body["error"]["budget"] == "org:tight:day"
+    refused = httpx.post(gateway.base_url + "/v1/responses", timeout=30, headers={"authorization": "Bearer sk-tight"},
+                         json={"model": GPT, "input": "hi", "max_output_tokens": 200})
+    assert refused.status_code == 429 and refused.json()["error"]["type"] == "budget_exceeded"
+    assert len(providers.requests) == before
+
+
+def test_savings_are_priced_with_anthropics_cache_rates(gateway, providers):
+    providers.enqueue(Reply(usage=ANTHROPIC_USAGE))
+    response = claude(gateway, "sk-claude").messages.with_raw_response.create(
+        model=CLAUDE, max_tokens=64, messages=[{"role": "user", "content": "priced"}])
+    gateway.wait_idle()
+    line = next(line for line in read_jsonl(gateway.audit_path)
+                if line["request_id"] == response.headers["x-sieve-request-id"])
+    prepare_offline_environment()
+    rates = PriceBook.from_litellm({}).lookup(CLAUDE).base
+    expected = 40 * rates.input + 2000 * rates.cache_read + 300 * rates.cache_write + 17 * rates.output
+    assert line["cost"]["priced"] and line["cost"]["actual_usd"] == pytest.approx(expected)
+    assert line["cost"]["actual_usd"] < 2357 * rates.input  # the cache rates, not the input rate
