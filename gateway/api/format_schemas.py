@@ -21,7 +21,8 @@ class AnthropicMessagesRequest(Wire):
     model: str = Field(pattern=r"\S", description="Any Anthropic model: the request goes to "
                                                   "`SIEVE_ANTHROPIC_BASE_URL`.")
     messages: list[dict[str, Any]] = Field(min_length=1, description=(
-        "Alternating user and assistant turns; a turn's `tool_use` blocks and the next turn's `tool_result` "
+        "Alternating user and assistant turns (and `system` turns between them, as Claude Code sends, kept "
+        "pinned); a turn's `tool_use` blocks and the next turn's `tool_result` "
         "blocks are pruned together, `thinking` and `redacted_thinking` blocks are never edited. The same limits "
         "as a chat completion's messages apply."))
     max_tokens: int = Field(ge=1, le=MAX_COMPLETION_TOKENS, description="Reserved on the budget with the prompt.")
