@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import orjson
 import pytest
 
 from gateway.errors import InvalidRequest
@@ -138,7 +139,20 @@ def test_messages_frozen_replay_is_byte_stable_while_the_client_moves_its_breakp
     assert third.mode == Mode.FROZEN
     n = len(second_out["messages"]) - 1
     assert third_out["messages"][:n] == second_out["messages"][:n]  # the very same turns
-    assert third_out["messages"][n]["content"][0]["text"] == "Thanks"
+    # The frozen span ends on a breakpoint of its own: the turn the client marked last time
+    # keeps its mark after the client moved it on, so that cache entry keeps hitting.
+    assert third_out["messages"][n]["content"][0] == {"type": "text", "text": "Thanks", "cache_control": CACHE}
+    assert orjson.dumps(third_out["messages"][:n + 1]) == orjson.dumps(second_out["messages"][:n + 1])
+    assert messages_problems(third_out) == []
+
+
+def test_messages_without_client_breakpoints_get_none():
+    body = chat_to_messages({"model": "claude-sonnet-4-5", "messages": agent_history(14)})
+    _, first, _ = run(MESSAGES, body, 3000)
+    later = copy.deepcopy(body)
+    later["messages"] += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Thanks"}]
+    out, again, _ = run(MESSAGES, later, 3000, state=first.state)
+    assert again.changed and "cache_control" not in orjson.dumps(out).decode()
 
 
 def test_responses_view_groups_reasoning_calls_and_glues_unknown_items():
