@@ -226,7 +226,8 @@ def test_bodies_sieve_cannot_read_are_400s_naming_the_field(fmt, body, param):
 
 
 def test_unknown_format_is_a_400_naming_the_header():
-    assert parse_format(None) == WireFormat.CHAT and parse_format("Messages") == WireFormat.MESSAGES
-    with pytest.raises(InvalidRequest, match="x-sieve-format must be one of chat, messages, responses") as caught:
-        parse_format("anthropic")
-    assert caught.value.param == "x-sieve-format"
+    assert parse_format(None) == WireFormat.CHAT and parse_format("messages") == WireFormat.MESSAGES
+    for value in ("anthropic", "", "Messages"):  # exactly the documented values
+        with pytest.raises(InvalidRequest, match="x-sieve-format must be one of chat, messages, responses") as caught:
+            parse_format(value)
+        assert caught.value.param == "x-sieve-format"
