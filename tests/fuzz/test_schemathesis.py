@@ -26,6 +26,7 @@ from typing import Iterator
 
 import pytest
 import schemathesis
+from schemathesis.checks import positive_data_acceptance
 
 from gateway.settings import OPS_ROUTES
 from tests.fake_upstream import FakeUpstream
@@ -84,7 +85,7 @@ schema = schemathesis.pytest.from_fixture("sieve_schema")
 
 @schema.parametrize()
 def test_sieve_conforms_to_its_schema(case: schemathesis.Case, tally: dict[str, collections.Counter]) -> None:
-    keyed = case.call_and_validate()
+    keyed = case.call_and_validate(excluded_checks=_checks_that_do_not_apply(case))
     tally["keyed"][keyed.status_code] += 1
     _assert_openai_error_shape(keyed)
 
@@ -99,6 +100,14 @@ def test_sieve_conforms_to_its_schema(case: schemathesis.Case, tally: dict[str, 
         assert response.status_code == 401, response.text
         assert response.json()["error"]["type"] == "authentication_error"
     anonymous.validate_response(response)
+
+
+def _checks_that_do_not_apply(case: schemathesis.Case) -> list:
+    """``/v1/prune`` documents the chat body; with ``x-sieve-format: messages | responses`` it
+    reads another format's body, so a chat body that fits the schema is rightly a 400 there
+    (OpenAPI cannot tie a body's schema to a header). Every other check still runs."""
+    fmt = {k.lower(): v for k, v in (case.headers or {}).items()}.get("x-sieve-format", "chat")
+    return [positive_data_acceptance] if case.path == "/v1/prune" and fmt != "chat" else []
 
 
 def _assert_openai_error_shape(response: schemathesis.Response) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from gateway.cli import main
@@ -48,3 +53,42 @@ def test_shutdown_grace_is_read_and_checked():
         Settings.from_env({"SIEVE_SHUTDOWN_GRACE_S": "-1"})
     with pytest.raises(ConfigError, match="SIEVE_SHUTDOWN_GRACE_S must be a number"):
         Settings.from_env({"SIEVE_SHUTDOWN_GRACE_S": "soon"})
+
+
+def _sieve_prune(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """``sieve prune`` as a user runs it: its own process, its exit status and streams."""
+    return subprocess.run([sys.executable, "-m", "gateway.cli", "prune", *args], input=stdin, capture_output=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_prune_of_a_bare_json_array_is_one_clean_line(tmp_path):
+    path = tmp_path / "request.json"
+    path.write_text('[{"role": "user", "content": "hi"}]')
+    done = _sieve_prune(str(path))
+    assert done.returncode == 1 and done.stdout == b""
+    assert done.stderr.decode().splitlines() == [
+        f"sieve prune: {path}: the request body must be a JSON object, not an array"]
+
+
+def test_prune_reads_standard_input():
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    done = _sieve_prune("-", stdin=json.dumps(body).encode())
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["request"] == body
+    bad = _sieve_prune("-", stdin=b"{not json")
+    assert bad.returncode == 1 and len(bad.stderr.decode().splitlines()) == 1
+    assert bad.stderr.decode().startswith("sieve prune: stdin: ")
+
+
+def test_prune_format_answers_in_the_bodys_own_format():
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "Be brief.",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {
+                "type": "ephemeral"}}]}]}
+    done = _sieve_prune("-", "--format", "messages", stdin=json.dumps(body).encode())
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["request"] == body and out["report"]["format"] == "messages"
+    wrong = _sieve_prune("-", "--format", "responses", stdin=json.dumps(body).encode())
+    assert wrong.returncode == 1
+    assert wrong.stderr.decode().splitlines() == [
+        "sieve prune: stdin: 'input' is required (unless previous_response_id or conversation names the history)"]

@@ -5,7 +5,9 @@ meaning: a breakpoint on a kept block stays where it is; one on a dropped block
 moves to the last kept block before it (the end of what is left of the span it
 cached), so the provider still caches that prefix; and at most
 ``MAX_BREAKPOINTS`` are forwarded (the provider refuses more), the earliest
-giving way first (a later breakpoint's prefix holds the earlier one's).
+giving way first (a later breakpoint's prefix holds the earlier one's). For a
+client that caches its history, the frozen span ends on a breakpoint as well
+(``messages._mark_frozen_end``).
 
 The view never sees ``cache_control`` (``messages.py`` reads text only), so a
 client that moves its breakpoints from one request to the next, as Claude

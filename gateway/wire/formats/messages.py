@@ -17,7 +17,8 @@ reproduced whole is the original turn object), a masked tool message is its
 tool_result with the mask text as content, an inserted marker is a user text
 block; pieces of one role that end up adjacent merge into one turn, so roles
 still alternate after a drop. Thinking blocks are never edited, and go only
-with their turn. Breakpoints follow ``cache_control.py``.
+with their turn. Breakpoints follow ``cache_control.py``; for a client that uses
+them, the frozen span (what the stored decisions cover) ends on one.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any, Mapping
 from gateway.pruning.compression import DROPPED_MARKER
 from gateway.pruning.result import PruneResult
 from gateway.wire.chat import WireLimits
-from gateway.wire.formats.cache_control import breakpoints_in, cap_breakpoints, markable, with_breakpoint
+from gateway.wire.formats.cache_control import (MAX_BREAKPOINTS, breakpoints_in, cap_breakpoints, markable,
+                                                 with_breakpoint)
 from gateway.wire.formats.content import compact_json, parts_text
 from gateway.wire.formats.messages_check import check_messages_body
 from gateway.wire.formats.view import ChatView, WireFormat
@@ -54,6 +56,7 @@ class _Piece:
     blocks: list[dict[str, Any]]
     indices: tuple[int, ...] | None
     edited: bool = False
+    source: int = -1  # the view message it is (-1: an inserted marker)
 
 
 class MessagesAdapter:
@@ -81,6 +84,7 @@ class MessagesAdapter:
             return dict(body)
         turns = body["messages"]
         pieces = _pieces(turns, view, result)
+        _mark_frozen_end(pieces, result.state.decided, body)
         out = dict(body)
         out["messages"] = _merged_turns(pieces, turns)
         cap_breakpoints(out)
@@ -131,9 +135,11 @@ def _pieces(turns: list[dict[str, Any]], view: ChatView, result: PruneResult) ->
         turn = turns[origin.turn]
         if origin.blocks is None:
             text = turn["content"]
-            piece = _Piece(turn["role"], origin.turn, [{"type": "text", "text": text}] if text else [], None)
+            piece = _Piece(turn["role"], origin.turn, [{"type": "text", "text": text}] if text else [], None,
+                           source=src)
         else:
             piece = _Piece(turn["role"], origin.turn, [turn["content"][j] for j in origin.blocks], origin.blocks)
+            piece.source = src
             if message.get("content") != viewed[src].get("content"):  # a masked tool result
                 piece.blocks = [{**piece.blocks[0], "content": message["content"]}]
                 piece.edited = True
@@ -172,6 +178,33 @@ class _BreakpointCarrier:
                 if not isinstance(piece.blocks[i].get("cache_control"), dict):
                     piece.blocks[i] = with_breakpoint(piece.blocks[i], cc)
                     piece.edited = True
+
+
+def _mark_frozen_end(pieces: list[_Piece], decided: int, body: Mapping[str, Any]) -> None:
+    """A breakpoint on the last block of the frozen span (the view messages the stored
+    decisions cover), when the client caches history beyond it and leaves a breakpoint free.
+
+    That span is forwarded byte for byte until the next epoch, so a cache entry ending
+    there keeps hitting however far the client's own newest breakpoint moves on (the
+    provider looks back only so many blocks from a breakpoint for an earlier entry).
+    With a client breakpoint after it, the entry costs no extra cache writes (the
+    provider writes up to the last breakpoint anyway); it takes that breakpoint's
+    lifetime (the provider wants longer-lived breakpoints first)."""
+    frozen = [p for p in pieces if 0 <= p.source < decided]
+    last = next(((p, i) for p in reversed(frozen) for i in range(len(p.blocks) - 1, -1, -1)
+                 if markable(p.blocks[i])), None)
+    if last is None or isinstance(last[0].blocks[last[1]].get("cache_control"), dict):
+        return
+    fixed = breakpoints_in(body.get("system") or ()) if isinstance(body.get("system"), list) else []
+    fixed += breakpoints_in(body.get("tools") or ()) if isinstance(body.get("tools"), list) else []
+    piece, i = last
+    at = pieces.index(piece)
+    before = fixed + [cc for p in pieces[:at] for cc in breakpoints_in(p.blocks)] + breakpoints_in(piece.blocks[:i])
+    after = breakpoints_in(piece.blocks[i + 1:]) + [cc for p in pieces[at + 1:] for cc in breakpoints_in(p.blocks)]
+    if not after or len(before) + len(after) >= MAX_BREAKPOINTS:
+        return
+    piece.blocks[i] = with_breakpoint(piece.blocks[i], after[0])
+    piece.edited = True
 
 
 def _merged_turns(pieces: list[_Piece], turns: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -31,6 +31,10 @@ def check_responses_body(body: Mapping[str, Any], limits: WireLimits = WireLimit
     if instructions is not None and not isinstance(instructions, str):
         raise InvalidRequest("'instructions' must be a string", param="instructions")
     items = body.get("input")
+    if items is None and body.get("previous_response_id") is None and body.get("conversation") is None:
+        # Without input the history must be the provider's (a previous response or a conversation).
+        raise InvalidRequest("'input' is required (unless previous_response_id or conversation names the history)",
+                             param="input")
     if items is not None and not isinstance(items, (str, list)):
         raise InvalidRequest("'input' must be a string or an array of input items", param="input")
     if isinstance(items, list):

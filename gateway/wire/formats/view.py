@@ -22,10 +22,10 @@ class WireFormat(StrEnum):
 
 def parse_format(value: str | None) -> WireFormat:
     """The format an ``x-sieve-format`` header names (chat when absent), or a 400 naming the header."""
-    if value is None or not value.strip():
+    if value is None:
         return WireFormat.CHAT
     try:
-        return WireFormat(value.strip().lower())
+        return WireFormat(value)
     except ValueError:
         raise InvalidRequest(f"{FORMAT_HEADER} must be one of {', '.join(WireFormat)}; got {value!r}",
                              param=FORMAT_HEADER) from None
