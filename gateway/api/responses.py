@@ -18,6 +18,7 @@ from starlette.routing import Match
 
 from gateway.errors import ClientClosedRequest, InvalidRequest, SieveError
 from gateway.proxy import Reply
+from gateway.telemetry.redaction import redact_url
 
 log = logging.getLogger("sieve")
 
@@ -64,10 +65,14 @@ def error_response(exc: SieveError, request_id: str | None = None) -> Response:
     headers = dict(exc.headers)
     if request_id:
         headers["x-sieve-request-id"] = request_id
+    body = exc.body()
+    message = body["error"].get("message")
+    if isinstance(message, str) and "://" in message:
+        # Whoever built the message, a URL in it reaches the client without its credentials.
+        body["error"]["message"] = redact_url(message)
     try:
-        return json_response(exc.body(), exc.status, headers)
+        return json_response(body, exc.status, headers)
     except TypeError:  # an extra field orjson cannot write (a number beyond 64 bits): say it as text
-        body = exc.body()
         body["error"] = {k: v if isinstance(v, (str, type(None))) else str(v) for k, v in body["error"].items()}
         return json_response(body, exc.status, headers)
 

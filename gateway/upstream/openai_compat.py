@@ -8,7 +8,9 @@ BENCHMARKS.md), and a gateway's forwarding client sits on every request.
 Streams are relayed chunk by chunk as they arrive; nothing is buffered.
 A provider's error passes through with its status, headers and JSON body
 unchanged; an error body that is not JSON (a load balancer's HTML page) is
-put in OpenAI's error shape, so clients can always parse it.
+put in OpenAI's error shape, so clients can always parse it. A URL in Sieve's
+own errors is shown through ``redact_url``: an ``api_base`` may carry
+credentials (``https://user:pass@proxy``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import aiohttp
 import orjson
 
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.telemetry.redaction import redact_url
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
 from gateway.wire.call import ChatCall
 from gateway.wire.keys import client_provider_key
@@ -101,15 +104,15 @@ class OpenAICompatibleUpstream:
         try:
             resp = await self._session.post(url, data=body, headers=headers, timeout=self._timeout)
         except asyncio.TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream did not answer in time: {url}") from exc
+            raise UpstreamTimeout(f"upstream did not answer in time: {redact_url(url)}") from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"cannot reach upstream {url}: {exc.__class__.__name__}") from exc
+            raise UpstreamUnavailable(f"cannot reach upstream {redact_url(url)}: {exc.__class__.__name__}") from exc
         headers_out = relay_headers(resp.headers)
         if not stream or resp.status >= 400:
             try:
                 payload = await resp.read()
             except asyncio.TimeoutError as exc:
-                raise UpstreamTimeout(f"upstream stopped answering: {url}") from exc
+                raise UpstreamTimeout(f"upstream stopped answering: {redact_url(url)}") from exc
             except aiohttp.ClientError as exc:
                 raise UpstreamUnavailable(f"upstream connection broke: {exc.__class__.__name__}") from exc
             finally:
@@ -125,7 +128,7 @@ async def _relay(resp: aiohttp.ClientResponse, url: str) -> AsyncIterator[bytes]
         async for chunk in resp.content.iter_any():
             yield chunk
     except asyncio.TimeoutError as exc:
-        raise UpstreamTimeout(f"upstream stream stalled: {url}") from exc
+        raise UpstreamTimeout(f"upstream stream stalled: {redact_url(url)}") from exc
     except aiohttp.ClientError as exc:
         raise UpstreamUnavailable(f"upstream stream broke before it finished ({exc.__class__.__name__}): "
                                   "the answer is incomplete") from exc
