@@ -40,15 +40,36 @@ _DROP_RESPONSE = frozenset((
 ))
 
 
-def forward_headers(incoming: Mapping[str, str], api_key: str | None) -> dict[str, str]:
-    """Headers for the provider: the client's, minus hop-by-hop and x-sieve-*;
-    the configured key replaces the client's Authorization when there is one.
-    ``accept-encoding: identity``: bytes are relayed as they come (and read for
-    usage), so the provider must not compress them (aiohttp would ask for gzip)."""
-    out = {k: v for k, v in incoming.items()
-           if k not in _DROP_REQUEST and not k.startswith("x-sieve-")}
+# With the gateway's key, only these client headers go to the provider: how to answer
+# (accept, API versions and betas), who the software is (user-agent, the SDKs'
+# x-stainless-*), and retry identity (idempotency keys). Whatever steers billing or
+# identity at the provider (OpenAI-Organization, OpenAI-Project) or describes the
+# client's network (X-Forwarded-For, Forwarded) stays here: the org pays, the tenant
+# must not pick which provider org or project is billed.
+FORWARDED_WITH_GATEWAY_KEY = frozenset((
+    "accept", "user-agent", "idempotency-key", "x-client-request-id", "openai-beta",
+    "anthropic-version", "anthropic-beta",
+))
+FORWARDED_PREFIX_WITH_GATEWAY_KEY = "x-stainless-"
+
+
+def forward_headers(incoming: Mapping[str, str], api_key: str | None, *, clients_key: bool = False) -> dict[str, str]:
+    """Headers for the provider. ``clients_key``: ``api_key`` is the caller's own provider
+    key (passthrough, open gateway), so the caller's headers go along (its own org and
+    project included), minus hop-by-hop and x-sieve-*. Otherwise the key is the gateway's
+    (or there is none) and only :data:`FORWARDED_WITH_GATEWAY_KEY` pass.
+    ``accept-encoding: identity``: bytes are relayed as they come (and read for usage),
+    so the provider must not compress them (aiohttp would ask for gzip)."""
+    if clients_key:
+        out = {k: v for k, v in incoming.items()
+               if k not in _DROP_REQUEST and not k.startswith("x-sieve-")}
+    else:
+        out = {k: v for k, v in incoming.items()
+               if k in FORWARDED_WITH_GATEWAY_KEY or k.startswith(FORWARDED_PREFIX_WITH_GATEWAY_KEY)}
     if api_key:
         out["authorization"] = f"Bearer {api_key}"
+    else:
+        out.pop("authorization", None)
     out["content-type"] = "application/json"
     out["accept-encoding"] = "identity"
     return out
@@ -94,10 +115,8 @@ class OpenAICompatibleUpstream:
                                               sock_read=read_timeout_s)
 
     async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
-        api_key = route.api_key or client_provider_key(call.identity, call.headers)
-        headers = forward_headers(call.headers, api_key)
-        if not api_key:
-            headers.pop("authorization", None)
+        clients_key = None if route.api_key else client_provider_key(call.identity, call.headers)
+        headers = forward_headers(call.headers, route.api_key or clients_key, clients_key=clients_key is not None)
         return await self._post(route.url or "", orjson.dumps(body), headers, body.get("stream") is True)
 
     async def _post(self, url: str, body: bytes, headers: Mapping[str, str], stream: bool) -> UpstreamResponse:
