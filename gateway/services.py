@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from gateway.accounting import Accountant
+from gateway.auth_throttle import AuthThrottle
 from gateway.budget_guard import BudgetGuard
 from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
@@ -80,6 +81,7 @@ class Services:
     session: aiohttp.ClientSession
     audit: AuditLog
     limits: WireLimits
+    auth_throttle: AuthThrottle
 
     @property
     def metrics(self) -> Metrics:
@@ -108,7 +110,8 @@ class Services:
         return cls(settings, policies, authenticator, stores, proxy, ModelCatalog(settings, session), recorder,
                    budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
-                              settings.max_json_depth))
+                              settings.max_json_depth),
+                   AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s))
 
     async def stop(self) -> None:
         """The end of the lifespan. uvicorn has closed the listener and let open responses

@@ -21,6 +21,9 @@ SIEVE_ALLOW_OPEN                "1" allows an open gateway on a non-loopback bin
 SIEVE_OPEN_ROUTES               routes that need no key (default /healthz,/readyz,/metrics,/openapi.json,/docs;
                                 only these can be open, "" closes them all)
 SIEVE_METRICS_KEY               a key that reads the closed ops routes (besides the admin key)
+SIEVE_AUTH_FAILURE_LIMIT        failed key checks per client address in the window before it
+                                is refused with 429 (default 20; 0 = never throttled)
+SIEVE_AUTH_FAILURE_WINDOW_S     that sliding window (default 60)
 SIEVE_MAX_BODY_BYTES            request body limit (default 32 MiB)
 SIEVE_BODY_TIMEOUT_S            time to receive a request body (default 60; then 408)
 SIEVE_MAX_HEADER_BYTES          all request headers together (default 32 KiB)
@@ -99,6 +102,8 @@ class Settings:
     allow_open: bool = False
     open_routes: tuple[str, ...] = OPS_ROUTES
     metrics_key: str | None = None
+    auth_failure_limit: int = 20
+    auth_failure_window_s: float = 60.0
     max_body_bytes: int = 32 * 1024 * 1024
     max_header_bytes: int = 32 * 1024
     body_timeout_s: float = 60.0
@@ -140,6 +145,8 @@ class Settings:
             allow_open=env.get("SIEVE_ALLOW_OPEN", "").lower() in ("1", "true", "yes"),
             open_routes=_routes(env, "SIEVE_OPEN_ROUTES", cls.open_routes),
             metrics_key=env.get("SIEVE_METRICS_KEY") or None,
+            auth_failure_limit=_int(env, "SIEVE_AUTH_FAILURE_LIMIT", cls.auth_failure_limit),
+            auth_failure_window_s=_float(env, "SIEVE_AUTH_FAILURE_WINDOW_S", cls.auth_failure_window_s),
             max_body_bytes=_int(env, "SIEVE_MAX_BODY_BYTES", cls.max_body_bytes),
             max_header_bytes=_int(env, "SIEVE_MAX_HEADER_BYTES", cls.max_header_bytes),
             body_timeout_s=_float(env, "SIEVE_BODY_TIMEOUT_S", cls.body_timeout_s),
@@ -177,6 +184,8 @@ class Settings:
                      "max_message_chars", "max_json_depth"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
+        if self.auth_failure_limit < 0 or self.auth_failure_window_s < 0:
+            raise ConfigError("SIEVE_AUTH_FAILURE_LIMIT and SIEVE_AUTH_FAILURE_WINDOW_S must be >= 0")
         if self.token_engine is not None and self.token_engine not in TOKEN_ENGINES:
             raise ConfigError(f"SIEVE_TOKEN_ENGINE must be one of {', '.join(TOKEN_ENGINES)}, "
                               f"not {self.token_engine!r}")

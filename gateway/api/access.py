@@ -17,7 +17,10 @@ Levels:
 
 The guard runs before FastAPI reads or validates a body, so a request without
 the right key is a 401/403 whatever its body holds. It also bounds the request
-headers, before any of them is parsed. The client and ops routes take the raw
+headers, before any of them is parsed. Every failed key check is counted
+(``sieve_auth_failures_total{route}``, the route's path template), and a client
+address that keeps failing is refused for a while, its keys unchecked
+(:mod:`gateway.auth_throttle`). The client and ops routes take the raw
 request (:class:`RawRoute`): FastAPI describes them and handles only the admin
 routes' parameters and models.
 """
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import math
 import uuid
 from enum import StrEnum
 from typing import Any, Callable, Coroutine
@@ -35,8 +40,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import request_response
 
-from gateway.errors import Forbidden, HeadersTooLarge, InvalidRequest, Unauthorized
+from gateway.errors import Forbidden, HeadersTooLarge, InvalidRequest, TooManyAuthFailures, Unauthorized
 from gateway.wire.keys import presented_key
+
+log = logging.getLogger("sieve.auth")
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -59,7 +66,7 @@ class GuardedRoute(APIRoute):
     access: Access
 
     def get_route_handler(self) -> Handler:
-        return _behind_guard(super().get_route_handler(), self.access)
+        return _behind_guard(super().get_route_handler(), self.access, self.path)
 
 
 class RawRoute(GuardedRoute):
@@ -77,7 +84,7 @@ class RawRoute(GuardedRoute):
         self.app = request_response(self.get_route_handler())
 
     def get_route_handler(self) -> Handler:
-        return _behind_guard(self.endpoint, self.access)
+        return _behind_guard(self.endpoint, self.access, self.path)
 
 
 class ClientRoute(RawRoute):
@@ -92,23 +99,43 @@ class AdminRoute(GuardedRoute):
     access = Access.ADMIN
 
 
-def _behind_guard(handler: Handler, access: Access) -> Handler:
+def _behind_guard(handler: Handler, access: Access, route: str) -> Handler:
     async def guarded(request: Request) -> Response:
-        await check_access(request, access)
+        await check_access(request, access, route)
         return await handler(request)
 
     return guarded
 
 
-async def check_access(request: Request, access: Access) -> None:
+async def check_access(request: Request, access: Access, route: str) -> None:
     services = request.app.state.services
     request.state.request_id = "req_" + uuid.uuid4().hex[:24]
     check_header_size(request, services.settings.max_header_bytes)
+    if access is Access.OPS and request.url.path in services.settings.open_routes:
+        return
+    client = request.client.host if request.client is not None else "unknown"
+    wait = services.auth_throttle.retry_after(client)
+    if wait is not None:
+        services.metrics.auth_throttled.labels(route).inc()
+        raise TooManyAuthFailures(
+            f"too many failed key checks from this address; try again in {math.ceil(wait)} s",
+            headers={"retry-after": str(math.ceil(wait))})
+    try:
+        await _check_key(request, access)
+    except (Unauthorized, Forbidden):
+        services.metrics.auth_failures.labels(route).inc()
+        if services.auth_throttle.failed(client):
+            log.warning("client %s failed %d key checks within %g s: refused until they age out",
+                        client, services.auth_throttle.limit, services.auth_throttle.window_s)
+        raise
+
+
+async def _check_key(request: Request, access: Access) -> None:
     if access is Access.CLIENT:
-        request.state.identity = await services.authenticator.authenticate(request.headers)
+        request.state.identity = await request.app.state.services.authenticator.authenticate(request.headers)
     elif access is Access.ADMIN:
         require_admin(request)
-    elif request.url.path not in services.settings.open_routes:
+    else:
         require_ops(request)
 
 

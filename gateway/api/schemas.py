@@ -342,7 +342,12 @@ ERRORS: dict[str, tuple[int, str]] = {
     "RequestTimeout": (408, "The body did not arrive within the gateway's body timeout (`request_timeout`)."),
     "BodyTooLarge": (413, "The body exceeds the gateway's limit (`request_too_large`)."),
     "BudgetExceeded": (429, "A token budget is spent (`budget_exceeded`). The error also names the budget, its "
-                            "window, limit, remaining tokens and reset time, and the response carries `Retry-After`."),
+                            "window, limit, remaining tokens and reset time, and the response carries `Retry-After`. "
+                            "Or, as on every keyed route, this client address failed too many key checks "
+                            "(`too_many_auth_failures`, see TooManyAuthFailures)."),
+    "TooManyAuthFailures": (429, "This client address failed too many key checks lately "
+                                 "(`too_many_auth_failures`); its keys are not checked until `Retry-After` "
+                                 "seconds have passed."),
     "HeadersTooLarge": (431, "The request headers together exceed the gateway's limit (`headers_too_large`)."),
     "UpstreamUnavailable": (502, "The provider could not be reached, or its connection broke "
                                  "(`upstream_unavailable`)."),
