@@ -82,6 +82,8 @@ def _serve(args: argparse.Namespace) -> int:
               "if a network policy protects the gateway.", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for warning in settings.startup_warnings():
+        logging.getLogger("sieve").warning(warning)
     # On SIGTERM/SIGINT uvicorn closes the listening socket, lets open responses run for
     # up to the grace period, cancels what is left, then runs the app's lifespan shutdown
     # (Services.stop: accounting flushed, clients closed).

@@ -42,7 +42,8 @@ from gateway.upstream.openai_compat import OpenAICompatibleUpstream
 from gateway.upstream.router import ModelRouter
 from gateway.wire.chat import WireLimits
 
-# A route's dynamic label room: models routed to the default upstream that no config names.
+# A route's dynamic label room: models routed to the default upstream that no config names
+# (none with strict_models: a model not configured is refused, and counted as "other").
 DYNAMIC_LABELS = 200
 
 
@@ -100,7 +101,8 @@ class Services:
         prices = PriceBook.from_litellm(settings.prices)
         metrics = metrics or Metrics()
         recorder = RequestRecorder(metrics, LabelBounds(orgs=_known_orgs(settings), models=sorted(settings.models),
-                                                        dynamic_limit=DYNAMIC_LABELS))
+                                                        dynamic_limit=0 if settings.strict_models
+                                                        else DYNAMIC_LABELS))
         budgets = BudgetGuard(stores.budgets, budget_config, metrics, recorder.bounds.org)
         audit = AuditLog.open(settings.audit_log, secrets=configured_secrets(settings))
         session = _http_session()

@@ -14,6 +14,8 @@ SIEVE_POLICIES_DIR              folder of policy YAML files (default policies/)
 SIEVE_POLICY                    name of the default policy (default "default")
 SIEVE_UPSTREAM_BASE_URL         default OpenAI-compatible upstream
 SIEVE_UPSTREAM_API_KEY          its key; without it the client's is forwarded
+SIEVE_STRICT_MODELS             "1": only the configured models are served (404 model_not_found
+                                for any other); by default any other goes to the default upstream
 SIEVE_REDIS_URL                 Redis for shared state and budgets
 SIEVE_ADMIN_KEY                 enables the admin routes
 SIEVE_KEYS_FILE                 virtual keys (YAML)
@@ -96,6 +98,7 @@ class Settings:
     default_policy: str = "default"
     upstream_base_url: str | None = None
     upstream_api_key: str | None = None
+    strict_models: bool = False  # only `models:` are served; else others go to the default upstream
     redis_url: str | None = None
     admin_key: str | None = None
     keys_file: Path | None = None
@@ -139,10 +142,11 @@ class Settings:
             default_policy=env.get("SIEVE_POLICY", cls.default_policy),
             upstream_base_url=env.get("SIEVE_UPSTREAM_BASE_URL") or None,
             upstream_api_key=env.get("SIEVE_UPSTREAM_API_KEY") or None,
+            strict_models=_flag(env, "SIEVE_STRICT_MODELS"),
             redis_url=env.get("SIEVE_REDIS_URL") or None,
             admin_key=env.get("SIEVE_ADMIN_KEY") or None,
             keys_file=_path(env.get("SIEVE_KEYS_FILE")),
-            allow_open=env.get("SIEVE_ALLOW_OPEN", "").lower() in ("1", "true", "yes"),
+            allow_open=_flag(env, "SIEVE_ALLOW_OPEN"),
             open_routes=_routes(env, "SIEVE_OPEN_ROUTES", cls.open_routes),
             metrics_key=env.get("SIEVE_METRICS_KEY") or None,
             auth_failure_limit=_int(env, "SIEVE_AUTH_FAILURE_LIMIT", cls.auth_failure_limit),
@@ -196,6 +200,19 @@ class Settings:
             # orjson serializes at most 254 levels; deeper bodies could not be forwarded.
             raise ConfigError("SIEVE_MAX_JSON_DEPTH must be at most 200")
 
+    def startup_warnings(self) -> list[str]:
+        """What a configuration that loads can still get wrong, said at start-up rather than
+        discovered as a 404 on every request."""
+        if self.models:
+            return []
+        if self.strict_models:
+            return ["strict_models is on and no models are configured (models: in the config file): "
+                    "every chat request will be answered 404 model_not_found"]
+        if not self.upstream_base_url:
+            return ["no upstream configured: every chat request will be answered 404 model_not_found. "
+                    "Set SIEVE_UPSTREAM_BASE_URL (or upstream.base_url, or models:, in the config file)"]
+        return []
+
     def with_config_file(self, path: Path, env: Mapping[str, str]) -> "Settings":
         """Merge a YAML config file (strict: unknown keys are errors)."""
         try:
@@ -204,10 +221,13 @@ class Settings:
             raise ConfigError(f"{path}: cannot read config: {exc}") from exc
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: config must be a mapping")
-        allowed = {"models", "upstream", "keys", "redis_url", "admin_key_env", "policy", "passthrough",
-                   "org_policies", "budgets", "prices"}
+        allowed = {"models", "strict_models", "upstream", "keys", "redis_url", "admin_key_env", "policy",
+                   "passthrough", "org_policies", "budgets", "prices"}
         _reject_unknown(raw, allowed, str(path))
         upstream = raw.get("upstream") or {}
+        strict = raw.get("strict_models", self.strict_models)
+        if not isinstance(strict, bool):
+            raise ConfigError(f"{path}: strict_models must be true or false")
         _reject_unknown(upstream, {"base_url", "api_key_env"}, f"{path}: upstream")
         models = {}
         for name, spec in (raw.get("models") or {}).items():
@@ -231,6 +251,7 @@ class Settings:
         return replace(
             self,
             models=models,
+            strict_models=strict,
             upstream_base_url=upstream.get("base_url") or self.upstream_base_url,
             upstream_api_key=(
                 env.get(upstream["api_key_env"]) if upstream.get("api_key_env") else self.upstream_api_key
@@ -294,6 +315,10 @@ def _routes(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tupl
     if name not in env:
         return default
     return tuple(route.strip() for route in env[name].split(",") if route.strip())
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes")
 
 
 def _path(value: str | None) -> Path | None:
