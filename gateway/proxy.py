@@ -76,6 +76,7 @@ class ChatProxy:
         forwarded, strip_usage = _upstream_body(outcome.result.request, route)
         hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold)
+        call.forwarded = True  # from here on, the accounting writes its access line
         self._open[id(record)] = record
         headers = sieve_headers(call.request_id, outcome, hold)
         response = await self._forward(record, forwarded, headers)

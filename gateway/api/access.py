@@ -16,7 +16,8 @@ Levels:
   or the metrics key.
 
 The guard runs before FastAPI reads or validates a body, so a request without
-the right key is a 401/403 whatever its body holds. It also bounds the request
+the right key is a 401/403 whatever its body holds. It writes the access line of
+every request that is not forwarded (:mod:`gateway.telemetry.access_log`). It also bounds the request
 headers, before any of them is parsed. Every failed key check is counted
 (``sieve_auth_failures_total{route}``, the route's path template), and a client
 address that keeps failing is refused for a while, its keys unchecked
@@ -27,20 +28,24 @@ routes' parameters and models.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
 import math
+import time
 import uuid
 from enum import StrEnum
 from typing import Any, Callable, Coroutine
 
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import request_response
 
-from gateway.errors import Forbidden, HeadersTooLarge, InvalidRequest, TooManyAuthFailures, Unauthorized
+from gateway.errors import Forbidden, HeadersTooLarge, InvalidRequest, SieveError, TooManyAuthFailures, Unauthorized
+from gateway.telemetry.access_log import AccessLine, log_access
 from gateway.wire.keys import presented_key
 
 log = logging.getLogger("sieve.auth")
@@ -101,10 +106,43 @@ class AdminRoute(GuardedRoute):
 
 def _behind_guard(handler: Handler, access: Access, route: str) -> Handler:
     async def guarded(request: Request) -> Response:
-        await check_access(request, access, route)
-        return await handler(request)
+        started = time.perf_counter()
+        try:
+            await check_access(request, access, route)
+            response = await handler(request)
+        except asyncio.CancelledError:
+            raise  # the shutdown grace ended: gateway.api.shutdown answers it
+        except Exception as exc:
+            _log_unforwarded(request, route, _status_of(exc), started)
+            raise
+        if access is not Access.OPS or response.status_code >= 400:
+            _log_unforwarded(request, route, response.status_code, started)
+        return response
 
     return guarded
+
+
+def _log_unforwarded(request: Request, route: str, status: int, started: float) -> None:
+    """The access line of a request the accounting will not see (one never forwarded)."""
+    state = request.state
+    call = getattr(state, "call", None)
+    if call is not None and call.forwarded:
+        return
+    identity = getattr(state, "identity", None)
+    log_access(AccessLine(request_id=getattr(state, "request_id", None), route=route, status=status,
+                          org=identity.org if identity is not None else None,
+                          model=getattr(state, "model", None),
+                          duration_ms=(time.perf_counter() - started) * 1000))
+
+
+def _status_of(exc: Exception) -> int:
+    if isinstance(exc, SieveError):
+        return exc.status
+    if isinstance(exc, RequestValidationError):
+        return 400  # rendered as an invalid request (gateway.api.responses)
+    if isinstance(exc, ClientDisconnect):
+        return 499
+    return getattr(exc, "status_code", 500)  # Starlette's HTTPException, or a bug
 
 
 async def check_access(request: Request, access: Access, route: str) -> None:

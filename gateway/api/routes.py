@@ -44,8 +44,10 @@ async def _chat_call(request: Request) -> ChatCall:
     body = parse_body(raw, services.limits.max_json_depth)
     request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
     check_chat_body(body, services.limits)
-    return ChatCall(request.state.request_id, body, len(raw), identity, services.policies.for_identity(identity),
-                    parse_sieve_headers(request.headers), request.headers)
+    call = ChatCall(request.state.request_id, body, len(raw), identity, services.policies.for_identity(identity),
+                    parse_sieve_headers(request.headers), request.headers, route=request.scope["route"].path)
+    request.state.call = call
+    return call
 
 
 async def chat_completions(request: Request) -> Response:

@@ -53,3 +53,7 @@ class ChatCall:
     sieve: SieveHeaders
     headers: Mapping[str, str]
     started: float = field(default_factory=time.perf_counter)
+    # The route template it came by (the access line's ``route``), and whether it was sent
+    # upstream: its access line is then the accounting's to write (gateway.telemetry.access_log).
+    route: str = ""
+    forwarded: bool = False
