@@ -76,7 +76,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if is_open(settings) and not settings.bind_is_loopback and not settings.allow_open:
-        print(f"sieve: refusing to listen on {settings.host}: no virtual keys are configured, so anyone "
+        print(f"sieve: refusing to listen on {settings.host} (only a literal loopback address or localhost "
+              "counts as loopback): no virtual keys are configured, so anyone "
               "who can reach this address could spend your provider keys. Configure keys "
               "(SIEVE_KEYS_FILE or `keys:` in the config), or pass --allow-open / SIEVE_ALLOW_OPEN=1 "
               "if a network policy protects the gateway.", file=sys.stderr)

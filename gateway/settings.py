@@ -53,6 +53,7 @@ files litellm ships, and litellm is told to use its bundled price map.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -268,7 +269,19 @@ class Settings:
 
     @property
     def bind_is_loopback(self) -> bool:
-        return self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
+        """Whether the bind address reaches this machine only: a literal loopback address
+        (127.0.0.0/8, ::1, ::ffff:127.x), or ``localhost``. Any other name is not taken as
+        loopback, whatever it resolves to today: a name is resolved again when the server
+        binds, and a text test would let ``127.0.0.1.nip.io`` (a public DNS name) pass."""
+        host = self.host.strip().strip("[]")
+        if host.lower() == "localhost":
+            return True
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        mapped = getattr(address, "ipv4_mapped", None)
+        return (mapped or address).is_loopback
 
 
 def litellm_package_dir() -> Path | None:

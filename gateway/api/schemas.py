@@ -22,7 +22,7 @@ from gateway.pruning.policy import STRATEGIES
 from gateway.pruning.vocabulary import Action, Mode, Strategy
 from gateway.telemetry.metrics import FailOpen
 from gateway.wire.chat import MAX_COMPLETION_TOKENS, WireLimits
-from gateway.wire.headers import MAX_CONVERSATION_ID_CHARS, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
+from gateway.wire.headers import MAX_CONVERSATION_ID_BYTES, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
 
 OMITTED: Any = None  # an optional field that is never null on the wire (no model is ever built)
 LIMITS = WireLimits()
@@ -307,9 +307,11 @@ class SteeringHeaders(Listed):
     goal: str = Field(OMITTED, max_length=MAX_GOAL_CHARS, alias="x-sieve-goal", description=(
         "The task's goal, in words; never dropped, and anchors relevance (else derived from the system prompt and "
         "first user message)."))
-    conversation_id: str = Field(OMITTED, max_length=MAX_CONVERSATION_ID_CHARS, alias="x-sieve-conversation-id",
+    conversation_id: str = Field(OMITTED, max_length=MAX_CONVERSATION_ID_BYTES, alias="x-sieve-conversation-id",
                                  description="Identifies the conversation whose pruning decisions stay frozen "
-                                             "across turns (else a hash of org, model and the first messages).")
+                                             "across turns (else a hash of org, model and the first messages). "
+                                             f"At most {MAX_CONVERSATION_ID_BYTES} bytes as sent (a non-ASCII "
+                                             "character sent as UTF-8 counts its bytes).")
 
 
 class SieveResponseHeaders(Listed):
