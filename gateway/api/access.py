@@ -16,12 +16,12 @@ Levels:
   or the metrics key.
 
 The guard runs before FastAPI reads or validates a body, so a request without
-the right key is a 401/403 whatever its body holds. It writes the access line of
-every request that is not forwarded (:mod:`gateway.telemetry.access_log`). It also bounds the request
+the right key is a 401/403 whatever its body holds. It also bounds the request
 headers, before any of them is parsed. Every failed key check is counted
 (``sieve_auth_failures_total{route}``, the route's path template), and a client
 address that keeps failing is refused for a while, its keys unchecked
-(:mod:`gateway.auth_throttle`). The client and ops routes take the raw
+(:mod:`gateway.auth_throttle`). It writes the access line of every request that
+is not forwarded (:mod:`gateway.telemetry.access_log`). The client and ops routes take the raw
 request (:class:`RawRoute`): FastAPI describes them and handles only the admin
 routes' parameters and models.
 """

@@ -24,7 +24,7 @@ template), the model the client named (cut to ``MAX_MODEL_CHARS``), numbers.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 import orjson
 
@@ -50,10 +50,13 @@ class AccessLine:
 def log_access(line: AccessLine) -> None:
     if not log.isEnabledFor(logging.INFO):
         return
-    fields = {name: value for name, value in asdict(line).items() if value is not None}
+    shown = {name: value for name in _NAMES if (value := getattr(line, name)) is not None}
     if isinstance(line.model, str):
-        fields["model"] = line.model[:MAX_MODEL_CHARS]
+        shown["model"] = line.model[:MAX_MODEL_CHARS]
     for name in ("prune_ms", "upstream_ms", "duration_ms"):
-        if name in fields:
-            fields[name] = round(fields[name], 2)
-    log.info(orjson.dumps(fields).decode())
+        if name in shown:
+            shown[name] = round(shown[name], 2)
+    log.info(orjson.dumps(shown).decode())
+
+
+_NAMES = tuple(f.name for f in fields(AccessLine))
