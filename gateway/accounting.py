@@ -1,4 +1,4 @@
-"""After the response: settle the budget, count the savings, move metrics, write the audit line.
+"""After the response: settle the budget, count the savings, move metrics, write the audit and access lines.
 
 Runs as a deferred task (``gateway.deferred``), so a client that disconnects
 mid-stream still gets its reservation settled or released and its request
@@ -16,6 +16,7 @@ import orjson
 
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.pruner import PruneOutcome
+from gateway.telemetry.access_log import AccessLine, log_access
 from gateway.telemetry.audit import AuditEntry, AuditLog, MessageDecision, Timings
 from gateway.telemetry.metrics import Outcome
 from gateway.telemetry.pricing import PriceBook
@@ -95,6 +96,13 @@ class Accountant:
             unit_actions=result.unit_action_counts(record.call.body["messages"]),
             upstream_s=record.upstream_s, overhead_s=max(overhead_s, 0.0)))
         self._write_audit(record, label, savings, overhead_s)
+        call = record.call
+        log_access(AccessLine(
+            request_id=call.request_id, route=call.route, status=record.status or record.error_status or 500,
+            org=call.identity.org, model=call.body["model"], outcome=label,
+            original_tokens=result.original_tokens, forwarded_tokens=result.forwarded_tokens,
+            prune_ms=record.outcome.prune_s * 1000, upstream_ms=record.upstream_s * 1000,
+            duration_ms=(record.finished_at - call.started) * 1000))
 
     def _savings(self, record: RequestRecord, usage: Usage) -> SavingsRecord:
         result = record.outcome.result

@@ -80,12 +80,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if is_open(settings) and not settings.bind_is_loopback and not settings.allow_open:
-        print(f"sieve: refusing to listen on {settings.host}: no virtual keys are configured, so anyone "
+        print(f"sieve: refusing to listen on {settings.host} (only a literal loopback address or localhost "
+              "counts as loopback): no virtual keys are configured, so anyone "
               "who can reach this address could spend your provider keys. Configure keys "
               "(SIEVE_KEYS_FILE or `keys:` in the config), or pass --allow-open / SIEVE_ALLOW_OPEN=1 "
               "if a network policy protects the gateway.", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for warning in settings.startup_warnings():
+        logging.getLogger("sieve").warning(warning)
     # On SIGTERM/SIGINT uvicorn closes the listening socket, lets open responses run for
     # up to the grace period, cancels what is left, then runs the app's lifespan shutdown
     # (Services.stop: accounting flushed, clients closed).

@@ -13,6 +13,7 @@
     ├── BodyTooLarge          413   invalid_request_error
     ├── HeadersTooLarge       431   invalid_request_error
     ├── BudgetExceeded        429   budget_exceeded
+    ├── TooManyAuthFailures   429   rate_limit_error / too_many_auth_failures
     ├── StoreUnavailable      503   service_unavailable
     ├── ShuttingDown          503   service_unavailable / shutting_down
     ├── UpstreamUnavailable   502   upstream_error
@@ -106,6 +107,13 @@ class BudgetExceeded(SieveError):
     status = 429
     type = "budget_exceeded"
     code = "budget_exceeded"
+
+
+class TooManyAuthFailures(SieveError):
+    """Too many failed key checks from one client address (gateway.auth_throttle)."""
+    status = 429
+    type = "rate_limit_error"
+    code = "too_many_auth_failures"
 
 
 class StoreUnavailable(SieveError):

@@ -25,7 +25,7 @@ import orjson
 from gateway.errors import SieveError
 from gateway.proxy import Reply
 from gateway.upstream.base import UpstreamResponse
-from gateway.upstream.openai_compat import OpenAICompatibleUpstream, forward_headers, key_headers
+from gateway.upstream.openai_compat import OpenAICompatibleUpstream, provider_headers
 from gateway.upstream.router import ModelRouter
 from gateway.wire.call import Identity
 from gateway.wire.formats import WireFormat
@@ -59,7 +59,7 @@ class PassThrough:
         if body is not None and route.upstream_model:
             body = {**body, "model": route.upstream_model}
         url = (route.url or "") + call.suffix + (f"?{call.query}" if call.query else "")
-        headers = forward_headers(call.headers, key_headers(route, call.identity, call.headers))
+        headers = provider_headers(route, call.identity, call.headers)
         try:
             response = await self._http.relay(call.method, url, orjson.dumps(body) if body is not None else None,
                                               headers)

@@ -91,6 +91,7 @@ class ChatProxy:
                                            ingress.reservation_body(forwarded))
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold,
                                answer_chars=ingress.answer_chars)
+        call.forwarded = True  # from here on, the accounting writes its access line
         self._open[id(record)] = record
         headers = sieve_headers(call.request_id, outcome, hold)
         response = await self._forward(record, forwarded, headers)

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from gateway.accounting import Accountant
+from gateway.auth_throttle import AuthThrottle
 from gateway.budget_guard import BudgetGuard
 from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
@@ -42,7 +43,8 @@ from gateway.upstream.openai_compat import OpenAICompatibleUpstream
 from gateway.upstream.router import ModelRouter
 from gateway.wire.chat import WireLimits
 
-# A route's dynamic label room: models routed to the default upstream that no config names.
+# A route's dynamic label room: models routed to the default upstream that no config names
+# (none with strict_models: a model not configured is refused, and counted as "other").
 DYNAMIC_LABELS = 200
 
 
@@ -82,6 +84,7 @@ class Services:
     session: aiohttp.ClientSession
     audit: AuditLog
     limits: WireLimits
+    auth_throttle: AuthThrottle
 
     @property
     def metrics(self) -> Metrics:
@@ -100,7 +103,8 @@ class Services:
         prices = PriceBook.from_litellm(settings.prices)
         metrics = metrics or Metrics()
         recorder = RequestRecorder(metrics, LabelBounds(orgs=_known_orgs(settings), models=sorted(settings.models),
-                                                        dynamic_limit=DYNAMIC_LABELS))
+                                                        dynamic_limit=0 if settings.strict_models
+                                                        else DYNAMIC_LABELS))
         budgets = BudgetGuard(stores.budgets, budget_config, metrics, recorder.bounds.org)
         audit = AuditLog.open(settings.audit_log, secrets=configured_secrets(settings))
         session = _http_session()
@@ -114,7 +118,8 @@ class Services:
         return cls(settings, policies, authenticator, stores, proxy, PassThrough(router, fast_path),
                    ModelCatalog(settings, session), recorder, budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
-                              settings.max_json_depth))
+                              settings.max_json_depth),
+                   AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s))
 
     async def stop(self) -> None:
         """The end of the lifespan. uvicorn has closed the listener and let open responses

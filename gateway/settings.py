@@ -17,6 +17,8 @@ SIEVE_UPSTREAM_API_KEY          its key; without it the client's is forwarded
 SIEVE_ANTHROPIC_BASE_URL        the Anthropic Messages API behind /v1/messages (default
                                 https://api.anthropic.com; Sieve appends /v1/messages)
 SIEVE_ANTHROPIC_API_KEY         its key (sent as x-api-key); without it the client's is forwarded
+SIEVE_STRICT_MODELS             "1": only the configured models are served (404 model_not_found
+                                for any other); by default any other goes to the default upstream
 SIEVE_REDIS_URL                 Redis for shared state and budgets
 SIEVE_ADMIN_KEY                 enables the admin routes
 SIEVE_KEYS_FILE                 virtual keys (YAML)
@@ -24,6 +26,9 @@ SIEVE_ALLOW_OPEN                "1" allows an open gateway on a non-loopback bin
 SIEVE_OPEN_ROUTES               routes that need no key (default /healthz,/readyz,/metrics,/openapi.json,/docs;
                                 only these can be open, "" closes them all)
 SIEVE_METRICS_KEY               a key that reads the closed ops routes (besides the admin key)
+SIEVE_AUTH_FAILURE_LIMIT        failed key checks per client address in the window before it
+                                is refused with 429 (default 20; 0 = never throttled)
+SIEVE_AUTH_FAILURE_WINDOW_S     that sliding window (default 60)
 SIEVE_MAX_BODY_BYTES            request body limit (default 32 MiB)
 SIEVE_BODY_TIMEOUT_S            time to receive a request body (default 60; then 408)
 SIEVE_MAX_HEADER_BYTES          all request headers together (default 32 KiB)
@@ -51,6 +56,7 @@ files litellm ships, and litellm is told to use its bundled price map.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -99,12 +105,15 @@ class Settings:
     upstream_api_key: str | None = None
     anthropic_base_url: str = ANTHROPIC_BASE_URL
     anthropic_api_key: str | None = None
+    strict_models: bool = False  # only `models:` are served; else others go to the default upstream
     redis_url: str | None = None
     admin_key: str | None = None
     keys_file: Path | None = None
     allow_open: bool = False
     open_routes: tuple[str, ...] = OPS_ROUTES
     metrics_key: str | None = None
+    auth_failure_limit: int = 20
+    auth_failure_window_s: float = 60.0
     max_body_bytes: int = 32 * 1024 * 1024
     max_header_bytes: int = 32 * 1024
     body_timeout_s: float = 60.0
@@ -142,12 +151,15 @@ class Settings:
             upstream_api_key=env.get("SIEVE_UPSTREAM_API_KEY") or None,
             anthropic_base_url=env.get("SIEVE_ANTHROPIC_BASE_URL") or cls.anthropic_base_url,
             anthropic_api_key=env.get("SIEVE_ANTHROPIC_API_KEY") or None,
+            strict_models=_flag(env, "SIEVE_STRICT_MODELS"),
             redis_url=env.get("SIEVE_REDIS_URL") or None,
             admin_key=env.get("SIEVE_ADMIN_KEY") or None,
             keys_file=_path(env.get("SIEVE_KEYS_FILE")),
-            allow_open=env.get("SIEVE_ALLOW_OPEN", "").lower() in ("1", "true", "yes"),
+            allow_open=_flag(env, "SIEVE_ALLOW_OPEN"),
             open_routes=_routes(env, "SIEVE_OPEN_ROUTES", cls.open_routes),
             metrics_key=env.get("SIEVE_METRICS_KEY") or None,
+            auth_failure_limit=_int(env, "SIEVE_AUTH_FAILURE_LIMIT", cls.auth_failure_limit),
+            auth_failure_window_s=_float(env, "SIEVE_AUTH_FAILURE_WINDOW_S", cls.auth_failure_window_s),
             max_body_bytes=_int(env, "SIEVE_MAX_BODY_BYTES", cls.max_body_bytes),
             max_header_bytes=_int(env, "SIEVE_MAX_HEADER_BYTES", cls.max_header_bytes),
             body_timeout_s=_float(env, "SIEVE_BODY_TIMEOUT_S", cls.body_timeout_s),
@@ -185,6 +197,8 @@ class Settings:
                      "max_message_chars", "max_json_depth"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
+        if self.auth_failure_limit < 0 or self.auth_failure_window_s < 0:
+            raise ConfigError("SIEVE_AUTH_FAILURE_LIMIT and SIEVE_AUTH_FAILURE_WINDOW_S must be >= 0")
         if self.token_engine is not None and self.token_engine not in TOKEN_ENGINES:
             raise ConfigError(f"SIEVE_TOKEN_ENGINE must be one of {', '.join(TOKEN_ENGINES)}, "
                               f"not {self.token_engine!r}")
@@ -195,6 +209,19 @@ class Settings:
             # orjson serializes at most 254 levels; deeper bodies could not be forwarded.
             raise ConfigError("SIEVE_MAX_JSON_DEPTH must be at most 200")
 
+    def startup_warnings(self) -> list[str]:
+        """What a configuration that loads can still get wrong, said at start-up rather than
+        discovered as a 404 on every request."""
+        if self.models:
+            return []
+        if self.strict_models:
+            return ["strict_models is on and no models are configured (models: in the config file): "
+                    "every chat request will be answered 404 model_not_found"]
+        if not self.upstream_base_url:
+            return ["no upstream configured: every chat request will be answered 404 model_not_found. "
+                    "Set SIEVE_UPSTREAM_BASE_URL (or upstream.base_url, or models:, in the config file)"]
+        return []
+
     def with_config_file(self, path: Path, env: Mapping[str, str]) -> "Settings":
         """Merge a YAML config file (strict: unknown keys are errors)."""
         try:
@@ -203,10 +230,13 @@ class Settings:
             raise ConfigError(f"{path}: cannot read config: {exc}") from exc
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: config must be a mapping")
-        allowed = {"models", "upstream", "keys", "redis_url", "admin_key_env", "policy", "passthrough",
-                   "org_policies", "budgets", "prices"}
+        allowed = {"models", "strict_models", "upstream", "keys", "redis_url", "admin_key_env", "policy",
+                   "passthrough", "org_policies", "budgets", "prices"}
         _reject_unknown(raw, allowed, str(path))
         upstream = raw.get("upstream") or {}
+        strict = raw.get("strict_models", self.strict_models)
+        if not isinstance(strict, bool):
+            raise ConfigError(f"{path}: strict_models must be true or false")
         _reject_unknown(upstream, {"base_url", "api_key_env"}, f"{path}: upstream")
         models = {}
         for name, spec in (raw.get("models") or {}).items():
@@ -230,6 +260,7 @@ class Settings:
         return replace(
             self,
             models=models,
+            strict_models=strict,
             upstream_base_url=upstream.get("base_url") or self.upstream_base_url,
             upstream_api_key=(
                 env.get(upstream["api_key_env"]) if upstream.get("api_key_env") else self.upstream_api_key
@@ -246,7 +277,19 @@ class Settings:
 
     @property
     def bind_is_loopback(self) -> bool:
-        return self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127.")
+        """Whether the bind address reaches this machine only: a literal loopback address
+        (127.0.0.0/8, ::1, ::ffff:127.x), or ``localhost``. Any other name is not taken as
+        loopback, whatever it resolves to today: a name is resolved again when the server
+        binds, and a text test would let ``127.0.0.1.nip.io`` (a public DNS name) pass."""
+        host = self.host.strip().strip("[]")
+        if host.lower() == "localhost":
+            return True
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        mapped = getattr(address, "ipv4_mapped", None)
+        return (mapped or address).is_loopback
 
 
 def litellm_package_dir() -> Path | None:
@@ -293,6 +336,10 @@ def _routes(env: Mapping[str, str], name: str, default: tuple[str, ...]) -> tupl
     if name not in env:
         return default
     return tuple(route.strip() for route in env[name].split(",") if route.strip())
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes")
 
 
 def _path(value: str | None) -> Path | None:

@@ -17,26 +17,38 @@ Levels:
 
 The guard runs before FastAPI reads or validates a body, so a request without
 the right key is a 401/403 whatever its body holds. It also bounds the request
-headers, before any of them is parsed. The client and ops routes take the raw
+headers, before any of them is parsed. Every failed key check is counted
+(``sieve_auth_failures_total{route}``, the route's path template), and a client
+address that keeps failing is refused for a while, its keys unchecked
+(:mod:`gateway.auth_throttle`). It writes the access line of every request that
+is not forwarded (:mod:`gateway.telemetry.access_log`). The client and ops routes take the raw
 request (:class:`RawRoute`): FastAPI describes them and handles only the admin
 routes' parameters and models.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import logging
+import math
+import time
 import uuid
 from enum import StrEnum
 from typing import Any, Callable, Coroutine
 
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import request_response
 
-from gateway.errors import Forbidden, HeadersTooLarge, InvalidRequest, Unauthorized
+from gateway.errors import Forbidden, HeadersTooLarge, InvalidRequest, SieveError, TooManyAuthFailures, Unauthorized
+from gateway.telemetry.access_log import AccessLine, log_access
 from gateway.wire.keys import presented_key
+
+log = logging.getLogger("sieve.auth")
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -59,7 +71,7 @@ class GuardedRoute(APIRoute):
     access: Access
 
     def get_route_handler(self) -> Handler:
-        return _behind_guard(super().get_route_handler(), self.access)
+        return _behind_guard(super().get_route_handler(), self.access, self.path)
 
 
 class RawRoute(GuardedRoute):
@@ -77,7 +89,7 @@ class RawRoute(GuardedRoute):
         self.app = request_response(self.get_route_handler())
 
     def get_route_handler(self) -> Handler:
-        return _behind_guard(self.endpoint, self.access)
+        return _behind_guard(self.endpoint, self.access, self.path)
 
 
 class ClientRoute(RawRoute):
@@ -92,23 +104,76 @@ class AdminRoute(GuardedRoute):
     access = Access.ADMIN
 
 
-def _behind_guard(handler: Handler, access: Access) -> Handler:
+def _behind_guard(handler: Handler, access: Access, route: str) -> Handler:
     async def guarded(request: Request) -> Response:
-        await check_access(request, access)
-        return await handler(request)
+        started = time.perf_counter()
+        try:
+            await check_access(request, access, route)
+            response = await handler(request)
+        except asyncio.CancelledError:
+            raise  # the shutdown grace ended: gateway.api.shutdown answers it
+        except Exception as exc:
+            _log_unforwarded(request, route, _status_of(exc), started)
+            raise
+        if access is not Access.OPS or response.status_code >= 400:
+            _log_unforwarded(request, route, response.status_code, started)
+        return response
 
     return guarded
 
 
-async def check_access(request: Request, access: Access) -> None:
+def _log_unforwarded(request: Request, route: str, status: int, started: float) -> None:
+    """The access line of a request the accounting will not see (one never forwarded)."""
+    state = request.state
+    call = getattr(state, "call", None)
+    if call is not None and call.forwarded:
+        return
+    identity = getattr(state, "identity", None)
+    log_access(AccessLine(request_id=getattr(state, "request_id", None), route=route, status=status,
+                          org=identity.org if identity is not None else None,
+                          model=getattr(state, "model", None),
+                          duration_ms=(time.perf_counter() - started) * 1000))
+
+
+def _status_of(exc: Exception) -> int:
+    if isinstance(exc, SieveError):
+        return exc.status
+    if isinstance(exc, RequestValidationError):
+        return 400  # rendered as an invalid request (gateway.api.responses)
+    if isinstance(exc, ClientDisconnect):
+        return 499
+    return getattr(exc, "status_code", 500)  # Starlette's HTTPException, or a bug
+
+
+async def check_access(request: Request, access: Access, route: str) -> None:
     services = request.app.state.services
     request.state.request_id = "req_" + uuid.uuid4().hex[:24]
     check_header_size(request, services.settings.max_header_bytes)
+    if access is Access.OPS and request.url.path in services.settings.open_routes:
+        return
+    client = request.client.host if request.client is not None else "unknown"
+    wait = services.auth_throttle.retry_after(client)
+    if wait is not None:
+        services.metrics.auth_throttled.labels(route).inc()
+        raise TooManyAuthFailures(
+            f"too many failed key checks from this address; try again in {math.ceil(wait)} s",
+            headers={"retry-after": str(math.ceil(wait))})
+    try:
+        await _check_key(request, access)
+    except (Unauthorized, Forbidden):
+        services.metrics.auth_failures.labels(route).inc()
+        if services.auth_throttle.failed(client):
+            log.warning("client %s failed %d key checks within %g s: refused until they age out",
+                        client, services.auth_throttle.limit, services.auth_throttle.window_s)
+        raise
+
+
+async def _check_key(request: Request, access: Access) -> None:
     if access is Access.CLIENT:
-        request.state.identity = await services.authenticator.authenticate(request.headers)
+        request.state.identity = await request.app.state.services.authenticator.authenticate(request.headers)
     elif access is Access.ADMIN:
         require_admin(request)
-    elif request.url.path not in services.settings.open_routes:
+    else:
         require_ops(request)
 
 

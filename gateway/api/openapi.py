@@ -82,9 +82,12 @@ SECURITY: dict[Access, list[dict[str, list[str]]]] = {
 }
 GUARD_ERRORS: dict[Access, dict[int, str]] = {
     # 503: the admin key store is down and the key is not in the keys file.
-    Access.CLIENT: {401: "Unauthorized", 431: "HeadersTooLarge", 503: "ServiceUnavailable"},
-    Access.ADMIN: {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 431: "HeadersTooLarge"},
-    Access.OPS: {401: "ClosedOpsRoute", 403: "ClosedOpsRoute", 431: "HeadersTooLarge"},
+    # 429: too many failed key checks from the address (a route's own 429, a budget, keeps its place).
+    Access.CLIENT: {401: "Unauthorized", 429: "TooManyAuthFailures", 431: "HeadersTooLarge",
+                    503: "ServiceUnavailable"},
+    Access.ADMIN: {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 429: "TooManyAuthFailures",
+                   431: "HeadersTooLarge"},
+    Access.OPS: {401: "ClosedOpsRoute", 403: "ClosedOpsRoute", 429: "TooManyAuthFailures", 431: "HeadersTooLarge"},
 }
 CLOSED_OPS_ROUTE = ("This route is not listed in `SIEVE_OPEN_ROUTES` (all ops routes are by default): 401 "
                     "without a key, 403 with a key that is neither the metrics key nor the admin key.")
@@ -138,8 +141,8 @@ def _guarded(operation: dict[str, Any], access: Access) -> None:
     operation["security"] = SECURITY[access]
     responses = operation["responses"]
     responses.pop("422", None)
-    responses.update({str(status): {"$ref": f"#/components/responses/{name}"}
-                      for status, name in GUARD_ERRORS[access].items()})
+    for status, name in GUARD_ERRORS[access].items():
+        responses.setdefault(str(status), {"$ref": f"#/components/responses/{name}"})
     operation["responses"] = dict(sorted(responses.items()))
 
 
@@ -181,4 +184,7 @@ def _error_responses(request_id: dict[str, Any]) -> dict[str, Any]:
         "Retry-After": {"description": "Seconds until the budget's window resets.",
                         "required": True, "schema": {"type": "integer", "minimum": 1}},
         "x-sieve-budget-remaining-tokens": {"$ref": "#/components/headers/XSieveBudgetRemainingTokens"}})
+    responses["TooManyAuthFailures"]["headers"]["Retry-After"] = {
+        "description": "Seconds until this address may present a key again.", "required": True,
+        "schema": {"type": "integer", "minimum": 1}}
     return responses

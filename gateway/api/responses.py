@@ -25,6 +25,7 @@ from gateway.wire.error_shapes import anthropic_error_body, anthropic_error_type
 # The routes that forward a request (metrics count their refusals), and those that answer in Anthropic's shape.
 FORWARDING_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/v1/responses")
 ANTHROPIC_PATHS = "/v1/messages"
+from gateway.telemetry.redaction import redact_url
 
 log = logging.getLogger("sieve")
 
@@ -72,6 +73,10 @@ def error_response(exc: SieveError, request_id: str | None = None, anthropic: bo
     if request_id:
         headers["x-sieve-request-id"] = request_id
     body = anthropic_error_body(exc) if anthropic else exc.body()
+    message = body["error"].get("message")
+    if isinstance(message, str) and "://" in message:
+        # Whoever built the message, a URL in it reaches the client without its credentials.
+        body["error"]["message"] = redact_url(message)
     try:
         return json_response(body, exc.status, headers)
     except TypeError:  # an extra field orjson cannot write (a number beyond 64 bits): say it as text

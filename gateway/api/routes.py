@@ -62,8 +62,11 @@ async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ChatCall
     assert body is not None
     view = INGRESSES[fmt].read(body, services.limits)
     native = body if fmt is not WireFormat.CHAT else None
-    return ChatCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
-                    parse_sieve_headers(request.headers), request.headers, format=fmt, native=native, view=view)
+    call = ChatCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
+                    parse_sieve_headers(request.headers), request.headers, format=fmt, native=native, view=view,
+                    route=request.scope["route"].path)
+    request.state.call = call
+    return call
 
 
 async def chat_completions(request: Request) -> Response:

@@ -23,7 +23,7 @@ from gateway.pruning.vocabulary import Action, Mode, Strategy
 from gateway.telemetry.metrics import FailOpen
 from gateway.wire.chat import MAX_COMPLETION_TOKENS, WireLimits
 from gateway.wire.formats.view import WireFormat
-from gateway.wire.headers import MAX_CONVERSATION_ID_CHARS, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
+from gateway.wire.headers import MAX_CONVERSATION_ID_BYTES, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
 
 OMITTED: Any = None  # an optional field that is never null on the wire (no model is ever built)
 LIMITS = WireLimits()
@@ -310,9 +310,11 @@ class SteeringHeaders(Listed):
     goal: str = Field(OMITTED, max_length=MAX_GOAL_CHARS, alias="x-sieve-goal", description=(
         "The task's goal, in words; never dropped, and anchors relevance (else derived from the system prompt and "
         "first user message)."))
-    conversation_id: str = Field(OMITTED, max_length=MAX_CONVERSATION_ID_CHARS, alias="x-sieve-conversation-id",
+    conversation_id: str = Field(OMITTED, max_length=MAX_CONVERSATION_ID_BYTES, alias="x-sieve-conversation-id",
                                  description="Identifies the conversation whose pruning decisions stay frozen "
-                                             "across turns (else a hash of org, model and the first messages).")
+                                             "across turns (else a hash of org, model and the first messages). "
+                                             f"At most {MAX_CONVERSATION_ID_BYTES} bytes as sent (a non-ASCII "
+                                             "character sent as UTF-8 counts its bytes).")
 
 
 class SieveResponseHeaders(Listed):
@@ -345,7 +347,12 @@ ERRORS: dict[str, tuple[int, str]] = {
     "RequestTimeout": (408, "The body did not arrive within the gateway's body timeout (`request_timeout`)."),
     "BodyTooLarge": (413, "The body exceeds the gateway's limit (`request_too_large`)."),
     "BudgetExceeded": (429, "A token budget is spent (`budget_exceeded`). The error also names the budget, its "
-                            "window, limit, remaining tokens and reset time, and the response carries `Retry-After`."),
+                            "window, limit, remaining tokens and reset time, and the response carries `Retry-After`. "
+                            "Or, as on every keyed route, this client address failed too many key checks "
+                            "(`too_many_auth_failures`, see TooManyAuthFailures)."),
+    "TooManyAuthFailures": (429, "This client address failed too many key checks lately "
+                                 "(`too_many_auth_failures`); its keys are not checked until `Retry-After` "
+                                 "seconds have passed."),
     "HeadersTooLarge": (431, "The request headers together exceed the gateway's limit (`headers_too_large`)."),
     "UpstreamUnavailable": (502, "The provider could not be reached, or its connection broke "
                                  "(`upstream_unavailable`)."),

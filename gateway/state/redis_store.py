@@ -110,8 +110,9 @@ class _Guard:
         except (RedisError, OSError) as exc:
             hung = isinstance(exc, (RedisTimeoutError, TimeoutError))
             self._open_until = time.monotonic() + self.cooldown_s if hung and self.cooldown_s > 0 else 0.0
+            # The error's type only: its text names Redis's address (and a client may read this).
             raise StoreUnavailable(
-                f"Shared state store (Redis) unavailable during {what}: {type(exc).__name__}: {exc}"
+                f"Shared state store (Redis) unavailable during {what}: {type(exc).__name__}"
             ) from exc
         self._open_until = 0.0
         return result

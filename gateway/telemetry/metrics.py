@@ -83,6 +83,12 @@ class Metrics:
         self.fail_open = Counter("sieve_fail_open_total",
                                  "Requests served unpruned or unmetered because a dependency failed.",
                                  ["reason"], registry=r)
+        self.auth_failures = Counter("sieve_auth_failures_total",
+                                     "Failed key checks (missing, wrong or revoked key), by route template.",
+                                     ["route"], registry=r)
+        self.auth_throttled = Counter("sieve_auth_throttled_total",
+                                      "Requests refused unchecked: their address failed too many key checks.",
+                                      ["route"], registry=r)
         self.prune_seconds = Histogram("sieve_prune_seconds", "Time spent pruning one request.",
                                        buckets=LATENCY_BUCKETS, registry=r)
         self.scorer_seconds = Histogram("sieve_scorer_seconds", "Time spent in the scorer.",

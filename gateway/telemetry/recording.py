@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from gateway.errors import BodyTooLarge, BudgetExceeded, Forbidden, InvalidRequest, SieveError, StoreUnavailable, \
-    Unauthorized
+    TooManyAuthFailures, Unauthorized
 from gateway.telemetry.metrics import OUTCOMES, UNIT_ACTIONS, Metrics, Outcome
 from gateway.telemetry.savings import SavingsRecord
 
@@ -48,6 +48,7 @@ NOT_FORWARDED = frozenset({Outcome.CLIENT_ERROR, Outcome.BUDGET_REJECTED, Outcom
 # A request refused before it reached the provider is counted by what refused it.
 REFUSALS: tuple[tuple[type[SieveError], Outcome], ...] = (
     (BudgetExceeded, Outcome.BUDGET_REJECTED), (Unauthorized, Outcome.UNAUTHORIZED),
+    (TooManyAuthFailures, Outcome.UNAUTHORIZED),
     (InvalidRequest, Outcome.CLIENT_ERROR), (BodyTooLarge, Outcome.CLIENT_ERROR), (Forbidden, Outcome.CLIENT_ERROR),
     (StoreUnavailable, Outcome.FAIL_CLOSED),
 )

@@ -9,9 +9,12 @@ Two tools, one set of rules:
 
       protect_logs([settings.upstream_api_key, settings.admin_key])
 
-Scrubbing removes the literal secrets given (the gateway's configured keys) and
+Scrubbing removes the literal secrets given (the gateway's configured keys),
 key-shaped text (``Bearer …``, ``sk-…``, ``AKIA…``), which covers the clients'
-own keys in passthrough. Exception messages never reach a log: a message can
+own keys in passthrough, and the credentials a URL can carry
+(``https://user:pass@host``, ``?api_key=…``): :func:`redact_url` is the one
+rule for a URL, and every message, log record and audit line goes through it,
+so an ``api_base`` or a Redis URL with a password in it can be shown anywhere. Exception messages never reach a log: a message can
 quote a request (a parse error quoting a model's answer, a value in a
 ``ValueError``), and request content is logged only where a policy opts in, in
 the audit log. A logged exception keeps its type and traceback, which is what
@@ -35,6 +38,24 @@ SECRET_TEXT = re.compile(
     r"|\b(?:sk|rk|pk|sess)-[A-Za-z0-9_-]{12,}"
     r"|\bAKIA[0-9A-Z]{16}\b")
 _MIN_SECRET_LEN = 8  # shorter literals would redact ordinary words
+# A URL's userinfo (``scheme://user:pass@``): everything between the scheme and the last
+# ``@`` before the host ends, whatever characters a password holds.
+URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]+@")
+# Query parameters that carry a credential (``?key=``, ``&api_key=``, ``&sig=``), as some
+# providers (Gemini, Azure SAS URLs) take them.
+URL_SECRET_PARAM = re.compile(
+    r"(?i)([?&](?:[a-z0-9_.-]*(?:key|token|secret|password|passwd|sig|signature|auth)[a-z0-9_.-]*)=)[^&#\s'\"]+")
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit to show: userinfo and credential-named query values replaced by
+    ``[redacted]``; scheme, host, port and path stay (they are what a reader needs)::
+
+        redact_url("https://bob:hunter2@proxy.local/v1?api_key=x")
+        # 'https://[redacted]@proxy.local/v1?api_key=[redacted]'
+    """
+    return URL_SECRET_PARAM.sub(lambda m: m.group(1) + REDACTED,
+                                URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", url))
 
 
 def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
@@ -66,6 +87,8 @@ def _scrub(text: str, literals: Sequence[str]) -> str:
     for secret in literals:
         if secret in text:
             text = text.replace(secret, REDACTED)
+    if "://" in text:
+        text = redact_url(text)
     return SECRET_TEXT.sub(REDACTED, text)
 
 

@@ -1,7 +1,8 @@
 """``GET /v1/models``: the models this gateway routes.
 
 The configured models, plus whatever the default upstream lists (asked with
-the configured key, or the caller's own in passthrough). The default
+the configured key, or the caller's own in passthrough), unless
+``strict_models`` says only the configured ones are served. The default
 upstream's failure to answer is not the caller's problem: its models are
 simply left out.
 """
@@ -25,7 +26,7 @@ LIST_TIMEOUT_S = 3.0
 class ModelCatalog:
     def __init__(self, settings: Settings, session: aiohttp.ClientSession) -> None:
         self._configured = sorted(settings.models)
-        self._base = settings.upstream_base_url
+        self._base = None if settings.strict_models else settings.upstream_base_url
         self._key = settings.upstream_api_key
         self._session = session
         self._created = int(time.time())

@@ -10,7 +10,9 @@ Streams are relayed chunk by chunk as they arrive; nothing is buffered.
 A provider's error passes through with its status, headers and JSON body
 unchanged; an error body that is not JSON (a load balancer's HTML page) is
 put in OpenAI's error shape, so clients can always parse it. The key goes in
-the route's :class:`~gateway.upstream.base.KeyScheme`.
+the route's :class:`~gateway.upstream.base.KeyScheme`. A URL in Sieve's
+own errors is shown through ``redact_url``: an ``api_base`` may carry
+credentials (``https://user:pass@proxy``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import aiohttp
 import orjson
 
 from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.telemetry.redaction import redact_url
 from gateway.upstream.base import KeyScheme, ResolvedRoute, UpstreamResponse
 from gateway.wire.call import ChatCall, Identity
 from gateway.wire.keys import client_provider_key
@@ -39,13 +42,40 @@ _DROP_RESPONSE = frozenset((
 ))
 
 
-def forward_headers(incoming: Mapping[str, str], key: Mapping[str, str]) -> dict[str, str]:
-    """Headers for the provider: the client's, minus hop-by-hop, x-sieve-* and its own key
-    headers, plus ``key`` (:func:`key_headers`). ``accept-encoding: identity``: bytes are
-    relayed as they come (and read for usage), so the provider must not compress them
-    (aiohttp would ask for gzip)."""
-    out = {k: v for k, v in incoming.items()
-           if k not in _DROP_REQUEST and k != "authorization" and not k.startswith("x-sieve-")}
+# With the gateway's key, only these client headers go to the provider: how to answer
+# (accept, API versions and betas), who the software is (user-agent, the SDKs'
+# x-stainless-*), and retry identity (idempotency keys). Whatever steers billing or
+# identity at the provider (OpenAI-Organization, OpenAI-Project) or describes the
+# client's network (X-Forwarded-For, Forwarded) stays here: the org pays, the tenant
+# must not pick which provider org or project is billed.
+FORWARDED_WITH_GATEWAY_KEY = frozenset((
+    "accept", "user-agent", "idempotency-key", "x-client-request-id", "openai-beta",
+    "anthropic-version", "anthropic-beta", "session-id",
+))
+FORWARDED_PREFIX_WITH_GATEWAY_KEY = "x-stainless-"
+
+
+def provider_headers(route: ResolvedRoute, identity: Identity, incoming: Mapping[str, str]) -> dict[str, str]:
+    """Headers for the provider of ``route``: :func:`forward_headers` with the key
+    :func:`key_headers` picks; the client's own headers go along only with its own key."""
+    key = key_headers(route, identity, incoming)
+    return forward_headers(incoming, key, clients_key=not route.api_key and bool(key))
+
+
+def forward_headers(incoming: Mapping[str, str], key: Mapping[str, str], *, clients_key: bool = False) -> dict[str, str]:
+    """Headers for the provider, plus ``key`` (:func:`key_headers`). ``clients_key``: the key is
+    the caller's own provider key (passthrough, open gateway), so the caller's headers go
+    along (its own org and project included), minus hop-by-hop, x-sieve-* and its key
+    headers. Otherwise the key is the gateway's (or there is none) and only
+    :data:`FORWARDED_WITH_GATEWAY_KEY` pass. ``accept-encoding: identity``: bytes are relayed
+    as they come (and read for usage), so the provider must not compress them (aiohttp
+    would ask for gzip)."""
+    if clients_key:
+        out = {k: v for k, v in incoming.items()
+               if k not in _DROP_REQUEST and k != "authorization" and not k.startswith("x-sieve-")}
+    else:
+        out = {k: v for k, v in incoming.items()
+               if k in FORWARDED_WITH_GATEWAY_KEY or k.startswith(FORWARDED_PREFIX_WITH_GATEWAY_KEY)}
     out.update(key)
     out["content-type"] = "application/json"
     out["accept-encoding"] = "identity"
@@ -110,7 +140,7 @@ class OpenAICompatibleUpstream:
                                               sock_read=read_timeout_s)
 
     async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
-        headers = forward_headers(call.headers, key_headers(route, call.identity, call.headers))
+        headers = provider_headers(route, call.identity, call.headers)
         return await self._request("POST", route.url or "", orjson.dumps(body), headers, body.get("stream") is True)
 
     async def relay(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str]) -> UpstreamResponse:
@@ -125,9 +155,9 @@ class OpenAICompatibleUpstream:
         try:
             resp = await self._session.request(method, url, data=body, headers=headers, timeout=self._timeout)
         except asyncio.TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream did not answer in time: {url}") from exc
+            raise UpstreamTimeout(f"upstream did not answer in time: {redact_url(url)}") from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamUnavailable(f"cannot reach upstream {url}: {exc.__class__.__name__}") from exc
+            raise UpstreamUnavailable(f"cannot reach upstream {redact_url(url)}: {exc.__class__.__name__}") from exc
         headers_out = relay_headers(resp.headers)
         if stream is None:
             stream = resp.content_type == "text/event-stream"
@@ -135,7 +165,7 @@ class OpenAICompatibleUpstream:
             try:
                 payload = await resp.read()
             except asyncio.TimeoutError as exc:
-                raise UpstreamTimeout(f"upstream stopped answering: {url}") from exc
+                raise UpstreamTimeout(f"upstream stopped answering: {redact_url(url)}") from exc
             except aiohttp.ClientError as exc:
                 raise UpstreamUnavailable(f"upstream connection broke: {exc.__class__.__name__}") from exc
             finally:
@@ -151,7 +181,7 @@ async def _relay(resp: aiohttp.ClientResponse, url: str) -> AsyncIterator[bytes]
         async for chunk in resp.content.iter_any():
             yield chunk
     except asyncio.TimeoutError as exc:
-        raise UpstreamTimeout(f"upstream stream stalled: {url}") from exc
+        raise UpstreamTimeout(f"upstream stream stalled: {redact_url(url)}") from exc
     except aiohttp.ClientError as exc:
         raise UpstreamUnavailable(f"upstream stream broke before it finished ({exc.__class__.__name__}): "
                                   "the answer is incomplete") from exc

@@ -2,7 +2,9 @@
 
 Chat Completions and Responses requests are routed by model: configured
 models first; any other model goes to the default OpenAI-compatible upstream
-(``SIEVE_UPSTREAM_BASE_URL``) when there is one, else it is unknown (404).
+(``SIEVE_UPSTREAM_BASE_URL``) when there is one, else it is unknown (404). With ``strict_models`` only the configured models
+are served: any other is unknown (404 ``model_not_found``), default upstream or
+not, so a client cannot run up a bill on a model nobody chose.
 Without a configured key the client's own key is forwarded (passthrough).
 Each route's :class:`RouteKind` picks its transport. Anthropic Messages
 requests go to ``SIEVE_ANTHROPIC_BASE_URL`` whatever their model: Sieve
@@ -36,6 +38,7 @@ class ModelRouter:
         self._default_key = settings.upstream_api_key
         self._anthropic_url = settings.anthropic_base_url.rstrip("/") + ANTHROPIC_PATH
         self._anthropic_key = settings.anthropic_api_key
+        self._strict = settings.strict_models
         self._upstreams = dict(upstreams)
         self._cache: dict[tuple[str, WireFormat], ResolvedRoute] = {}
 
@@ -74,6 +77,9 @@ class ModelRouter:
     def _resolve_openai(self, model: str, fmt: WireFormat) -> ResolvedRoute:
         route = self._models.get(model)
         if route is None:
+            if self._strict:
+                raise UnknownModel(f"model {model!r} is not served by this gateway (strict_models; models: "
+                                   f"{', '.join(self.configured) or 'none configured'})", param="model")
             if not self._default_base:
                 known = ", ".join(self.configured) or "none configured"
                 raise UnknownModel(f"model {model!r} is not routed by this gateway (models: {known})",

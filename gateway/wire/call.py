@@ -68,3 +68,7 @@ class ChatCall:
     def sent_body(self) -> dict[str, Any]:
         """The body as the client sent it, in its own format."""
         return self.native if self.native is not None else self.body
+    # The route template it came by (the access line's ``route``), and whether it was sent
+    # upstream: its access line is then the accounting's to write (gateway.telemetry.access_log).
+    route: str = ""
+    forwarded: bool = False

@@ -20,7 +20,9 @@ from gateway.pruning.vocabulary import Strategy
 
 MAX_TARGET_TOKENS = 10_000_000
 MAX_GOAL_CHARS = 8_192
-MAX_CONVERSATION_ID_CHARS = 512
+# In bytes, as the header arrives (a header value is bytes; Starlette reads them as Latin-1, one
+# character per byte): what the id costs to keep is its bytes, however a client encodes it.
+MAX_CONVERSATION_ID_BYTES = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +42,19 @@ def parse_sieve_headers(headers: Mapping[str, str]) -> SieveHeaders:
     if goal is not None and len(goal) > MAX_GOAL_CHARS:
         raise InvalidRequest(f"x-sieve-goal is longer than {MAX_GOAL_CHARS} characters", param="x-sieve-goal")
     conversation = headers.get("x-sieve-conversation-id") or None
-    if conversation is not None and len(conversation) > MAX_CONVERSATION_ID_CHARS:
-        raise InvalidRequest(f"x-sieve-conversation-id is longer than {MAX_CONVERSATION_ID_CHARS} characters",
+    if conversation is not None and (size := _bytes_sent(conversation)) > MAX_CONVERSATION_ID_BYTES:
+        raise InvalidRequest(f"x-sieve-conversation-id is {size} bytes; the limit is {MAX_CONVERSATION_ID_BYTES} bytes",
                              param="x-sieve-conversation-id")
     return SieveHeaders(target_tokens, strategy, goal, conversation)
+
+
+def _bytes_sent(value: str) -> int:
+    """The bytes a header value took on the wire: a server's headers hold them one character per
+    byte (Latin-1); a value built in Python (the CLI) is counted as UTF-8."""
+    try:
+        return len(value.encode("latin-1"))
+    except UnicodeEncodeError:
+        return len(value.encode("utf-8"))
 
 
 def _target_tokens(value: str | None) -> int | None:

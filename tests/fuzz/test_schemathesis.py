@@ -57,8 +57,10 @@ def tally() -> Iterator[dict[str, collections.Counter]]:
 def sieve(start_gateway, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture) -> Iterator[GatewayServer]:
     # A budget so that every chat case also reserves and settles; large enough never to run out
     # (a 429 stays possible, and documented, for a max_tokens larger than the whole budget).
+    # Key-guess throttling off: every case is also sent without a key, from one address, and each
+    # must answer for itself (tests/integration/test_auth_throttle.py covers the throttle).
     gateway = start_gateway(virtual_keys=({"key": VIRTUAL_KEY, "org": "fuzz"},), admin_key=ADMIN_KEY,
-                            budgets={"orgs": {"fuzz": {"day": 10**12}}})
+                            budgets={"orgs": {"fuzz": {"day": 10**12}}}, auth_failure_limit=0)
     yield gateway
     gateway.wait_idle()  # deferred accounting runs after the response; its failures count too
     records = caplog.get_records("call") + caplog.get_records("teardown")  # .records is this phase's only

@@ -14,7 +14,7 @@ from gateway.errors import InvalidRequest, SieveError
 from gateway.pruning.policy import STRATEGIES
 from gateway.settings import OPS_ROUTES, Settings
 from gateway.wire.chat import check_chat_body
-from gateway.wire.headers import MAX_CONVERSATION_ID_CHARS, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
+from gateway.wire.headers import MAX_CONVERSATION_ID_BYTES, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
 
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
@@ -136,7 +136,7 @@ def test_the_chat_routes_document_body_headers_and_stream(served) -> None:
     assert parameters["XSieveTargetTokens"]["schema"]["maximum"] == MAX_TARGET_TOKENS
     assert parameters["XSieveStrategy"]["schema"]["enum"] == list(STRATEGIES)
     assert parameters["XSieveGoal"]["schema"]["maxLength"] == MAX_GOAL_CHARS
-    assert parameters["XSieveConversationId"]["schema"]["maxLength"] == MAX_CONVERSATION_ID_CHARS
+    assert parameters["XSieveConversationId"]["schema"]["maxLength"] == MAX_CONVERSATION_ID_BYTES
     request = served["components"]["schemas"]["ChatCompletionRequest"]
     assert set(request["required"]) == {"model", "messages"} and request["additionalProperties"] is True
     for path in CHAT_PATHS:

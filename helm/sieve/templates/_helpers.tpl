@@ -53,7 +53,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* True ("true") when the chart itself must create the Secret: some inline value is set. */}}
 {{- define "sieve.createSecret" -}}
 {{- $s := .Values.secrets }}
-{{- if or $s.providerKeys.values (and $s.adminKey.value (not $s.adminKey.existingSecret)) (and $s.virtualKeys.value (not $s.virtualKeys.existingSecret)) }}true{{ end }}
+{{- if or $s.providerKeys.values (and $s.adminKey.value (not $s.adminKey.existingSecret)) (and $s.virtualKeys.value (not $s.virtualKeys.existingSecret)) (and $s.metricsKey.value (not $s.metricsKey.existingSecret)) }}true{{ end }}
 {{- end }}
 
 {{- define "sieve.adminKeySecret" -}}
@@ -68,38 +68,57 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if or .Values.secrets.adminKey.existingSecret .Values.secrets.adminKey.value }}true{{ end }}
 {{- end }}
 
+{{- define "sieve.metricsKeySecret" -}}
+{{- default (include "sieve.fullname" .) .Values.secrets.metricsKey.existingSecret }}
+{{- end }}
+
+{{/* True when a metrics key is configured: /metrics is then closed and scraped with it. */}}
+{{- define "sieve.hasMetricsKey" -}}
+{{- if or .Values.secrets.metricsKey.existingSecret .Values.secrets.metricsKey.value }}true{{ end }}
+{{- end }}
+
 {{- define "sieve.hasVirtualKeys" -}}
 {{- if or .Values.secrets.virtualKeys.existingSecret .Values.secrets.virtualKeys.value }}true{{ end }}
 {{- end }}
 
-{{/* True when some shared Redis is configured (external URL, its Secret, or the bundled chart). */}}
+{{/* True when some shared Redis is configured (external URL, its Secret, or the bundled Valkey). */}}
 {{- define "sieve.hasRedis" -}}
 {{- if or .Values.redis.enabled .Values.redis.url .Values.redis.existingSecret }}true{{ end }}
 {{- end }}
 
-{{/* Bitnami's fullname for the bundled chart (its master Service is <this>-master). */}}
-{{- define "sieve.bundledRedisFullname" -}}
-{{- if contains "redis" .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
-{{- else }}
-{{- printf "%s-redis" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{/* The chart's own Valkey (redis.enabled): its Deployment, Service and password Secret. */}}
+{{- define "sieve.valkeyName" -}}
+{{- printf "%s-valkey" (include "sieve.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{- define "sieve.valkeySelectorLabels" -}}
+app.kubernetes.io/name: {{ include "sieve.name" . }}-valkey
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Not sieve.labels: the ServiceMonitor and the PodDisruptionBudget select Sieve's own by those. */}}
+{{- define "sieve.valkeyLabels" -}}
+helm.sh/chart: {{ include "sieve.chart" . }}
+{{ include "sieve.valkeySelectorLabels" . }}
+app.kubernetes.io/component: state
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sieve
 {{- end }}
 
 {{/*
-Environment for the Redis URL. The bundled chart's password comes from its
+Environment for the Redis URL. The bundled Valkey's password comes from its
 Secret and is spliced into the URL by Kubernetes' $(VAR) expansion, so it never
 appears in the rendered manifest.
 */}}
 {{- define "sieve.redisEnv" -}}
 {{- $r := .Values.redis }}
 {{- if $r.enabled }}
-{{- $host := printf "%s-master" (include "sieve.bundledRedisFullname" .) }}
+{{- $host := include "sieve.valkeyName" . }}
 {{- if $r.auth.enabled }}
 - name: SIEVE_REDIS_PASSWORD
   valueFrom:
     secretKeyRef:
-      name: {{ default (include "sieve.bundledRedisFullname" .) $r.auth.existingSecret }}
+      name: {{ default (include "sieve.valkeyName" .) $r.auth.existingSecret }}
       key: {{ $r.auth.existingSecretPasswordKey }}
 - name: SIEVE_REDIS_URL
   value: {{ printf "redis://:$(SIEVE_REDIS_PASSWORD)@%s:6379/0" $host | quote }}
