@@ -283,7 +283,9 @@ class Health(Listed):
 
 
 class Readiness(Listed):
-    status: Literal["ready"]
+    status: Literal["ready", "degraded"]
+    degraded: list[str] | None = Field(None, description="Present when `status` is `degraded`: what this replica "
+                                                         "serves without (Redis, under a fail-open policy).")
 
 
 class OpenAPIDocument(Wire):
