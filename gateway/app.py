@@ -1,18 +1,20 @@
 """create_app(settings): wires everything; the lifespan owns clients and stores.
+uvicorn_config(app, settings): how uvicorn serves it (``sieve serve`` and the tests' server).
 
 ::
 
     app = create_app(Settings.from_env())
-    uvicorn.run(app, host="127.0.0.1", port=8080)
+    uvicorn.Server(uvicorn_config(app, settings)).run()
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import orjson
+import uvicorn
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -20,6 +22,7 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
 
 from gateway.api.admin import ADMIN_ROUTES
+from gateway.api.connections import header_bound_protocol, raw_header_bound
 from gateway.api.openapi import describe
 from gateway.api.responses import (handle_client_disconnect, handle_http_error, handle_sieve_error, handle_unexpected,
                                    handle_validation_error)
@@ -56,3 +59,14 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> FastAPI:
                                       ClientDisconnect: handle_client_disconnect, Exception: handle_unexpected})
     app.state.openapi_json = orjson.dumps(describe(app))
     return app
+
+
+def uvicorn_config(app: FastAPI, settings: Settings, **overrides: Any) -> uvicorn.Config:
+    """uvicorn's config for ``app``: Sieve's bind, the header bounds of every connection
+    (:mod:`gateway.api.connections`) and the graceful shutdown's grace."""
+    options: dict[str, Any] = dict(
+        host=settings.host, port=settings.port, log_level=settings.log_level, loop="auto",
+        http=header_bound_protocol(settings.header_timeout_s, raw_header_bound(settings.max_header_bytes)),
+        access_log=False, timeout_graceful_shutdown=settings.shutdown_grace_s)
+    options.update(overrides)
+    return uvicorn.Config(app, **options)

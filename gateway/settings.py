@@ -24,6 +24,9 @@ SIEVE_METRICS_KEY               a key that reads the closed ops routes (besides 
 SIEVE_MAX_BODY_BYTES            request body limit (default 32 MiB)
 SIEVE_BODY_TIMEOUT_S            time to receive a request body (default 60; then 408)
 SIEVE_MAX_HEADER_BYTES          all request headers together (default 32 KiB)
+SIEVE_HEADER_TIMEOUT_S          time for a request's headers to arrive, from the connection's
+                                opening or the previous response's end (default 10; then 408
+                                and the connection is closed)
 SIEVE_MAX_MESSAGES              messages per request (default 20,000)
 SIEVE_MAX_CONTENT_PARTS         content parts per message (default 1,024)
 SIEVE_MAX_MESSAGE_CHARS         text characters per message (default 4,000,000)
@@ -102,6 +105,7 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     max_header_bytes: int = 32 * 1024
     body_timeout_s: float = 60.0
+    header_timeout_s: float = 10.0
     max_messages: int = 20_000
     max_content_parts: int = 1_024
     max_message_chars: int = 4_000_000
@@ -143,6 +147,7 @@ class Settings:
             max_body_bytes=_int(env, "SIEVE_MAX_BODY_BYTES", cls.max_body_bytes),
             max_header_bytes=_int(env, "SIEVE_MAX_HEADER_BYTES", cls.max_header_bytes),
             body_timeout_s=_float(env, "SIEVE_BODY_TIMEOUT_S", cls.body_timeout_s),
+            header_timeout_s=_float(env, "SIEVE_HEADER_TIMEOUT_S", cls.header_timeout_s),
             max_messages=_int(env, "SIEVE_MAX_MESSAGES", cls.max_messages),
             max_content_parts=_int(env, "SIEVE_MAX_CONTENT_PARTS", cls.max_content_parts),
             max_message_chars=_int(env, "SIEVE_MAX_MESSAGE_CHARS", cls.max_message_chars),
@@ -177,6 +182,9 @@ class Settings:
                      "max_message_chars", "max_json_depth"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
+        for name in ("body_timeout_s", "header_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"SIEVE_{name.upper()} must be a positive number of seconds")
         if self.token_engine is not None and self.token_engine not in TOKEN_ENGINES:
             raise ConfigError(f"SIEVE_TOKEN_ENGINE must be one of {', '.join(TOKEN_ENGINES)}, "
                               f"not {self.token_engine!r}")
