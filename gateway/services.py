@@ -132,9 +132,11 @@ def _http_session() -> aiohttp.ClientSession:
 
 
 def _router(settings: Settings, session: aiohttp.ClientSession) -> ModelRouter:
-    fast_path = OpenAICompatibleUpstream(session, settings.upstream_timeout_s, settings.upstream_connect_timeout_s)
+    fast_path = OpenAICompatibleUpstream(session, settings.upstream_timeout_s, settings.upstream_connect_timeout_s,
+                                         settings.max_upstream_body_bytes)
     return ModelRouter(settings, {RouteKind.OPENAI: fast_path,
-                                  RouteKind.LITELLM: LiteLLMUpstream(settings.upstream_timeout_s)})
+                                  RouteKind.LITELLM: LiteLLMUpstream(settings.upstream_timeout_s,
+                                                                  settings.max_upstream_body_bytes)})
 
 
 def _pruner(settings: Settings, stores: Stores, session: aiohttp.ClientSession, metrics: Metrics,

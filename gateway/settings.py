@@ -35,6 +35,9 @@ SIEVE_STATE_MAX_ENTRIES         in-memory conversation store bound (default 1000
 SIEVE_STATE_MAX_BYTES           ... and its size bound (default 256 MiB); LRU beyond
 SIEVE_UPSTREAM_TIMEOUT_S        upstream read timeout (default 600)
 SIEVE_UPSTREAM_CONNECT_TIMEOUT_S  upstream connect timeout (default 10)
+SIEVE_MAX_UPSTREAM_BODY_BYTES   largest non-stream answer (or error body) read from a provider
+                                (default 32 MiB; larger: 502, nothing relayed; streams are relayed
+                                as they come and never held whole)
 SIEVE_SCORER_API_KEY            key for the LLM scorer model (policies name the model)
 SIEVE_AUDIT_LOG                 path of the JSON-lines audit log, "-" = stdout
 SIEVE_LOG_LEVEL                 default "info"
@@ -114,6 +117,7 @@ class Settings:
     state_max_bytes: int = 256 * 1024 * 1024
     upstream_timeout_s: float = 600.0
     upstream_connect_timeout_s: float = 10.0
+    max_upstream_body_bytes: int = 32 * 1024 * 1024
     audit_log: str | None = None
     log_level: str = "info"
     scorer_api_key: str | None = None
@@ -158,6 +162,7 @@ class Settings:
             upstream_connect_timeout_s=_float(
                 env, "SIEVE_UPSTREAM_CONNECT_TIMEOUT_S", cls.upstream_connect_timeout_s
             ),
+            max_upstream_body_bytes=_int(env, "SIEVE_MAX_UPSTREAM_BODY_BYTES", cls.max_upstream_body_bytes),
             audit_log=env.get("SIEVE_AUDIT_LOG") or None,
             scorer_api_key=env.get("SIEVE_SCORER_API_KEY") or None,
             log_level=env.get("SIEVE_LOG_LEVEL", cls.log_level),
@@ -179,7 +184,7 @@ class Settings:
             raise ConfigError(f"SIEVE_OPEN_ROUTES: {', '.join(unknown)} cannot be open; "
                               f"only {', '.join(OPS_ROUTES)} can (every other route needs a key)")
         for name in ("max_body_bytes", "max_header_bytes", "max_messages", "max_content_parts",
-                     "max_message_chars", "max_json_depth"):
+                     "max_message_chars", "max_json_depth", "max_upstream_body_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
         for name in ("body_timeout_s", "header_timeout_s"):

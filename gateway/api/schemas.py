@@ -347,7 +347,8 @@ ERRORS: dict[str, tuple[int, str]] = {
                             "window, limit, remaining tokens and reset time, and the response carries `Retry-After`."),
     "HeadersTooLarge": (431, "The request headers together exceed the gateway's limit (`headers_too_large`)."),
     "UpstreamUnavailable": (502, "The provider could not be reached, or its connection broke "
-                                 "(`upstream_unavailable`)."),
+                                 "(`upstream_unavailable`), or its whole answer exceeded the gateway's limit "
+                                 "(`upstream_response_too_large`)."),
     "ServiceUnavailable": (503, "A required store (Redis) is unreachable and the policy is fail-closed, or the "
                                 "key store is down for a key not in the keys file (`store_unavailable`); or the "
                                 "gateway is shutting down and its grace period ended before the request was "
