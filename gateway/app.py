@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 from typing import Any, AsyncIterator
 
 import orjson
@@ -33,6 +34,8 @@ from gateway.services import Services
 from gateway.settings import Settings
 from gateway.telemetry.metrics import Metrics
 
+LOCK_SWITCH_INTERVAL_S = 0.001
+
 
 def create_app(settings: Settings, metrics: Metrics | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
@@ -43,6 +46,13 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> FastAPI:
         # collector's reach, so full collections on the request path stay short.
         gc.collect()
         gc.freeze()
+        # Big bodies are pruned in worker threads (gateway.big_bodies) that share the interpreter
+        # lock with the event loop. The loop asks for the lock again after each wait for I/O,
+        # several times per request, and a thread waiting for it is served only after the
+        # switch interval (5 ms by default): small chats beside a big prune slow down by that
+        # much each time. At 1 ms the loop gets its turn sooner (BENCHMARKS.md, "Big bodies");
+        # with no thread waiting the interval changes nothing.
+        sys.setswitchinterval(LOCK_SWITCH_INTERVAL_S)
         try:
             yield
         finally:

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from gateway.accounting import Accountant
+from gateway.big_bodies import BigBodies
 from gateway.budget_guard import BudgetGuard
 from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
@@ -80,6 +81,7 @@ class Services:
     session: aiohttp.ClientSession
     audit: AuditLog
     limits: WireLimits
+    big_bodies: BigBodies   # the bound on big prunes in flight, and the heap trim after them
 
     @property
     def metrics(self) -> Metrics:
@@ -103,12 +105,14 @@ class Services:
         audit = AuditLog.open(settings.audit_log, secrets=configured_secrets(settings))
         session = _http_session()
         deferred = Deferred()
-        proxy = ChatProxy(router=_router(settings, session), pruner=_pruner(settings, stores, session, metrics, prices),
+        big_bodies = BigBodies(settings.max_prune_bytes_in_flight)
+        pruner = _pruner(settings, stores, session, metrics, prices, big_bodies)
+        proxy = ChatProxy(router=_router(settings, session), pruner=pruner,
                           accountant=Accountant(recorder, prices, budgets, audit), budgets=budgets, deferred=deferred)
         return cls(settings, policies, authenticator, stores, proxy, ModelCatalog(settings, session), recorder,
                    budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
-                              settings.max_json_depth))
+                              settings.max_json_depth, settings.max_request_chars), big_bodies)
 
     async def stop(self) -> None:
         """The end of the lifespan. uvicorn has closed the listener and let open responses
@@ -140,13 +144,13 @@ def _router(settings: Settings, session: aiohttp.ClientSession) -> ModelRouter:
 
 
 def _pruner(settings: Settings, stores: Stores, session: aiohttp.ClientSession, metrics: Metrics,
-            prices: PriceBook) -> Pruner:
+            prices: PriceBook, big_bodies: BigBodies) -> Pruner:
     counters = TokenCounters(engine=settings.token_engine)
     counters.warm()  # load the encodings now, not on the first request
     llm = LLMScorer(session=session, cache=stores.scores, metrics=metrics, prices=prices, counters=counters,
                     api_key=settings.scorer_api_key)
     return Pruner(counters, LocalScorer(), stores.conversations, metrics, llm=llm,
-                  summarizer=Summarizer(llm, prices, metrics))
+                  summarizer=Summarizer(llm, prices, metrics), big=big_bodies)
 
 
 def configured_secrets(settings: Settings) -> list[str]:

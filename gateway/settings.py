@@ -31,6 +31,11 @@ SIEVE_MAX_MESSAGES              messages per request (default 20,000)
 SIEVE_MAX_CONTENT_PARTS         content parts per message (default 1,024)
 SIEVE_MAX_MESSAGE_CHARS         text characters per message (default 4,000,000)
 SIEVE_MAX_JSON_DEPTH            nesting depth of the request body (default 64)
+SIEVE_MAX_REQUEST_CHARS         text characters of all messages together (default 8,000,000:
+                                a 2M-token history)
+SIEVE_MAX_PRUNE_BYTES_IN_FLIGHT bodies over 256 KiB are pruned in a worker thread while their
+                                bytes together stay within this (default 8 MiB; a larger body
+                                is pruned alone); the rest wait their turn
 SIEVE_STATE_MAX_ENTRIES         in-memory conversation store bound (default 10000)
 SIEVE_STATE_MAX_BYTES           ... and its size bound (default 256 MiB); LRU beyond
 SIEVE_UPSTREAM_TIMEOUT_S        upstream read timeout (default 600)
@@ -113,6 +118,8 @@ class Settings:
     max_content_parts: int = 1_024
     max_message_chars: int = 4_000_000
     max_json_depth: int = 64
+    max_request_chars: int = 8_000_000
+    max_prune_bytes_in_flight: int = 8 * 1024 * 1024
     state_max_entries: int = 10_000            # in-memory conversation store (Redis: its maxmemory)
     state_max_bytes: int = 256 * 1024 * 1024
     upstream_timeout_s: float = 600.0
@@ -156,6 +163,8 @@ class Settings:
             max_content_parts=_int(env, "SIEVE_MAX_CONTENT_PARTS", cls.max_content_parts),
             max_message_chars=_int(env, "SIEVE_MAX_MESSAGE_CHARS", cls.max_message_chars),
             max_json_depth=_int(env, "SIEVE_MAX_JSON_DEPTH", cls.max_json_depth),
+            max_request_chars=_int(env, "SIEVE_MAX_REQUEST_CHARS", cls.max_request_chars),
+            max_prune_bytes_in_flight=_int(env, "SIEVE_MAX_PRUNE_BYTES_IN_FLIGHT", cls.max_prune_bytes_in_flight),
             state_max_entries=_int(env, "SIEVE_STATE_MAX_ENTRIES", cls.state_max_entries),
             state_max_bytes=_int(env, "SIEVE_STATE_MAX_BYTES", cls.state_max_bytes),
             upstream_timeout_s=_float(env, "SIEVE_UPSTREAM_TIMEOUT_S", cls.upstream_timeout_s),
@@ -184,7 +193,8 @@ class Settings:
             raise ConfigError(f"SIEVE_OPEN_ROUTES: {', '.join(unknown)} cannot be open; "
                               f"only {', '.join(OPS_ROUTES)} can (every other route needs a key)")
         for name in ("max_body_bytes", "max_header_bytes", "max_messages", "max_content_parts",
-                     "max_message_chars", "max_json_depth", "max_upstream_body_bytes"):
+                     "max_message_chars", "max_json_depth", "max_upstream_body_bytes", "max_request_chars",
+                     "max_prune_bytes_in_flight"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
         for name in ("body_timeout_s", "header_timeout_s"):
