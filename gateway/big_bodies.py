@@ -17,7 +17,9 @@ in the process's heap, and its RSS stays at the peak for good.
 ::
 
     big = BigBodies(max_bytes=8 * 1024 * 1024)
-    async with big.slot(call, call.body_bytes):      # waits for room; call's memory watched
+    big.watch(request)                          # a big body was read: trim once request and call are gone
+    big.watch(call)
+    async with big.slot(call.body_bytes):       # waits for room
         result = await asyncio.to_thread(prune, ...)
 """
 
@@ -62,11 +64,17 @@ class BigBodies:
         self._trim = trim if trim is not None else _malloc_trim()
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    def watch(self, owner: Any) -> None:
+        """``owner`` holds a big body (the HTTP request, the parsed call): once it and every
+        other watched owner are freed, the heap is trimmed. Refused bodies count too: parsing
+        one costs as much memory as pruning a smaller one."""
+        self._loop = asyncio.get_running_loop()
+        self.alive += 1
+        weakref.finalize(owner, self._freed)
+
     @contextlib.asynccontextmanager
-    async def slot(self, owner: Any, size: int) -> AsyncIterator[None]:
-        """Room for ``size`` bytes of pruning, in the order asked; the heap is trimmed once
-        ``owner`` (the request holding the body) is freed and no other big request is left."""
-        self._watch(owner)
+    async def slot(self, size: int) -> AsyncIterator[None]:
+        """Room for ``size`` bytes of pruning, in the order asked."""
         await self._acquire(size)
         try:
             yield
@@ -106,11 +114,6 @@ class BigBodies:
             if not granted.done():
                 self.in_flight += size
                 granted.set_result(None)
-
-    def _watch(self, owner: Any) -> None:
-        self._loop = asyncio.get_running_loop()
-        self.alive += 1
-        weakref.finalize(owner, self._freed)
 
     def _freed(self) -> None:
         # Runs where the last reference went: the loop, or a worker thread.

@@ -174,7 +174,8 @@ class _Run:
     async def prune(self, plan: FrozenPlan | None, scorer: Scorer,
                     scores: Mapping[int, UnitScore] | None = None) -> PruneResult:
         if self.call.body_bytes > THREAD_THRESHOLD_BYTES:
-            async with self.big.slot(self.call, self.call.body_bytes):
+            self.big.watch(self.call)
+            async with self.big.slot(self.call.body_bytes):
                 return await asyncio.to_thread(self._prune, plan, scorer, scores)
         return self._prune(plan, scorer, scores)
 

@@ -36,11 +36,12 @@ def raw_header_bound(max_header_bytes: int) -> int:
     return 2 * max_header_bytes + REQUEST_LINE_ALLOWANCE
 
 
-def header_bound_protocol(timeout_s: float, max_bytes: int) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol (httptools where installed, else h11) with a deadline and a
-    size bound on each request's headers."""
+def header_bound_protocol(timeout_s: float, max_bytes: int,
+                          base: type[asyncio.Protocol] = AutoHTTPProtocol) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (``base``: httptools where installed, else h11) with a deadline
+    and a size bound on each request's headers."""
 
-    class HeaderBoundProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+    class HeaderBoundProtocol(base):  # type: ignore[misc, valid-type]
         _deadline: asyncio.TimerHandle | None = None
         _pending_bytes = 0  # bytes received while the headers are still incomplete
 

@@ -24,6 +24,7 @@ from gateway.api.access import ClientRoute, OpsRoute
 from gateway.api.responses import json_response, reply_response
 from gateway.api.schemas import (ChatCompletion, Health, ModelList, OpenAPIDocument, PruneResponse, Readiness, answers,
                                  steered)
+from gateway.big_bodies import THREAD_THRESHOLD_BYTES
 from gateway.errors import StoreUnavailable
 from gateway.health import readiness
 from gateway.proxy import sieve_headers
@@ -41,6 +42,8 @@ async def _chat_call(request: Request) -> ChatCall:
     request.state.org = identity.org
     raw = await read_body(request.stream(), request.headers.get("content-length"), settings.max_body_bytes,
                           settings.body_timeout_s)
+    if len(raw) > THREAD_THRESHOLD_BYTES:
+        services.big_bodies.watch(request)  # its memory is given back once it is gone, refused or not
     body = parse_body(raw, services.limits.max_json_depth)
     request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
     check_chat_body(body, services.limits)

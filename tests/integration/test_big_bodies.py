@@ -49,3 +49,15 @@ def test_big_prunes_take_turns_within_their_budget_and_memory_is_given_back(star
                for r in responses)  # each was pruned
     assert max(seen) == len(body), max(seen)  # one prune at a time, never two bodies' worth
     assert wait_until(lambda: big.alive == 0 and big.trims >= 1, timeout_s=10), (big.alive, big.trims)
+
+
+def test_a_refused_big_body_gives_its_memory_back_too(start_gateway, upstream) -> None:
+    """Parsing a big body costs memory whether or not it is pruned: the heap is trimmed after a
+    refusal as well."""
+    gw = start_gateway(max_request_chars=100_000)
+    body = orjson.dumps({"model": "gpt-4o-mini", "messages": agent_history(130)})
+    response = gw.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "messages_too_large"
+    big = gw.services.big_bodies
+    assert wait_until(lambda: big.alive == 0 and big.trims == 1, timeout_s=10), (big.alive, big.trims)
+    assert upstream.requests == []

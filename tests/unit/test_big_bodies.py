@@ -15,7 +15,7 @@ class Owner:
 
 
 async def hold(big: BigBodies, size: int, order: list[str], name: str, release: asyncio.Event) -> None:
-    async with big.slot(Owner(), size):
+    async with big.slot(size):
         order.append(name)
         await release.wait()
 
@@ -79,10 +79,8 @@ def test_the_heap_is_trimmed_once_the_last_big_request_is_freed() -> None:
         trims = []
         big = BigBodies(max_bytes=100, trim=lambda: trims.append(1))
         first, second = Owner(), Owner()
-        async with big.slot(first, 10):
-            pass
-        async with big.slot(second, 10):
-            pass
+        big.watch(first)
+        big.watch(second)
         del first
         gc.collect()
         await asyncio.sleep(0.05)
