@@ -18,6 +18,12 @@ Starts the fake upstream and Sieve (``python -m gateway.cli serve``), then, per 
 
 Prints one table: small-chat p50/p99 alone and with the big bodies in flight, the big
 requests' statuses and latencies, RSS. See bench/README.md.
+
+With ``--answer-mb N`` the big part is the provider's instead: the fake upstream (in this
+process) answers every chat with about N MB, ``--big`` small requests are sent at once,
+and the table has their statuses and Sieve's RSS::
+
+    python bench/big_bodies.py --answer-mb 50 --against f140f64
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from bench.overhead import Server, against_tree, pct, rss_mb  # noqa: E402
 from tests.conversations import agent_history  # noqa: E402
+from tests.fake_upstream import FakeUpstream, Reply  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 MODEL = "gpt-4o-mini"
@@ -106,6 +113,23 @@ async def measure(server: Server, body: bytes, a: argparse.Namespace) -> dict:
             "rss": (before, peak[0], after)}
 
 
+async def measure_answers(server: Server, a: argparse.Namespace) -> list[str]:
+    """``--big`` small requests at once, each answered with ``--answer-mb`` MB: statuses and RSS."""
+    url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        before = rss_mb(server.pid)
+        done, peak = asyncio.Event(), [before]
+        sampler = asyncio.create_task(sample_rss(server.pid, peak, done))
+        answers = await asyncio.gather(*(big_request(session, url, SMALL, i) for i in range(a.big)))
+        done.set()
+        await sampler
+        await asyncio.sleep(a.settle_s)
+        after = rss_mb(server.pid)
+    statuses = ",".join(str(status) for status in sorted({status for status, _, _ in answers}))
+    took = [t for _, t, _ in answers]
+    return [statuses, f"{min(took):.1f}-{max(took):.1f}", f"{before:.0f}", f"{peak[0]:.0f}", f"{after:.0f}"]
+
+
 def ms(xs: list[float], q: float) -> str:
     return f"{pct(xs, q) * 1e3:.0f}" if xs else "-"
 
@@ -119,9 +143,10 @@ def report(name: str, r: dict) -> list[str]:
             f"{min(took):.1f}-{max(took):.1f}", f"{before:.0f}", f"{peak:.0f}", f"{after:.0f}"]
 
 
-def print_table(rows: list[list[str]]) -> None:
-    cols = ["tree", "alone p50 ms", "p99", "in flight p50 ms", "p99", "n", "after p50 ms", "big status",
-            "big s", "RSS before MB", "peak", "after"]
+def print_table(rows: list[list[str]], answers: bool = False) -> None:
+    cols = ["tree", "status", "s", "RSS before MB", "peak", "after"] if answers else [
+        "tree", "alone p50 ms", "p99", "in flight p50 ms", "p99", "n", "after p50 ms", "big status", "big s",
+        "RSS before MB", "peak", "after"]
     lines = [cols, *rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
     for line in lines:
@@ -129,21 +154,33 @@ def print_table(rows: list[list[str]]) -> None:
 
 
 async def amain(a: argparse.Namespace, against: Path | None) -> None:
-    messages = agent_history(a.steps, output_lines=a.output_lines)
-    body = orjson.dumps({"model": MODEL, "messages": messages})
-    print(f"# big body: {len(messages)} messages, {len(body) / 1e6:.1f} MB; {a.big} at once", file=sys.stderr)
-    upstream_port = free_port()
-    upstream = Server("fake-upstream", [sys.executable, "-m", "tests.fake_upstream", "--port", str(upstream_port),
-                                        "--latency-ms", str(a.latency_ms)], upstream_port, "/v1/models")
+    if a.answer_mb:
+        body = b""
+        print(f"# {a.big} requests at once, each answered with ~{a.answer_mb} MB", file=sys.stderr)
+        answer = Reply(content="x" * int(a.answer_mb * 1e6))
+        upstream: Server | FakeUpstream = FakeUpstream(record=False, default=answer).start()
+        upstream_port = upstream.port
+    else:
+        messages = agent_history(a.steps, output_lines=a.output_lines)
+        body = orjson.dumps({"model": MODEL, "messages": messages})
+        print(f"# big body: {len(messages)} messages, {len(body) / 1e6:.1f} MB; {a.big} at once", file=sys.stderr)
+        upstream_port = free_port()
+        upstream = Server("fake-upstream", [sys.executable, "-m", "tests.fake_upstream", "--port",
+                                            str(upstream_port), "--latency-ms", str(a.latency_ms)],
+                          upstream_port, "/v1/models")
     rows = []
     try:
-        await upstream.wait_ready(30)
+        if isinstance(upstream, Server):
+            await upstream.wait_ready(30)
         trees = [("this tree", ROOT)] + ([(f"{a.against}", against)] if against is not None else [])
         for name, tree in trees:
             server = start_sieve(tree, upstream_port, "sieve" if tree == ROOT else "base",
                                  dict(pair.split("=", 1) for pair in a.env))
             try:
                 await server.wait_ready(60)
+                if a.answer_mb:
+                    rows.append([name, *await measure_answers(server, a)])
+                    continue
                 result = await measure(server, body, a)
             finally:
                 server.stop()
@@ -154,7 +191,7 @@ async def amain(a: argparse.Namespace, against: Path | None) -> None:
             print(f"# {name}: done", file=sys.stderr)
     finally:
         upstream.stop()
-    print_table(rows)
+    print_table(rows, answers=bool(a.answer_mb))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -165,6 +202,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--alone-s", type=float, default=10.0, help="seconds of small chats alone (before and after)")
     p.add_argument("--settle-s", type=float, default=5.0, help="seconds after the last big answer before RSS is read")
     p.add_argument("--latency-ms", type=float, default=20.0, help="the fake upstream's latency")
+    p.add_argument("--answer-mb", type=float, default=0.0,
+                   help="instead: the provider answers every chat with this many MB (non-stream)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="an environment variable for every Sieve started (repeatable), e.g. a SIEVE_* setting")
     p.add_argument("--against", help="also measure Sieve from this git revision or tree path, after this tree")

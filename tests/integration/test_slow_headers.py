@@ -88,8 +88,12 @@ def test_the_next_request_on_a_kept_alive_connection_gets_the_same_deadline(star
     conn = connect(gw.port)
     conn.setblocking(True)
     conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: sieve\r\n\r\n")
-    first = conn.recv(65536)
-    assert first.startswith(b"HTTP/1.1 200") and b'{"status":"ok"}' in first
+    first = b""
+    while not first.endswith(b'{"status":"ok"}'):  # the head and the body may come in two segments
+        chunk = conn.recv(65536)
+        assert chunk, first
+        first += chunk
+    assert first.startswith(b"HTTP/1.1 200")
     conn.setblocking(False)
     conn.send(b"GET /healthz HTTP/1.1\r\nHost: sieve\r\n")  # and the blank line never comes
     answer, closed = read_until_closed(conn, 5.0, trickle=b"X")
@@ -101,7 +105,7 @@ def test_the_next_request_on_a_kept_alive_connection_gets_the_same_deadline(star
 def test_headers_that_never_end_are_cut_off(start_gateway) -> None:
     """The app's 431 needs whole headers; header bytes that keep coming are cut off at 2 x the
     limit + 16 KiB while they arrive: answered 431 when the client pauses to listen, and a
-    flood is closed (reset, its unread bytes discarded) long before a megabyte."""
+    flood is closed (reset, its unread bytes discarded)."""
     gw = start_gateway(max_header_bytes=8_192)
     line = b"X-Flood: " + b"f" * 1_000 + b"\r\n"
     with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as conn:
@@ -122,7 +126,9 @@ def test_headers_that_never_end_are_cut_off(start_gateway) -> None:
         except (BrokenPipeError, ConnectionResetError):
             closed = True
     flood.close()
-    assert closed and sent < 1_000_000, sent
+    # Cut off, not read on: what was sent is the bound plus what the kernel buffers of both ends
+    # took in before the reset (a few MB on loopback), not the 50 MB the flood would send.
+    assert closed and sent < 16_000_000, sent
 
 
 @pytest.mark.parametrize("pieces", [1, 3])
