@@ -65,10 +65,13 @@ async def small_chats(session: aiohttp.ClientSession, url: str, until: asyncio.E
     latencies = []
     while not (until.is_set() if isinstance(until, asyncio.Event) else time.monotonic() >= until):
         started = time.perf_counter()
-        async with session.post(url, data=SMALL, headers=HEADERS) as response:
-            await response.read()
-            if response.status == 200:
-                latencies.append(time.perf_counter() - started)
+        try:
+            async with session.post(url, data=SMALL, headers=HEADERS) as response:
+                await response.read()
+                if response.status == 200:
+                    latencies.append(time.perf_counter() - started)
+        except aiohttp.ClientError:  # a kept-alive connection the server closed as it was reused
+            continue
     return latencies
 
 
