@@ -1,18 +1,21 @@
 """create_app(settings): wires everything; the lifespan owns clients and stores.
+uvicorn_config(app, settings): how uvicorn serves it (``sieve serve`` and the tests' server).
 
 ::
 
     app = create_app(Settings.from_env())
-    uvicorn.run(app, host="127.0.0.1", port=8080)
+    uvicorn.Server(uvicorn_config(app, settings)).run()
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-from typing import AsyncIterator
+import sys
+from typing import Any, AsyncIterator
 
 import orjson
+import uvicorn
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -20,6 +23,7 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
 
 from gateway.api.admin import ADMIN_ROUTES
+from gateway.api.connections import header_bound_protocol, raw_header_bound
 from gateway.api.openapi import describe
 from gateway.api.responses import (handle_client_disconnect, handle_http_error, handle_sieve_error, handle_unexpected,
                                    handle_validation_error)
@@ -29,6 +33,8 @@ from gateway.errors import SieveError
 from gateway.services import Services
 from gateway.settings import Settings
 from gateway.telemetry.metrics import Metrics
+
+LOCK_SWITCH_INTERVAL_S = 0.001
 
 
 def create_app(settings: Settings, metrics: Metrics | None = None) -> FastAPI:
@@ -40,6 +46,13 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> FastAPI:
         # collector's reach, so full collections on the request path stay short.
         gc.collect()
         gc.freeze()
+        # Big bodies are pruned in worker threads (gateway.big_bodies) that share the interpreter
+        # lock with the event loop. The loop asks for the lock again after each wait for I/O,
+        # several times per request, and a thread waiting for it is served only after the
+        # switch interval (5 ms by default): small chats beside a big prune slow down by that
+        # much each time. At 1 ms the loop gets its turn sooner (BENCHMARKS.md, "Big bodies");
+        # with no thread waiting the interval changes nothing.
+        sys.setswitchinterval(LOCK_SWITCH_INTERVAL_S)
         try:
             yield
         finally:
@@ -56,3 +69,14 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> FastAPI:
                                       ClientDisconnect: handle_client_disconnect, Exception: handle_unexpected})
     app.state.openapi_json = orjson.dumps(describe(app))
     return app
+
+
+def uvicorn_config(app: FastAPI, settings: Settings, **overrides: Any) -> uvicorn.Config:
+    """uvicorn's config for ``app``: Sieve's bind, the header bounds of every connection
+    (:mod:`gateway.api.connections`) and the graceful shutdown's grace."""
+    options: dict[str, Any] = dict(
+        host=settings.host, port=settings.port, log_level=settings.log_level, loop="auto",
+        http=header_bound_protocol(settings.header_timeout_s, raw_header_bound(settings.max_header_bytes)),
+        access_log=False, timeout_graceful_shutdown=settings.shutdown_grace_s)
+    options.update(overrides)
+    return uvicorn.Config(app, **options)

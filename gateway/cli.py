@@ -75,7 +75,7 @@ def _settings(args: argparse.Namespace | None) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415
 
-    from gateway.app import create_app  # noqa: PLC0415
+    from gateway.app import create_app, uvicorn_config  # noqa: PLC0415
     from gateway.identity import is_open  # noqa: PLC0415
 
     settings = _settings(args)
@@ -92,10 +92,7 @@ def _serve(args: argparse.Namespace) -> int:
     # On SIGTERM/SIGINT uvicorn closes the listening socket, lets open responses run for
     # up to the grace period, cancels what is left, then runs the app's lifespan shutdown
     # (Services.stop: accounting flushed, clients closed).
-    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
-                            log_level=settings.log_level, loop="auto", http="auto", access_log=False,
-                            timeout_graceful_shutdown=settings.shutdown_grace_s)  # type: ignore[arg-type]
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(create_app(settings), settings))
     _exit_cleanly_on_signals(server)
     server.run()
     return 0 if server.started else 3  # uvicorn's own status for an app that never started

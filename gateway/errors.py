@@ -17,6 +17,7 @@
     ├── StoreUnavailable      503   service_unavailable
     ├── ShuttingDown          503   service_unavailable / shutting_down
     ├── UpstreamUnavailable   502   upstream_error
+    │   └── UpstreamTooLarge  502   upstream_error / upstream_response_too_large
     └── UpstreamTimeout       504   upstream_timeout
 
 Routes raise; one handler (``gateway.api.responses.error_response``) renders
@@ -133,6 +134,11 @@ class UpstreamUnavailable(SieveError):
     status = 502
     type = "upstream_error"
     code = "upstream_unavailable"
+
+
+class UpstreamTooLarge(UpstreamUnavailable):
+    """A whole answer over ``SIEVE_MAX_UPSTREAM_BODY_BYTES``: not read on, not relayed."""
+    code = "upstream_response_too_large"
 
 
 class UpstreamTimeout(SieveError):

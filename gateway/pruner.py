@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 import orjson
 
+from gateway.big_bodies import THREAD_THRESHOLD_BYTES, BigBodies
 from gateway.errors import Forbidden
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pipeline import PruneResult, prune
@@ -38,10 +39,6 @@ from gateway.wire.call import ChatCall
 from gateway.wire.headers import SieveHeaders
 
 log = logging.getLogger("sieve.pruner")
-
-# Bodies above this size are pruned in a worker thread so one cold 100k-token
-# prune does not stall every other request on the event loop.
-THREAD_THRESHOLD_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -63,8 +60,10 @@ class PruneOutcome:
 
 class Pruner:
     def __init__(self, counters: TokenCounters, scorer: Scorer, store: ConversationStore,
-                 metrics: Metrics, llm: LLMScorer | None = None, summarizer: Summarizer | None = None) -> None:
+                 metrics: Metrics, llm: LLMScorer | None = None, summarizer: Summarizer | None = None,
+                 big: BigBodies | None = None) -> None:
         self._counters = counters
+        self._big = big or BigBodies(max_bytes=8 * 1024 * 1024)  # the default SIEVE_MAX_PRUNE_BYTES_IN_FLIGHT
         self._scorer = scorer
         self._store = store
         self._metrics = metrics
@@ -81,7 +80,7 @@ class Pruner:
         state = FrozenPlan.from_bytes(raw) if raw else None
         # Read before the pipeline runs: a frozen replay moves the plan on to this request.
         previous = list(state.fingerprints) if state is not None else None
-        run = _Run(call, self._counters.for_model(call.body["model"]), target_tokens)
+        run = _Run(call, self._counters.for_model(call.body["model"]), target_tokens, self._big)
         t0 = time.perf_counter()
         try:
             result, scorer_run = await self._decide(run, raw, state)
@@ -176,9 +175,10 @@ class Pruner:
 class _Run:
     """One request's pipeline runs: its body, counter and target, in the thread or not."""
 
-    def __init__(self, call: ChatCall, counter: TokenCounter, target_tokens: int | None) -> None:
+    def __init__(self, call: ChatCall, counter: TokenCounter, target_tokens: int | None, big: BigBodies) -> None:
         self.call = call
         self.counter = counter
+        self.big = big
         self.goal = call.sieve.goal or _metadata_goal(call.body)
         self.steering = Steering(target_tokens=target_tokens or call.sieve.target_tokens,
                                  strategy=call.sieve.strategy, goal=self.goal)
@@ -191,7 +191,9 @@ class _Run:
     async def prune(self, plan: FrozenPlan | None, scorer: Scorer,
                     scores: Mapping[int, UnitScore] | None = None) -> PruneResult:
         if self.call.body_bytes > THREAD_THRESHOLD_BYTES:
-            return await asyncio.to_thread(self._prune, plan, scorer, scores)
+            self.big.watch(self.call)
+            async with self.big.slot(self.call.body_bytes):
+                return await asyncio.to_thread(self._prune, plan, scorer, scores)
         return self._prune(plan, scorer, scores)
 
 

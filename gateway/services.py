@@ -17,6 +17,7 @@ import aiohttp
 
 from gateway.accounting import Accountant
 from gateway.auth_throttle import AuthThrottle
+from gateway.big_bodies import BigBodies
 from gateway.budget_guard import BudgetGuard
 from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
@@ -85,6 +86,7 @@ class Services:
     audit: AuditLog
     limits: WireLimits
     auth_throttle: AuthThrottle
+    big_bodies: BigBodies   # the bound on big prunes in flight, and the heap trim after them
 
     @property
     def metrics(self) -> Metrics:
@@ -109,17 +111,18 @@ class Services:
         audit = AuditLog.open(settings.audit_log, secrets=configured_secrets(settings))
         session = _http_session()
         deferred = Deferred()
-        fast_path = OpenAICompatibleUpstream(session, settings.upstream_timeout_s,
-                                             settings.upstream_connect_timeout_s)
-        router = ModelRouter(settings, {RouteKind.OPENAI: fast_path,
-                                        RouteKind.LITELLM: LiteLLMUpstream(settings.upstream_timeout_s)})
-        proxy = ChatProxy(router=router, pruner=_pruner(settings, stores, session, metrics, prices),
+        big_bodies = BigBodies(settings.max_prune_bytes_in_flight)
+        pruner = _pruner(settings, stores, session, metrics, prices, big_bodies)
+        fast_path = OpenAICompatibleUpstream(session, settings.upstream_timeout_s, settings.upstream_connect_timeout_s,
+                                             settings.max_upstream_body_bytes)
+        router = _router(settings, fast_path)
+        proxy = ChatProxy(router=router, pruner=pruner,
                           accountant=Accountant(recorder, prices, budgets, audit), budgets=budgets, deferred=deferred)
         return cls(settings, policies, authenticator, stores, proxy, PassThrough(router, fast_path),
                    ModelCatalog(settings, session), recorder, budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
-                              settings.max_json_depth),
-                   AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s))
+                              settings.max_json_depth, settings.max_request_chars),
+                   AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s), big_bodies)
 
     async def stop(self) -> None:
         """The end of the lifespan. uvicorn has closed the listener and let open responses
@@ -142,14 +145,20 @@ def _http_session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
 
 
+def _router(settings: Settings, fast_path: OpenAICompatibleUpstream) -> ModelRouter:
+    return ModelRouter(settings, {RouteKind.OPENAI: fast_path,
+                                  RouteKind.LITELLM: LiteLLMUpstream(settings.upstream_timeout_s,
+                                                                  settings.max_upstream_body_bytes)})
+
+
 def _pruner(settings: Settings, stores: Stores, session: aiohttp.ClientSession, metrics: Metrics,
-            prices: PriceBook) -> Pruner:
+            prices: PriceBook, big_bodies: BigBodies) -> Pruner:
     counters = TokenCounters(engine=settings.token_engine)
     counters.warm()  # load the encodings now, not on the first request
     llm = LLMScorer(session=session, cache=stores.scores, metrics=metrics, prices=prices, counters=counters,
                     api_key=settings.scorer_api_key)
     return Pruner(counters, LocalScorer(), stores.conversations, metrics, llm=llm,
-                  summarizer=Summarizer(llm, prices, metrics))
+                  summarizer=Summarizer(llm, prices, metrics), big=big_bodies)
 
 
 def configured_secrets(settings: Settings) -> list[str]:

@@ -32,14 +32,25 @@ SIEVE_AUTH_FAILURE_WINDOW_S     that sliding window (default 60)
 SIEVE_MAX_BODY_BYTES            request body limit (default 32 MiB)
 SIEVE_BODY_TIMEOUT_S            time to receive a request body (default 60; then 408)
 SIEVE_MAX_HEADER_BYTES          all request headers together (default 32 KiB)
+SIEVE_HEADER_TIMEOUT_S          time for a request's headers to arrive, from the connection's
+                                opening or the previous response's end (default 10; then 408
+                                and the connection is closed)
 SIEVE_MAX_MESSAGES              messages per request (default 20,000)
 SIEVE_MAX_CONTENT_PARTS         content parts per message (default 1,024)
 SIEVE_MAX_MESSAGE_CHARS         text characters per message (default 4,000,000)
 SIEVE_MAX_JSON_DEPTH            nesting depth of the request body (default 64)
+SIEVE_MAX_REQUEST_CHARS         text characters of all messages together (default 8,000,000:
+                                a 2M-token history)
+SIEVE_MAX_PRUNE_BYTES_IN_FLIGHT bodies over 256 KiB are pruned in a worker thread while their
+                                bytes together stay within this (default 8 MiB; a larger body
+                                is pruned alone); the rest wait their turn
 SIEVE_STATE_MAX_ENTRIES         in-memory conversation store bound (default 10000)
 SIEVE_STATE_MAX_BYTES           ... and its size bound (default 256 MiB); LRU beyond
 SIEVE_UPSTREAM_TIMEOUT_S        upstream read timeout (default 600)
 SIEVE_UPSTREAM_CONNECT_TIMEOUT_S  upstream connect timeout (default 10)
+SIEVE_MAX_UPSTREAM_BODY_BYTES   largest non-stream answer (or error body) read from a provider
+                                (default 32 MiB; larger: 502, nothing relayed; streams are relayed
+                                as they come and never held whole)
 SIEVE_SCORER_API_KEY            key for the LLM scorer model (policies name the model)
 SIEVE_AUDIT_LOG                 path of the JSON-lines audit log, "-" = stdout
 SIEVE_LOG_LEVEL                 default "info"
@@ -117,14 +128,18 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     max_header_bytes: int = 32 * 1024
     body_timeout_s: float = 60.0
+    header_timeout_s: float = 10.0
     max_messages: int = 20_000
     max_content_parts: int = 1_024
     max_message_chars: int = 4_000_000
     max_json_depth: int = 64
+    max_request_chars: int = 8_000_000
+    max_prune_bytes_in_flight: int = 8 * 1024 * 1024
     state_max_entries: int = 10_000            # in-memory conversation store (Redis: its maxmemory)
     state_max_bytes: int = 256 * 1024 * 1024
     upstream_timeout_s: float = 600.0
     upstream_connect_timeout_s: float = 10.0
+    max_upstream_body_bytes: int = 32 * 1024 * 1024
     audit_log: str | None = None
     log_level: str = "info"
     scorer_api_key: str | None = None
@@ -163,16 +178,20 @@ class Settings:
             max_body_bytes=_int(env, "SIEVE_MAX_BODY_BYTES", cls.max_body_bytes),
             max_header_bytes=_int(env, "SIEVE_MAX_HEADER_BYTES", cls.max_header_bytes),
             body_timeout_s=_float(env, "SIEVE_BODY_TIMEOUT_S", cls.body_timeout_s),
+            header_timeout_s=_float(env, "SIEVE_HEADER_TIMEOUT_S", cls.header_timeout_s),
             max_messages=_int(env, "SIEVE_MAX_MESSAGES", cls.max_messages),
             max_content_parts=_int(env, "SIEVE_MAX_CONTENT_PARTS", cls.max_content_parts),
             max_message_chars=_int(env, "SIEVE_MAX_MESSAGE_CHARS", cls.max_message_chars),
             max_json_depth=_int(env, "SIEVE_MAX_JSON_DEPTH", cls.max_json_depth),
+            max_request_chars=_int(env, "SIEVE_MAX_REQUEST_CHARS", cls.max_request_chars),
+            max_prune_bytes_in_flight=_int(env, "SIEVE_MAX_PRUNE_BYTES_IN_FLIGHT", cls.max_prune_bytes_in_flight),
             state_max_entries=_int(env, "SIEVE_STATE_MAX_ENTRIES", cls.state_max_entries),
             state_max_bytes=_int(env, "SIEVE_STATE_MAX_BYTES", cls.state_max_bytes),
             upstream_timeout_s=_float(env, "SIEVE_UPSTREAM_TIMEOUT_S", cls.upstream_timeout_s),
             upstream_connect_timeout_s=_float(
                 env, "SIEVE_UPSTREAM_CONNECT_TIMEOUT_S", cls.upstream_connect_timeout_s
             ),
+            max_upstream_body_bytes=_int(env, "SIEVE_MAX_UPSTREAM_BODY_BYTES", cls.max_upstream_body_bytes),
             audit_log=env.get("SIEVE_AUDIT_LOG") or None,
             scorer_api_key=env.get("SIEVE_SCORER_API_KEY") or None,
             log_level=env.get("SIEVE_LOG_LEVEL", cls.log_level),
@@ -194,11 +213,15 @@ class Settings:
             raise ConfigError(f"SIEVE_OPEN_ROUTES: {', '.join(unknown)} cannot be open; "
                               f"only {', '.join(OPS_ROUTES)} can (every other route needs a key)")
         for name in ("max_body_bytes", "max_header_bytes", "max_messages", "max_content_parts",
-                     "max_message_chars", "max_json_depth"):
+                     "max_message_chars", "max_json_depth", "max_upstream_body_bytes", "max_request_chars",
+                     "max_prune_bytes_in_flight"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
         if self.auth_failure_limit < 0 or self.auth_failure_window_s < 0:
             raise ConfigError("SIEVE_AUTH_FAILURE_LIMIT and SIEVE_AUTH_FAILURE_WINDOW_S must be >= 0")
+        for name in ("body_timeout_s", "header_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"SIEVE_{name.upper()} must be a positive number of seconds")
         if self.token_engine is not None and self.token_engine not in TOKEN_ENGINES:
             raise ConfigError(f"SIEVE_TOKEN_ENGINE must be one of {', '.join(TOKEN_ENGINES)}, "
                               f"not {self.token_engine!r}")

@@ -18,6 +18,7 @@ Fault modes (``Reply`` fields), for the dependency-fault tests::
     Reply(sse_frames=[b"garbage\n\n", ...])             # stream these bytes verbatim
     Reply(sse_frames=[...], eof_framing=True)           # no chunked framing: the end is a clean EOF
     Reply(compress=True)                                # gzip when the request's Accept-Encoding allows
+    Reply(content="x" * 50_000_000, chunked=True)       # non-stream: a huge answer with no Content-Length
 
 As a process, for benchmarks (recording off)::
 
@@ -81,6 +82,7 @@ class Reply:
     drop_after: int | None = None  # stream: close the connection after this many frames
     eof_framing: bool = False  # stream without chunked framing: the end is a clean close, not an error
     compress: bool = False  # gzip/deflate the answer when the request's Accept-Encoding allows, as providers do
+    chunked: bool = False  # non-stream: chunked framing, no Content-Length (its size known only at the end)
 
 
 @dataclasses.dataclass
@@ -437,6 +439,8 @@ class FakeUpstream:
         payload = orjson.dumps(body)
         if reply.stall_mid_body_s:
             return await _stalled(request, payload, reply.stall_mid_body_s)
+        if reply.chunked:
+            return await _chunked(request, payload)
         resp = web.Response(body=payload, content_type="application/json", headers=reply.headers)
         if reply.compress:
             resp.enable_compression()
@@ -516,6 +520,20 @@ async def _stalled(request: web.Request, body: bytes, stall_s: float, status: in
         await resp.write_eof()
     except (ConnectionError, RuntimeError):
         pass  # the client gave up first
+    return resp
+
+
+async def _chunked(request: web.Request, body: bytes, piece: int = 1 << 20) -> web.StreamResponse:
+    """A JSON answer in chunked framing, a megabyte per write (if anyone still listens)."""
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    try:
+        for start in range(0, len(body), piece):
+            await resp.write(body[start:start + piece])
+        await resp.write_eof()
+    except (ConnectionError, RuntimeError):
+        pass  # the client stopped reading
     return resp
 
 

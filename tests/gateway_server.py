@@ -13,7 +13,7 @@ import time
 import httpx
 import uvicorn
 
-from gateway.app import create_app
+from gateway.app import create_app, uvicorn_config
 from gateway.settings import Settings, prepare_offline_environment
 from gateway.telemetry.metrics import Metrics
 from tests.support import free_port, wait_until
@@ -26,8 +26,9 @@ class GatewayServer:
         self.settings = settings
         self.metrics = Metrics()
         self.app = create_app(settings, self.metrics)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                access_log=False, lifespan="on")
+        # The config `sieve serve` uses (its HTTP protocol with the header bounds included).
+        config = uvicorn_config(self.app, settings, host="127.0.0.1", port=self.port, log_level="warning",
+                                lifespan="on")
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 

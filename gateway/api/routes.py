@@ -28,8 +28,9 @@ from gateway.api.responses import json_response, reply_response
 from gateway.api.format_schemas import AnthropicMessage, OpenAIResponse, Relayed
 from gateway.api.schemas import (ChatCompletion, Health, ModelList, OpenAPIDocument, PruneResponse, Readiness, answers,
                                  steered)
+from gateway.big_bodies import THREAD_THRESHOLD_BYTES
 from gateway.errors import StoreUnavailable
-from gateway.health import readiness_problems
+from gateway.health import readiness
 from gateway.passthrough import PassThroughCall
 from gateway.proxy import sieve_headers
 from gateway.services import Services
@@ -49,6 +50,8 @@ async def _read_json(request: Request, required: bool = True) -> tuple[bytes, di
                           settings.body_timeout_s)
     if not raw and not required:
         return raw, None
+    if len(raw) > THREAD_THRESHOLD_BYTES:
+        services.big_bodies.watch(request)  # its memory is given back once it is gone, refused or not
     body = parse_body(raw, services.limits.max_json_depth)
     request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
     return raw, body
@@ -142,9 +145,11 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     services: Services = request.app.state.services
-    problems = await readiness_problems(services.stores.redis, services.policies.default.store_fail_open)
-    if problems:
-        raise StoreUnavailable("not ready: " + "; ".join(problems))
+    state = await readiness(services.stores.redis, services.policies.default.store_fail_open)
+    if state.problems:
+        raise StoreUnavailable("not ready: " + "; ".join(state.problems))
+    if state.degraded:
+        return json_response({"status": "degraded", "degraded": list(state.degraded)})
     return json_response({"status": "ready"})
 
 
@@ -253,8 +258,9 @@ ROUTES = [
     OpsRoute("/healthz", healthz, methods=["GET"], operation_id="healthz", summary="Liveness.",
              response_model=Health, response_description="The process is serving.", **OPS),
     OpsRoute("/readyz", readyz, methods=["GET"], operation_id="readyz",
-             summary="Readiness; not ready when a fail-closed policy cannot reach Redis.",
-             response_model=Readiness, response_description="Ready to serve.",
+             summary="Readiness, answered within a second; not ready when a fail-closed policy cannot reach "
+                     "Redis, ready but `degraded` when a fail-open one cannot.",
+             response_model=Readiness, response_description="Ready to serve (`degraded` lists what is missing).",
              openapi_extra=answers("ServiceUnavailable"), **OPS),
     OpsRoute("/metrics", metrics, methods=["GET"], operation_id="metrics",
              summary="Prometheus exposition (`sieve_*` metrics).", response_class=PlainTextResponse,

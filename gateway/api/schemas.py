@@ -286,7 +286,9 @@ class Health(Listed):
 
 
 class Readiness(Listed):
-    status: Literal["ready"]
+    status: Literal["ready", "degraded"]
+    degraded: list[str] | None = Field(None, description="Present when `status` is `degraded`: what this replica "
+                                                         "serves without (Redis, under a fail-open policy).")
 
 
 class OpenAPIDocument(Wire):
@@ -355,7 +357,8 @@ ERRORS: dict[str, tuple[int, str]] = {
                                  "seconds have passed."),
     "HeadersTooLarge": (431, "The request headers together exceed the gateway's limit (`headers_too_large`)."),
     "UpstreamUnavailable": (502, "The provider could not be reached, or its connection broke "
-                                 "(`upstream_unavailable`)."),
+                                 "(`upstream_unavailable`), or its whole answer exceeded the gateway's limit "
+                                 "(`upstream_response_too_large`)."),
     "ServiceUnavailable": (503, "A required store (Redis) is unreachable and the policy is fail-closed, or the "
                                 "key store is down for a key not in the keys file (`store_unavailable`); or the "
                                 "gateway is shutting down and its grace period ended before the request was "

@@ -3,6 +3,10 @@ through ``litellm.acompletion``; the answer is re-encoded as OpenAI JSON / SSE.
 
 litellm is imported on first use only: it costs seconds at import time, and a
 gateway that routes everything through the fast path never pays it.
+
+litellm reads the provider's answer itself, whole, so ``SIEVE_MAX_UPSTREAM_BODY_BYTES``
+cannot stop that read; it bounds what this route re-encodes and relays (a larger
+answer is a 502, as on the fast path).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from typing import Any, AsyncIterator
 
 import orjson
 
-from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
 from gateway.telemetry.redaction import scrub
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
 from gateway.wire.call import ChatCall
@@ -22,8 +26,9 @@ _SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
 
 class LiteLLMUpstream:
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, max_body_bytes: int = 32 * 1024 * 1024) -> None:
         self._timeout_s = timeout_s
+        self._max_body_bytes = max_body_bytes
         self._litellm: Any = None
 
     def _lib(self) -> Any:
@@ -53,7 +58,12 @@ class LiteLLMUpstream:
         except Exception as exc:  # litellm raises its own tree; map by status
             return _error_response(exc, key)
         if body.get("stream") is not True:
-            return UpstreamResponse(200, dict(_JSON), body=orjson.dumps(result.model_dump()))
+            answer = orjson.dumps(result.model_dump())
+            if len(answer) > self._max_body_bytes:
+                raise UpstreamTooLarge(f"the provider's answer is {len(answer)} bytes, over the limit of "
+                                       f"{self._max_body_bytes} bytes (SIEVE_MAX_UPSTREAM_BODY_BYTES); "
+                                       "nothing was relayed")
+            return UpstreamResponse(200, dict(_JSON), body=answer)
         return UpstreamResponse(200, dict(_SSE), chunks=_sse(result))
 
 

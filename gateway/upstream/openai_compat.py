@@ -7,6 +7,11 @@ httpx's AsyncClient saturated at a fraction of aiohttp's request rate (see
 BENCHMARKS.md), and a gateway's forwarding client sits on every request.
 
 Streams are relayed chunk by chunk as they arrive; nothing is buffered.
+A whole answer is read up to ``max_body_bytes`` (``SIEVE_MAX_UPSTREAM_BODY_BYTES``):
+the gateway holds it, parses it for usage and relays it, so a provider (or a
+proxy in front of one) answering tens of megabytes would otherwise cost that
+much memory per request, several times over. Past the limit the connection is
+closed and the caller gets a 502 that says so.
 A provider's error passes through with its status, headers and JSON body
 unchanged; an error body that is not JSON (a load balancer's HTML page) is
 put in OpenAI's error shape, so clients can always parse it. The key goes in
@@ -24,7 +29,7 @@ from typing import Any, AsyncIterator, Mapping
 import aiohttp
 import orjson
 
-from gateway.errors import UpstreamTimeout, UpstreamUnavailable
+from gateway.errors import UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
 from gateway.telemetry.redaction import redact_url
 from gateway.upstream.base import KeyScheme, ResolvedRoute, UpstreamResponse
 from gateway.wire.call import ChatCall, Identity
@@ -134,8 +139,10 @@ class OpenAICompatibleUpstream:
     The key is the route's configured one, else the caller's own provider key
     (passthrough); a Sieve virtual key never leaves the gateway."""
 
-    def __init__(self, session: aiohttp.ClientSession, read_timeout_s: float, connect_timeout_s: float) -> None:
+    def __init__(self, session: aiohttp.ClientSession, read_timeout_s: float, connect_timeout_s: float,
+                 max_body_bytes: int = 32 * 1024 * 1024) -> None:
         self._session = session
+        self._max_body_bytes = max_body_bytes
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s,
                                               sock_read=read_timeout_s)
 
@@ -163,7 +170,7 @@ class OpenAICompatibleUpstream:
             stream = resp.content_type == "text/event-stream"
         if not stream or resp.status >= 400:
             try:
-                payload = await resp.read()
+                payload = await _read_bounded(resp, self._max_body_bytes)
             except asyncio.TimeoutError as exc:
                 raise UpstreamTimeout(f"upstream stopped answering: {redact_url(url)}") from exc
             except aiohttp.ClientError as exc:
@@ -174,6 +181,25 @@ class OpenAICompatibleUpstream:
                 payload = error_body(resp.status, headers_out, payload)
             return UpstreamResponse(resp.status, headers_out, body=payload)
         return UpstreamResponse(resp.status, headers_out, chunks=_relay(resp, url), release=resp)
+
+
+async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The whole body, or ``UpstreamTooLarge`` (the connection closed, not reused) once it is
+    declared or counted past ``limit`` bytes; counted as decoded, as it would be held."""
+    declared = resp.content_length
+    if declared is not None and declared > limit:
+        resp.close()
+        raise UpstreamTooLarge(f"the upstream's answer is {declared} bytes, over the limit of {limit} bytes "
+                               "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed")
+    parts, size = [], 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            resp.close()
+            raise UpstreamTooLarge(f"the upstream's answer exceeds the limit of {limit} bytes "
+                                   "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 async def _relay(resp: aiohttp.ClientResponse, url: str) -> AsyncIterator[bytes]:

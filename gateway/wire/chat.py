@@ -27,12 +27,16 @@ MAX_COMPLETION_TOKENS = 2**31 - 1
 @dataclass(frozen=True, slots=True)
 class WireLimits:
     """Bounds on one request, so no single body can take the pruner's time or memory hostage.
-    The defaults let through anything a real agent sends (a 1M-token context fits)."""
+    The defaults let through anything a real agent sends: the largest context windows hold
+    1-2M tokens, about 4 characters each, so ``max_request_chars`` (the text of all messages
+    together) lets a 2M-token history through, and refuses the 30 MB history no model would
+    accept, which took over half a minute of one core to prune."""
 
     max_messages: int = 20_000
     max_content_parts: int = 1_024
     max_message_chars: int = 4_000_000
     max_json_depth: int = 64
+    max_request_chars: int = 8_000_000
 
 
 def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
@@ -49,8 +53,12 @@ def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) 
     if len(messages) > limits.max_messages:
         raise InvalidRequest(f"'messages' has {len(messages)} messages; the limit is {limits.max_messages}",
                              param="messages", code="too_many_messages")
+    chars = 0
     for i, message in enumerate(messages):
-        _check_message(i, message, limits)
+        chars += _check_message(i, message, limits)
+    if chars > limits.max_request_chars:
+        raise InvalidRequest(f"'messages' have {chars} characters of text together; the limit is "
+                             f"{limits.max_request_chars}", param="messages", code="messages_too_large")
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
@@ -73,7 +81,8 @@ def _is_token_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COMPLETION_TOKENS
 
 
-def _check_message(i: int, message: Any, limits: WireLimits) -> None:
+def _check_message(i: int, message: Any, limits: WireLimits) -> int:
+    """Checks one message; returns the characters of its text (content, text parts, tool arguments)."""
     where = f"messages[{i}]"
     if not isinstance(message, dict):
         raise InvalidRequest(f"{where} must be an object", param=where)
@@ -115,6 +124,7 @@ def _check_message(i: int, message: Any, limits: WireLimits) -> None:
     if chars > limits.max_message_chars:
         raise InvalidRequest(f"{where} has {chars} characters of text; the limit is {limits.max_message_chars}",
                              param=where, code="message_too_large")
+    return chars
 
 
 def _check_tool_call(where: str, call: Any) -> int:

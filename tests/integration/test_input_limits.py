@@ -155,3 +155,22 @@ def test_a_body_that_never_finishes_is_a_408(start_gateway) -> None:
     counted = [s for m in gw.metrics.registry.collect() for s in m.samples
                if s.name == "sieve_requests_total" and s.labels["outcome"] == "client_error"]
     assert [(s.labels["org"], s.value) for s in counted] == [("acme", 1.0)], counted
+
+
+def test_the_text_of_all_messages_together_is_bounded(start_gateway) -> None:
+    gw = start_gateway(virtual_keys=({"key": KEY, "org": "acme"},), **{**LIMITS, "max_body_bytes": 1_000_000},
+                       max_request_chars=20_000)
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "t" * 9_000}] * 3}
+    error = assert_error(post(gw, body), 400, "'messages' have 27000 characters of text together",
+                         "the limit is 20000")
+    assert (error["code"], error["param"]) == ("messages_too_large", "messages")
+
+
+def test_by_default_a_history_beyond_any_context_window_is_refused(gateway, upstream) -> None:
+    """8,000,000 characters (a 2M-token history) by default; a 30 MB history took over half a
+    minute of a core to prune, for a request no provider would accept."""
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "w " * 1_350_000}] * 3}
+    resp = gateway.post("/v1/chat/completions", json=body)
+    error = assert_error(resp, 400, "'messages' have 8100000 characters of text together", "the limit is 8000000")
+    assert error["code"] == "messages_too_large"
+    assert upstream.requests == []

@@ -59,3 +59,19 @@ def test_a_provider_error_through_litellm_keeps_its_status(gateway, upstream):
         openai_client(gateway, "sk-client").chat.completions.create(model=ROUTED, messages=[{"role": "user", "content": "hi"}])
     assert caught.value.status_code == 429
     assert "sk-routed-key" not in str(caught.value.body)
+
+
+def test_an_answer_over_the_upstream_body_limit_is_not_relayed(start_gateway, upstream):
+    route = ModelRoute(name=ROUTED, kind=RouteKind.LITELLM, litellm_model="openai/gpt-4o-mini",
+                       api_base=upstream.base_url, api_key="sk-routed-key")
+    gateway = start_gateway(models={ROUTED: route}, max_upstream_body_bytes=100_000)
+    upstream.enqueue(Reply(content="x" * 200_000), Reply(content="y" * 50_000))
+    client = openai_client(gateway, "sk-client")
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model=ROUTED, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == 502
+    error = caught.value.body
+    assert error["code"] == "upstream_response_too_large", error
+    assert "over the limit of 100000 bytes (SIEVE_MAX_UPSTREAM_BODY_BYTES)" in error["message"]
+    under = client.chat.completions.create(model=ROUTED, messages=[{"role": "user", "content": "hi"}])
+    assert under.choices[0].message.content == "y" * 50_000

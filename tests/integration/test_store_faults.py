@@ -17,7 +17,7 @@ import redis as redis_py
 from tests.conversations import agent_history
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
-from tests.integration.budget_helpers import MODEL, chat_body
+from tests.integration.budget_helpers import MODEL, chat_body, write_yaml
 from tests.integration.fault_helpers import (
     AUTH, ORG, USAGE, assert_openai_error, budget, fail_open, metered_settings, outcomes, settle_down,
 )
@@ -178,3 +178,45 @@ def test_a_hung_redis_costs_one_timeout_not_one_per_call() -> None:
         # Once it answers again (within the breaker's cooldown) requests are metered again.
         assert wait_until(lambda: "x-sieve-budget-remaining-tokens" in chat(gw, user="back").headers, timeout_s=5)
         assert settle_down(gw, redis)[0] == 0
+
+
+def readiness_took(gw: GatewayServer) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    response = gw.get("/readyz")
+    return response, time.monotonic() - started
+
+
+@pytest.mark.redis
+@needs_redis
+@pytest.mark.parametrize("fail_open", [True, False], ids=["fail-open", "fail-closed"])
+def test_readiness_answers_within_a_second_while_redis_hangs(tmp_path, fail_open: bool) -> None:
+    """SIGSTOP: Redis accepts connections and answers nothing. The probe still answers within 1 s
+    every time (the chart's readiness timeout is 3 s): under fail-open the pod stays ready and
+    says it is degraded, under fail-closed it is unready with a 503 that says why."""
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    write_yaml(policies / "default.yaml", {"store_fail_open": fail_open})
+    with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
+            GatewayServer(metered_settings(up, redis, policies_dir=policies)) as gw:
+        ready, _ = readiness_took(gw)
+        assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
+        redis.pause()
+        try:
+            probes = [readiness_took(gw) for _ in range(4)]
+            if fail_open:  # requests are served meanwhile, and the probe stays quick under them
+                assert chat(gw, user="during").status_code == 200
+                probes.append(readiness_took(gw))
+        finally:
+            redis.resume()
+        assert max(took for _, took in probes) < 1.0, [took for _, took in probes]
+        for response, _ in probes:
+            if fail_open:
+                assert response.status_code == 200, response.text
+                body = response.json()
+                assert body["status"] == "degraded" and "redis" in body["degraded"][0], body
+                assert "fail-open" in body["degraded"][0]
+            else:
+                assert response.status_code == 503, response.text
+                assert_openai_error(response.json(), type="service_unavailable", code="store_unavailable",
+                                    says="redis did not answer")
+        assert wait_until(lambda: gw.get("/readyz").json() == {"status": "ready"}, timeout_s=5)

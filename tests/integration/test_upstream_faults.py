@@ -315,3 +315,27 @@ def test_crlf_events_stream_as_they_come(gw, module_upstream, redis, before) -> 
     assert raw == b"".join(frames[:4] + frames[5:])  # the usage chunk stripped, CRLF kept
     assert len(arrivals) >= 3 and arrivals[0] < arrivals[-1] - 0.3  # not held back to the end
     assert settle_down(gw, redis) == (0, before[1] + USAGE["total_tokens"])
+
+
+# -- answers too large to hold ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_an_answer_over_the_upstream_body_limit_is_a_502(module_upstream, redis, framing) -> None:
+    """A non-stream answer (or error page) past SIEVE_MAX_UPSTREAM_BODY_BYTES is not read on:
+    the caller gets a 502 that says why, the reservation is released, the gateway serves on."""
+    limit = 1_000_000
+    huge = "x" * (5 * limit)
+    with GatewayServer(metered_settings(module_upstream, redis, max_upstream_body_bytes=limit)) as small:
+        before = settle_down(small, redis)
+        module_upstream.enqueue(Reply(content=huge, usage=USAGE, chunked=framing == "chunked"),
+                                Reply(status=500, raw_body=huge.encode()),
+                                Reply(content="x" * (limit // 2), usage=USAGE, chunked=framing == "chunked"))
+        for _ in range(2):
+            response = post(small)
+            assert response.status_code == 502, response.text[:300]
+            assert_openai_error(response.json(), type="upstream_error", code="upstream_response_too_large",
+                                says=f"limit of {limit} bytes (SIEVE_MAX_UPSTREAM_BODY_BYTES)")
+        under = post(small)  # half the limit: relayed whole, on a connection that works
+        assert under.status_code == 200 and under.json()["choices"][0]["message"]["content"] == "x" * (limit // 2)
+        assert counted(small, {}) == {"upstream_error": 2, "passthrough": 1}
+        assert settle_down(small, redis) == (0, before[1] + USAGE["total_tokens"])
