@@ -14,6 +14,7 @@
     ├── HeadersTooLarge       431   invalid_request_error
     ├── BudgetExceeded        429   budget_exceeded
     ├── StoreUnavailable      503   service_unavailable
+    │   └── StoreRejected     503   service_unavailable (a command no retry can cure)
     ├── ShuttingDown          503   service_unavailable / shutting_down
     ├── UpstreamUnavailable   502   upstream_error
     └── UpstreamTimeout       504   upstream_timeout
@@ -112,6 +113,11 @@ class StoreUnavailable(SieveError):
     status = 503
     type = "service_unavailable"
     code = "store_unavailable"
+
+
+class StoreRejected(StoreUnavailable):
+    """The store answered, refusing the command itself (a script error, a value out of
+    range): sending it again fails again, so work owed to the store is dropped, not retried."""
 
 
 class ShuttingDown(SieveError):

@@ -99,11 +99,14 @@ class Services:
         metrics = metrics or Metrics()
         recorder = RequestRecorder(metrics, LabelBounds(orgs=_known_orgs(settings), models=sorted(settings.models),
                                                         dynamic_limit=DYNAMIC_LABELS))
-        budgets = BudgetGuard(stores.budgets, budget_config, metrics, recorder.bounds.org)
+        counters = TokenCounters(engine=settings.token_engine)
+        counters.warm()  # load the encodings now, not on the first request
+        budgets = BudgetGuard(stores.budgets, budget_config, metrics, recorder.bounds.org, counters=counters,
+                              output_limit=prices.max_output_tokens)
         audit = AuditLog.open(settings.audit_log, secrets=configured_secrets(settings))
         session = _http_session()
         deferred = Deferred()
-        proxy = ChatProxy(router=_router(settings, session), pruner=_pruner(settings, stores, session, metrics, prices),
+        proxy = ChatProxy(router=_router(settings, session), pruner=_pruner(counters, settings, stores, session, metrics, prices),
                           accountant=Accountant(recorder, prices, budgets, audit), budgets=budgets, deferred=deferred)
         return cls(settings, policies, authenticator, stores, proxy, ModelCatalog(settings, session), recorder,
                    budgets, deferred, session, audit,
@@ -137,10 +140,8 @@ def _router(settings: Settings, session: aiohttp.ClientSession) -> ModelRouter:
                                   RouteKind.LITELLM: LiteLLMUpstream(settings.upstream_timeout_s)})
 
 
-def _pruner(settings: Settings, stores: Stores, session: aiohttp.ClientSession, metrics: Metrics,
-            prices: PriceBook) -> Pruner:
-    counters = TokenCounters(engine=settings.token_engine)
-    counters.warm()  # load the encodings now, not on the first request
+def _pruner(counters: TokenCounters, settings: Settings, stores: Stores, session: aiohttp.ClientSession,
+            metrics: Metrics, prices: PriceBook) -> Pruner:
     llm = LLMScorer(session=session, cache=stores.scores, metrics=metrics, prices=prices, counters=counters,
                     api_key=settings.scorer_api_key)
     return Pruner(counters, LocalScorer(), stores.conversations, metrics, llm=llm,

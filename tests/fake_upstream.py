@@ -19,6 +19,10 @@ Fault modes (``Reply`` fields), for the dependency-fault tests::
     Reply(sse_frames=[...], eof_framing=True)           # no chunked framing: the end is a clean EOF
     Reply(compress=True)                                # gzip when the request's Accept-Encoding allows
 
+Usage as a provider would bill the request (tools, images, ``n``)::
+
+    FakeUpstream(usage_for=tests.provider_billing.openai_usage)
+
 As a process, for benchmarks (recording off)::
 
     python -m tests.fake_upstream --port 9100 --latency-ms 20 --chunks 8
@@ -261,8 +265,10 @@ class FakeUpstream:
         record: bool = True,
         default: Reply | None = None,
         prompt_cache: PromptCache | None = None,
+        usage_for: Callable[[dict], dict] | None = None,
     ) -> None:
         self.host = host
+        self.usage_for = usage_for  # computes the usage from the request (tests.provider_billing)
         self.prompt_cache = prompt_cache  # None: computed usage reports no caching
         self.port = port
         self.record = record
@@ -413,6 +419,8 @@ class FakeUpstream:
                                          for c in calls)) // 4)
             simulated = self.prompt_cache.usage(req, ct)
         usage = reply.usage if reply.usage is not None else simulated
+        if usage is None and self.usage_for is not None:
+            usage = self.usage_for(req)
         if usage is None:
             pt = estimate_prompt_tokens(req.get("messages"))
             usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
