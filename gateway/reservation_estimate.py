@@ -28,6 +28,11 @@ Claude's tokenizer is not public: Anthropic Messages text counts x
 ``CLAUDE_TEXT_MARGIN``, and a request with tools adds Anthropic's tool-use
 system prompt. Other providers' tokenizers may count more than these: for them
 the estimate is a margin, not a promise.
+
+What the body does not show cannot be counted: a Responses request's
+``previous_response_id`` (the earlier turns the provider adds), a file or audio
+referenced by id, what a built-in tool (web search) adds. Those requests are
+charged their real usage at settle, and can overrun a budget by it.
 """
 
 from __future__ import annotations

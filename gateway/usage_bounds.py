@@ -10,7 +10,8 @@ and overflows Redis's counters)::
 
 * unreadable (``None``: a token field negative or not a number, see
   ``usage_is_readable``) -> the reservation's estimate, ``UsageAnomaly.JUNK``;
-* more than ``ABSURD_FACTOR`` x the estimate -> the estimate, ``UsageAnomaly.ABSURD``.
+* more than ``ABSURD_FACTOR`` x the estimate (or than any store can count,
+  ``MAX_TOKENS``) -> the estimate, ``UsageAnomaly.ABSURD``.
   The estimate already counts everything the request can be billed
   (``gateway.reservation_estimate``), so a figure that far above it is a broken
   report, not a bill; a figure between the two (a tokenizer counting more than
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from gateway.budgets import MAX_TOKENS
 from gateway.telemetry.metrics import UsageAnomaly
 
 __all__ = ["ABSURD_FACTOR", "bounded_usage", "usage_is_readable"]
@@ -36,7 +38,7 @@ def bounded_usage(reported: int | None, estimate: int) -> tuple[int, UsageAnomal
     """The tokens to charge for a reported total (``None``: unreadable), and why not as reported."""
     if reported is None or reported < 0:
         return estimate, UsageAnomaly.JUNK
-    if reported > ABSURD_FACTOR * max(estimate, 1):
+    if reported > min(ABSURD_FACTOR * max(estimate, 1), MAX_TOKENS):
         return estimate, UsageAnomaly.ABSURD
     return reported, None
 

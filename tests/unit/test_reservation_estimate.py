@@ -124,6 +124,7 @@ def test_usage_is_bounded_by_the_estimate():
     assert bounded_usage(900, 1000) == (900, None)
     assert bounded_usage(3000, 1000) == (3000, None)  # above the estimate: charged as reported
     assert bounded_usage(10**20, 1000) == (1000, UsageAnomaly.ABSURD)
+    assert bounded_usage(10**15, 10**15 - 1) == (10**15 - 1, UsageAnomaly.ABSURD)  # past what a store counts
     assert bounded_usage(None, 1000) == (1000, UsageAnomaly.JUNK)
     assert usage_is_readable({"prompt_tokens": 10, "completion_tokens": 3.0})
     assert usage_is_readable(None)
