@@ -23,6 +23,7 @@ from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.recording import RequestFigures, RequestRecorder
 from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, savings_for_request
 from gateway.telemetry.usage import Usage, usage_from_provider
+from gateway.usage_bounds import usage_is_readable
 from gateway.upstream.base import ResolvedRoute
 from gateway.wire.call import ChatCall
 from gateway.wire.ingress import chat_answer_chars
@@ -82,7 +83,8 @@ class Accountant:
         # it); without usage, a failed request is released, and a whole answer or a stream the
         # client left is settled at the estimate (``_settle_tokens``).
         if answered and (usage is not None or (ok and (record.completed or record.disconnected))):
-            await self._budgets.settle(record.hold, _settle_tokens(record, usage))
+            readable = usage_is_readable(record.stream_usage or record.response_usage)
+            await self._budgets.settle(record.hold, _settle_tokens(record, usage) if readable else None)
         else:
             await self._budgets.release(record.hold)
         savings = self._savings(record, usage) if ok and usage is not None else None

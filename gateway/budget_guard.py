@@ -5,11 +5,25 @@ much to reserve, what a store outage means (fail-open: serve and remember the
 unmetered tokens, charged once the store is back; fail-closed: 503), and the
 ``sieve_budget_*`` metrics.
 
+How much to reserve is ``gateway.reservation_estimate``: everything the
+provider can bill for the forwarded body, so concurrent requests cannot spend
+past a budget. With no output cap in the body, the model's own output limit
+(``output_limit``, from litellm's model map) is what the provider may generate;
+the policy's ``default_max_completion_tokens`` stands in for a model it does not
+know. A settle charges the provider's usage bounded by that estimate
+(``gateway.usage_bounds``).
+
 A settle or release the store could not take (down, out of memory, hung) is
 owed, not dropped: it is retried before the next reservation once the store
 answers again, so a reservation held when the outage began is given back then
-rather than at its TTL. A settle whose reservation the store no longer knows
-(it restarted empty) becomes a plain charge of the usage.
+rather than at its TTL. So is a reserve that failed: Redis may have taken it
+without its reply arriving (it hung with the command in its socket and ran it
+later), so its id is released too. Retries are safe: the store tells a settle
+it already applied (``Settlement.ALREADY_FINAL``, nothing changes) from a
+reservation it no longer knows (``UNKNOWN``: it restarted empty), and only the
+latter becomes a plain charge of the usage. Work the store refuses outright
+(``StoreRejected``) is logged and dropped: retrying it would fail forever and
+hold every later reservation of every org behind it.
 """
 
 from __future__ import annotations
@@ -17,13 +31,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from gateway.budgets import BudgetConfig, BudgetLimit, Reservation, new_reservation_id, reservation_tokens
-from gateway.errors import BudgetExceeded, StoreUnavailable
+from gateway.budgets import BudgetConfig, BudgetLimit, Reservation, Settlement, new_reservation_id
+from gateway.errors import BudgetExceeded, StoreRejected, StoreUnavailable
+from gateway.pruning.tokens import TokenCounters
+from gateway.reservation_estimate import estimate_reservation
 from gateway.state.protocols import BudgetStore
 from gateway.telemetry.metrics import FailOpen, Metrics
+from gateway.usage_bounds import bounded_usage
 from gateway.wire.call import ChatCall
+from gateway.wire.formats.base import WireFormat
 
 log = logging.getLogger("sieve.budgets")
 MAX_PENDING = 100_000
@@ -32,12 +50,14 @@ MAX_PENDING = 100_000
 @dataclass(slots=True)
 class _Owed:
     """Budget work postponed by an outage: charge ``tokens`` served unmetered (no
-    reservation), settle a reservation at ``tokens``, or release it (``tokens`` None)."""
+    reservation), settle a reservation at ``tokens``, or release it (``tokens`` None).
+    ``charge_id`` makes a charge count once however often it is sent."""
 
     limits: tuple[BudgetLimit, ...]
     tokens: int | None
     at: float
     reservation: Reservation | None = None
+    charge_id: str = field(default_factory=new_reservation_id)
 
 
 @dataclass(slots=True)
@@ -47,17 +67,21 @@ class Hold:
     limits: tuple[BudgetLimit, ...]
     reservation: Reservation | None
     remaining_tokens: int | None
+    estimate: int = 0  # the most the request can be billed (what was, or would have been, reserved)
     reserved_at: float = field(default_factory=time.time)
     done: bool = False
 
 
 class BudgetGuard:
     def __init__(self, store: BudgetStore, config: BudgetConfig, metrics: Metrics,
-                 org_label=lambda org: org) -> None:
+                 org_label: Callable[[str], str] = lambda org: org, *, counters: TokenCounters | None = None,
+                 output_limit: Callable[[str], int | None] = lambda model: None) -> None:
         self._store = store
         self._config = config
         self._metrics = metrics
         self._org_label = org_label
+        self._counters = counters or TokenCounters()
+        self._output_limit = output_limit
         self._owed: list[_Owed] = []
 
     @property
@@ -86,40 +110,62 @@ class BudgetGuard:
             return None
         return min((s.remaining / s.limit.limit for s in statuses if s.limit.limit > 0), default=None)
 
-    async def reserve(self, call: ChatCall, prompt_tokens: int, body: Mapping[str, Any]) -> Hold | None:
+    def estimate(self, body: Mapping[str, Any], policy_default: int, fmt: WireFormat = WireFormat.CHAT) -> int:
+        """The most the forwarded ``body`` can be billed (what a reservation holds)."""
+        model = str(body.get("model") or "")
+        default_output = self._output_limit(model) or policy_default
+        counter = self._counters.for_model(model)
+        return estimate_reservation(fmt, body, counter.count_text, default_output).tokens
+
+    async def reserve(self, call: ChatCall, prompt_tokens: int, body: Mapping[str, Any],
+                      fmt: WireFormat = WireFormat.CHAT) -> Hold | None:
+        """Hold what ``body`` (as forwarded) can cost on every budget of the caller;
+        ``prompt_tokens`` (the pruner's count of the messages) is a floor under the estimate."""
         limits = self._config.limits_for(call.identity)
         if not limits:
             return None
-        tokens = reservation_tokens(prompt_tokens, body, call.policy.default_max_completion_tokens)
+        tokens = max(self.estimate(body, call.policy.default_max_completion_tokens, fmt), prompt_tokens)
         org = self._org_label(call.identity.org)
+        rid, now = new_reservation_id(), time.time()
         try:
             if self._owed:
                 await self._reconcile()
-            reservation = await self._store.reserve(new_reservation_id(), limits, tokens, time.time())
+            reservation = await self._store.reserve(rid, limits, tokens, now)
         except BudgetExceeded:
             self._metrics.budget_rejections.labels(org=org).inc()
             raise
         except StoreUnavailable:
+            # Redis may have taken the reserve without its reply arriving: give it back once it answers.
+            self._remember(_Owed(limits, None, now, Reservation.planned(rid, limits, tokens, now, 0.0)))
             if not call.policy.store_fail_open:
                 raise StoreUnavailable("the budget store is unreachable and this org's policy is "
                                        "fail-closed; retry shortly") from None
             self._metrics.fail_open.labels(reason=FailOpen.BUDGET_STORE).inc()
             log.warning("budget store unreachable: serving %s unmetered (fail-open)", call.request_id)
-            return Hold(limits, None, None)
+            return Hold(limits, None, None, tokens)
         for status in reservation.statuses:
             self._metrics.budget_remaining.labels(org=org, window=status.limit.window.value).set(status.remaining)
-        return Hold(limits, reservation, reservation.remaining_tokens)
+        return Hold(limits, reservation, reservation.remaining_tokens, tokens)
 
-    async def settle(self, hold: Hold | None, actual_tokens: int) -> None:
+    async def settle(self, hold: Hold | None, actual_tokens: int | None) -> None:
+        """Charge the provider's usage (``None``: it reported junk) bounded by the estimate."""
         if hold is None or hold.done:
             return
         hold.done = True
-        owed = _Owed(hold.limits, actual_tokens, hold.reserved_at, hold.reservation)
+        tokens, anomaly = bounded_usage(actual_tokens, hold.estimate)
+        if anomaly is not None:
+            self._metrics.usage_anomalies.labels(reason=anomaly.value).inc()
+            log.warning("provider usage %r is %s: charged the reservation's estimate, %d tokens",
+                        actual_tokens, anomaly.value, tokens)
+        owed = _Owed(hold.limits, tokens, hold.reserved_at, hold.reservation)
         if hold.reservation is None:
             self._remember(owed)
             return
         try:
-            await self._store.settle(hold.reservation, actual_tokens)
+            await self._store.settle(hold.reservation, tokens)
+        except StoreRejected as exc:
+            log.error("budget store refused to settle reservation %s (dropped; its TTL returns the "
+                      "tokens): %s", hold.reservation.id, exc)
         except StoreUnavailable:
             log.warning("budget store unreachable: settling reservation %s once it is back", hold.reservation.id)
             self._remember(owed)
@@ -131,6 +177,9 @@ class BudgetGuard:
         if hold.reservation is not None:
             try:
                 await self._store.release(hold.reservation)
+            except StoreRejected as exc:
+                log.error("budget store refused to release reservation %s (dropped): %s",
+                          hold.reservation.id, exc)
             except StoreUnavailable:
                 # Retried once the store is back (else its TTL returns the tokens).
                 log.warning("budget store unreachable: releasing reservation %s once it is back",
@@ -157,11 +206,14 @@ class BudgetGuard:
             self._owed.append(owed)
 
     async def _reconcile(self) -> None:
-        """Do what an outage postponed, in order (charges in their own windows)."""
+        """Do what an outage postponed, in order (charges in their own windows). What the
+        store refuses outright is dropped: sent again, it would fail again, forever."""
         pending, self._owed = self._owed, []
         for i, owed in enumerate(pending):
             try:
                 await self._apply(owed)
+            except StoreRejected as exc:
+                log.error("budget store refused owed work (dropped): %s", exc)
             except StoreUnavailable:
                 self._owed = pending[i:] + self._owed
                 raise
@@ -169,9 +221,10 @@ class BudgetGuard:
     async def _apply(self, owed: _Owed) -> None:
         if owed.reservation is None:
             assert owed.tokens is not None
-            await self._store.charge(owed.limits, owed.tokens, owed.at)
+            await self._store.charge(owed.limits, owed.tokens, owed.at, owed.charge_id)
         elif owed.tokens is None:
             await self._store.release(owed.reservation)
-        elif not await self._store.settle(owed.reservation, owed.tokens):
+        elif await self._store.settle(owed.reservation, owed.tokens) is Settlement.UNKNOWN:
             # The store no longer knows the reservation (it restarted empty): charge the usage.
-            await self._store.charge(owed.limits, owed.tokens, owed.at)
+            # A settle it had applied before its reply was lost answers ALREADY_FINAL instead.
+            await self._store.charge(owed.limits, owed.tokens, owed.at, owed.charge_id)

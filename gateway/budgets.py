@@ -19,8 +19,10 @@ in every org, an ``org/name`` entry to one org only (and wins)::
 
     config = BudgetConfig.from_mapping(raw["budgets"])
     limits = config.limits_for(identity)            # org, team, key x windows
-    tokens = reservation_tokens(prompt_tokens, body, default_completion_tokens=1024)
+    tokens = estimate_reservation(WireFormat.CHAT, body, counter.count_text, 1024).tokens
     reservation = await budget_store.reserve(new_reservation_id(), limits, tokens, time.time())
+
+How much a request reserves is ``gateway.reservation_estimate``'s business.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Mapping, Protocol
 
-from gateway.errors import BudgetExceeded, ConfigError, InvalidRequest
+from gateway.errors import BudgetExceeded, ConfigError
 
 
 class Scope(str, Enum):
@@ -129,6 +131,24 @@ class BudgetStatus:
         return max(0, self.limit.limit - self.used)
 
 
+class Settlement(Enum):
+    """What a settle or release found (never truthy-tested: each answer means something else).
+
+    ``ALREADY_FINAL`` is the answer to a retry (a settle whose reply was lost, sent again):
+    the store keeps a marker of every settled or released reservation for a while, so
+    the retry changes nothing. ``UNKNOWN`` means the store never held it or forgot it
+    (restarted empty): the caller charges the usage instead."""
+
+    APPLIED = "applied"
+    ALREADY_FINAL = "already_final"
+    UNKNOWN = "unknown"
+
+
+# The most tokens one figure may carry (15 decimal digits): far above any bill, and
+# exact in the doubles Redis's Lua computes with (2^53 is about 9.007e15).
+MAX_TOKENS = 10**15 - 1
+
+
 @dataclass(frozen=True)
 class Reservation:
     """Tokens held against every limit of one request until settled or released.
@@ -151,10 +171,18 @@ class Reservation:
         """The smallest remaining across the limits, or ``None`` when no budget applies."""
         return min((s.remaining for s in self.statuses), default=None)
 
+    @classmethod
+    def planned(cls, reservation_id: str, limits: tuple[BudgetLimit, ...], tokens: int, now: float,
+                ttl_s: float) -> "Reservation":
+        """The reservation a ``reserve`` at ``now`` would make: what to release when the
+        store may have taken that reserve without its reply arriving (a hang)."""
+        buckets = tuple(bucket_for(limit.window, now) for limit in limits)
+        return cls(reservation_id, reservation_org(limits), tokens, limits, buckets, now + ttl_s)
+
 
 def check_tokens(tokens: int) -> None:
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-        raise ValueError(f"tokens must be a non-negative integer, got {tokens!r}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens <= MAX_TOKENS:
+        raise ValueError(f"tokens must be an integer in 0..{MAX_TOKENS}, got {tokens!r}")
 
 
 def new_reservation_id() -> str:
@@ -289,22 +317,3 @@ def _parse_section(raw: Any, where: str) -> dict[str, dict[Window, int]]:
                 raise ConfigError(f"{where}.{name}.{window}: must be a non-negative integer, got {tokens!r}")
             parsed[str(name)][key] = tokens
     return parsed
-
-
-def reservation_tokens(prompt_tokens: int, body: Mapping[str, Any], default_completion_tokens: int) -> int:
-    """Tokens to reserve: the forwarded prompt plus the most the completion may use.
-
-    ``max_completion_tokens`` wins over the legacy ``max_tokens``; without
-    either, the policy's ``default_completion_tokens`` stands in (the provider
-    could otherwise generate up to the model's limit, which no budget can hold).
-    """
-    for field in ("max_completion_tokens", "max_tokens"):
-        value = body.get(field)
-        if value is None:
-            continue
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # JSON's 100.0 is the integer 100
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidRequest(f"'{field}' must be a non-negative integer, got {value!r}", param=field)
-        return prompt_tokens + value
-    return prompt_tokens + default_completion_tokens

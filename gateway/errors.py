@@ -15,6 +15,7 @@
     ├── BudgetExceeded        429   budget_exceeded
     ├── TooManyAuthFailures   429   rate_limit_error / too_many_auth_failures
     ├── StoreUnavailable      503   service_unavailable
+    │   └── StoreRejected     503   service_unavailable (a command no retry can cure)
     ├── ShuttingDown          503   service_unavailable / shutting_down
     ├── UpstreamUnavailable   502   upstream_error
     │   └── UpstreamTooLarge  502   upstream_error / upstream_response_too_large
@@ -121,6 +122,11 @@ class StoreUnavailable(SieveError):
     status = 503
     type = "service_unavailable"
     code = "store_unavailable"
+
+
+class StoreRejected(StoreUnavailable):
+    """The store answered, refusing the command itself (a script error, a value out of
+    range): sending it again fails again, so work owed to the store is dropped, not retried."""
 
 
 class ShuttingDown(SieveError):

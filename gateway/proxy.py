@@ -87,8 +87,7 @@ class ChatProxy:
                           type(exc).__name__)
             outcome = await self._pruner.pass_through(call, WRITE_FAILED, FailOpen.PRUNING_ERROR)
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
-        hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens,
-                                           ingress.reservation_body(forwarded))
+        hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded, call.format)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold,
                                answer_chars=ingress.answer_chars)
         call.forwarded = True  # from here on, the accounting writes its access line

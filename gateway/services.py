@@ -107,12 +107,15 @@ class Services:
         recorder = RequestRecorder(metrics, LabelBounds(orgs=_known_orgs(settings), models=sorted(settings.models),
                                                         dynamic_limit=0 if settings.strict_models
                                                         else DYNAMIC_LABELS))
-        budgets = BudgetGuard(stores.budgets, budget_config, metrics, recorder.bounds.org)
+        counters = TokenCounters(engine=settings.token_engine)
+        counters.warm()  # load the encodings now, not on the first request
+        budgets = BudgetGuard(stores.budgets, budget_config, metrics, recorder.bounds.org, counters=counters,
+                              output_limit=prices.max_output_tokens)
         audit = AuditLog.open(settings.audit_log, secrets=configured_secrets(settings))
         session = _http_session()
         deferred = Deferred()
         big_bodies = BigBodies(settings.max_prune_bytes_in_flight)
-        pruner = _pruner(settings, stores, session, metrics, prices, big_bodies)
+        pruner = _pruner(counters, settings, stores, session, metrics, prices, big_bodies)
         fast_path = OpenAICompatibleUpstream(session, settings.upstream_timeout_s, settings.upstream_connect_timeout_s,
                                              settings.max_upstream_body_bytes)
         router = _router(settings, fast_path)
@@ -151,10 +154,8 @@ def _router(settings: Settings, fast_path: OpenAICompatibleUpstream) -> ModelRou
                                                                   settings.max_upstream_body_bytes)})
 
 
-def _pruner(settings: Settings, stores: Stores, session: aiohttp.ClientSession, metrics: Metrics,
-            prices: PriceBook, big_bodies: BigBodies) -> Pruner:
-    counters = TokenCounters(engine=settings.token_engine)
-    counters.warm()  # load the encodings now, not on the first request
+def _pruner(counters: TokenCounters, settings: Settings, stores: Stores, session: aiohttp.ClientSession,
+            metrics: Metrics, prices: PriceBook, big_bodies: BigBodies) -> Pruner:
     llm = LLMScorer(session=session, cache=stores.scores, metrics=metrics, prices=prices, counters=counters,
                     api_key=settings.scorer_api_key)
     return Pruner(counters, LocalScorer(), stores.conversations, metrics, llm=llm,

@@ -20,6 +20,10 @@ Fault modes (``Reply`` fields), for the dependency-fault tests::
     Reply(compress=True)                                # gzip when the request's Accept-Encoding allows
     Reply(content="x" * 50_000_000, chunked=True)       # non-stream: a huge answer with no Content-Length
 
+Usage as a provider would bill the request (tools, images, ``n``)::
+
+    FakeUpstream(usage_for=tests.provider_billing.openai_usage)
+
 As a process, for benchmarks (recording off)::
 
     python -m tests.fake_upstream --port 9100 --latency-ms 20 --chunks 8
@@ -263,8 +267,10 @@ class FakeUpstream:
         record: bool = True,
         default: Reply | None = None,
         prompt_cache: PromptCache | None = None,
+        usage_for: Callable[[dict], dict] | None = None,
     ) -> None:
         self.host = host
+        self.usage_for = usage_for  # computes the usage from the request (tests.provider_billing)
         self.prompt_cache = prompt_cache  # None: computed usage reports no caching
         self.port = port
         self.record = record
@@ -415,6 +421,8 @@ class FakeUpstream:
                                          for c in calls)) // 4)
             simulated = self.prompt_cache.usage(req, ct)
         usage = reply.usage if reply.usage is not None else simulated
+        if usage is None and self.usage_for is not None:
+            usage = self.usage_for(req)
         if usage is None:
             pt = estimate_prompt_tokens(req.get("messages"))
             usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}

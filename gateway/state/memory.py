@@ -19,6 +19,7 @@ from gateway.budgets import (
     BudgetStatus,
     Bucket,
     Reservation,
+    Settlement,
     bucket_for,
     budget_exceeded,
     check_tokens,
@@ -28,6 +29,13 @@ from gateway.state.protocols import KeyRecord
 
 DEFAULT_RESERVATION_TTL_S = 900.0  # above the default upstream timeout (600 s)
 DEFAULT_COUNTER_GRACE_S = 3600.0   # a window's counter outlives its reset, for late settles
+# A settled or released reservation is remembered this long, so that a settle sent again
+# after its reply was lost changes nothing (Redis); above the reservation TTL, so a settle
+# owed since an outage of that length is still recognised as applied.
+DEFAULT_MARKER_TTL_S = 3600.0
+# The in-memory twin remembers the last this many final ids (it loses no replies, but
+# keeps the same semantics as Redis for its callers and the contract tests).
+MEMORY_FINAL_IDS = 100_000
 
 
 class _TtlLru:
@@ -143,6 +151,7 @@ class MemoryBudgetStore:
         self._held: dict[str, _Held] = {}
         self._expiry: list[tuple[float, str]] = []  # heap; stale entries are skipped
         self._next_purge = 0.0
+        self._final: OrderedDict[str, None] = OrderedDict()  # settled/released ids, oldest first
 
     async def reserve(self, reservation_id: str, limits: Sequence[BudgetLimit], tokens: int,
                       now: float) -> Reservation:
@@ -155,7 +164,8 @@ class MemoryBudgetStore:
             return Reservation(reservation_id, None, tokens, (), (), expires_at)
         self._advance(now)
         ids = tuple(_counter_id(limit, bucket) for limit, bucket in zip(limits, buckets))
-        if reservation_id not in self._held:  # a retried id is already held: hold it once
+        if reservation_id not in self._held and reservation_id not in self._final:
+            # A retried id is already held (or final): hold it once.
             for limit, bucket, cid in zip(limits, buckets, ids):
                 status = self._status(limit, bucket, cid)
                 if status.used + tokens > limit.limit:
@@ -173,11 +183,14 @@ class MemoryBudgetStore:
         statuses = tuple(self._status(l, b, c) for l, b, c in zip(limits, buckets, ids))
         return Reservation(reservation_id, org, tokens, limits, buckets, expires_at, statuses)
 
-    async def settle(self, reservation: Reservation, actual_tokens: int) -> bool:
+    async def settle(self, reservation: Reservation, actual_tokens: int) -> Settlement:
         check_tokens(actual_tokens)
+        if reservation.id in self._final:
+            return Settlement.ALREADY_FINAL
         held = self._held.pop(reservation.id, None)
         if held is None:
-            return False
+            return Settlement.UNKNOWN
+        self._mark_final(reservation.id)
         for cid in held.counters:
             counter = self._counters.get(cid)
             if counter is None:
@@ -185,21 +198,36 @@ class MemoryBudgetStore:
             if held.state == "reserved":
                 counter.reserved -= held.tokens
             counter.settled += actual_tokens
-        return True
+        return Settlement.APPLIED
 
-    async def release(self, reservation: Reservation) -> bool:
+    async def release(self, reservation: Reservation) -> Settlement:
+        if reservation.id in self._final:
+            return Settlement.ALREADY_FINAL
         held = self._held.pop(reservation.id, None)
-        if held is None or held.state != "reserved":
-            return False
+        self._mark_final(reservation.id)
+        if held is None:
+            return Settlement.UNKNOWN
+        if held.state != "reserved":
+            return Settlement.ALREADY_FINAL
         for cid in held.counters:
             counter = self._counters.get(cid)
             if counter is not None:
                 counter.reserved -= held.tokens
-        return True
+        return Settlement.APPLIED
 
-    async def charge(self, limits: Sequence[BudgetLimit], tokens: int, now: float) -> None:
+    def _mark_final(self, reservation_id: str) -> None:
+        self._final[reservation_id] = None
+        if len(self._final) > MEMORY_FINAL_IDS:
+            self._final.popitem(last=False)
+
+    async def charge(self, limits: Sequence[BudgetLimit], tokens: int, now: float,
+                     charge_id: str | None = None) -> None:
         check_tokens(tokens)
         reservation_org(tuple(limits))
+        if charge_id is not None:
+            if charge_id in self._final:
+                return  # charged already: this is a retry
+            self._mark_final(charge_id)
         self._advance(now)
         for limit in limits:
             bucket = bucket_for(limit.window, now)

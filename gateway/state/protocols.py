@@ -18,7 +18,11 @@ Budget protocol, in the order a request uses it::
 ``reserve`` checks and holds the tokens on ALL limits at once or on none.
 ``settle`` replaces the held amount by the actual usage (more or less).
 ``release`` returns the held amount. Settle and release act once per
-reservation; any later settle/release of it is a no-op returning False.
+reservation and answer a ``Settlement``: ``APPLIED``; ``ALREADY_FINAL`` for
+any later settle/release of it (a retry after a lost reply changes nothing: the
+store remembers final reservations for a while); ``UNKNOWN`` for an id it never
+held or forgot (restarted empty). A release of an unknown id still marks it
+final, so a reserve of that id that arrives late holds nothing.
 A reservation neither settled nor released within its TTL expires and its
 tokens are returned (a crashed replica cannot leak them); a settle that
 arrives after that still charges the actual usage.
@@ -29,7 +33,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-from gateway.budgets import BudgetLimit, BudgetStatus, Reservation
+from gateway.budgets import BudgetLimit, BudgetStatus, Reservation, Settlement
 from gateway.wire.call import Identity
 
 
@@ -65,16 +69,18 @@ class BudgetStore(Protocol):
         """
         ...
 
-    async def settle(self, reservation: Reservation, actual_tokens: int) -> bool:
-        """Charge ``actual_tokens`` in place of the held amount; False if already final."""
+    async def settle(self, reservation: Reservation, actual_tokens: int) -> Settlement:
+        """Charge ``actual_tokens`` in place of the held amount (see the module docstring)."""
         ...
 
-    async def release(self, reservation: Reservation) -> bool:
-        """Return the held tokens; idempotent, False if already settled/released/expired."""
+    async def release(self, reservation: Reservation) -> Settlement:
+        """Return the held tokens; ``ALREADY_FINAL`` if settled, released or expired."""
         ...
 
-    async def charge(self, limits: Sequence[BudgetLimit], tokens: int, now: float) -> None:
-        """Record usage without a check (fail-open reconciliation of unmetered requests)."""
+    async def charge(self, limits: Sequence[BudgetLimit], tokens: int, now: float,
+                     charge_id: str | None = None) -> None:
+        """Record usage without a check (fail-open reconciliation of unmetered requests);
+        with ``charge_id``, a charge sent again after a lost reply is counted once."""
         ...
 
     async def remaining(self, limits: Sequence[BudgetLimit], now: float) -> list[BudgetStatus]:

@@ -14,6 +14,7 @@ key has a TTL except the virtual-key hash, which is configuration)::
     sieve:{org:<org>}:budget:<scope>:<scope id>:<window>:<bucket>   hash reserved, settled, limit, meta
     sieve:{org:<org>}:budget-index                                 zset counter key -> reset_at ms
     sieve:{org:<org>}:resv:<reservation id>                        hash state, tokens, counters
+                                                                   (settled/released: a state marker)
     sieve:{org:<org>}:resv-expiry                                  zset reservation id -> expires_at ms
     sieve:conv:{<conversation key>}                                string
     sieve:score:{<score key>}                                      string
@@ -26,7 +27,11 @@ and each of reserve/settle/release is ONE atomic Lua script.
 Every call is bounded: connect and socket timeouts, a blocking pool (redis-py's
 default pool raises once it has handed out its maximum of connections) with a
 wait timeout, and one quick retry. Retrying is safe because each script is
-idempotent by reservation id. Any Redis failure surfaces as ``StoreUnavailable``.
+idempotent by reservation id: a settled or released reservation leaves a marker
+for ``marker_ttl_s``, so a settle whose reply was lost and that is sent again
+finds it final and changes nothing. Any Redis failure surfaces as
+``StoreUnavailable``; an error Redis answers with that no retry can cure (a script
+refusing its arguments) as its subclass ``StoreRejected``.
 With ``breaker_cooldown_s`` a Redis that stops answering is skipped for that
 long after a timeout instead of being waited for on every call (``_Guard``).
 """
@@ -44,7 +49,7 @@ from urllib.parse import quote
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.budgets import (
@@ -53,6 +58,7 @@ from gateway.budgets import (
     Bucket,
     Reservation,
     Scope,
+    Settlement,
     Window,
     bucket_for,
     budget_exceeded,
@@ -60,12 +66,16 @@ from gateway.budgets import (
     new_reservation_id,
     reservation_org,
 )
-from gateway.errors import StoreUnavailable
-from gateway.state.memory import DEFAULT_COUNTER_GRACE_S, DEFAULT_RESERVATION_TTL_S
+from gateway.errors import StoreRejected, StoreUnavailable
+from gateway.state.memory import DEFAULT_COUNTER_GRACE_S, DEFAULT_MARKER_TTL_S, DEFAULT_RESERVATION_TTL_S
 from gateway.state.protocols import KeyRecord
 
 T = TypeVar("T")
 _LUA = Path(__file__).with_name("lua")
+_SETTLEMENTS = {1: Settlement.APPLIED, -1: Settlement.ALREADY_FINAL, 0: Settlement.UNKNOWN}
+# Plain error replies (redis-py gives out of memory, loading, read-only and the like their
+# own subclasses) that still mean "not now": a busy script, too few replicas.
+_TRANSIENT_REPLIES = ("BUSY", "NOREPLICAS", "UNBLOCKED")
 
 
 def _lua(name: str, *, with_sweep: bool = False) -> str:
@@ -107,6 +117,13 @@ class _Guard:
             self._open_until = now + self.cooldown_s  # this call probes; the others keep failing fast
         try:
             result = await call
+        except ResponseError as exc:
+            # Answered, so not hung: the breaker stays closed. A refusal of the command itself
+            # (a script error, a value out of range) fails the same way every time it is sent.
+            self._open_until = 0.0
+            if type(exc) is ResponseError and not str(exc).startswith(_TRANSIENT_REPLIES):
+                raise StoreRejected(f"Shared state store (Redis) refused {what}: {exc}") from exc
+            raise StoreUnavailable(f"Shared state store (Redis) unavailable during {what}: {exc}") from exc
         except (RedisError, OSError) as exc:
             hung = isinstance(exc, (RedisTimeoutError, TimeoutError))
             self._open_until = time.monotonic() + self.cooldown_s if hung and self.cooldown_s > 0 else 0.0
@@ -169,12 +186,14 @@ class RedisScoreCache:
 class RedisBudgetStore:
     def __init__(self, client: aioredis.Redis, prefix: str = "sieve",
                  reservation_ttl_s: float = DEFAULT_RESERVATION_TTL_S,
-                 counter_grace_s: float = DEFAULT_COUNTER_GRACE_S, guard: _Guard | None = None) -> None:
+                 counter_grace_s: float = DEFAULT_COUNTER_GRACE_S, guard: _Guard | None = None,
+                 marker_ttl_s: float = DEFAULT_MARKER_TTL_S) -> None:
         self._r = client
         self._guard = guard or _Guard()
         self._prefix = prefix
         self._reservation_ttl_ms = int(reservation_ttl_s * 1000)
         self._grace_ms = int(counter_grace_s * 1000)
+        self._marker_ttl_ms = int(marker_ttl_s * 1000)
         self._reserve = client.register_script(_lua("reserve.lua", with_sweep=True))
         self._status = client.register_script(_lua("status.lua", with_sweep=True))
         self._settle = client.register_script(_lua("settle.lua"))
@@ -236,24 +255,26 @@ class RedisBudgetStore:
         return [self._resv_prefix(reservation.org) + _enc(reservation.id), self._expiry_key(reservation.org),
                 *counters]
 
-    async def settle(self, reservation: Reservation, actual_tokens: int) -> bool:
+    async def settle(self, reservation: Reservation, actual_tokens: int) -> Settlement:
         check_tokens(actual_tokens)
         if reservation.org is None:
-            return False
+            return Settlement.UNKNOWN
         keys = self._final_keys(reservation)
-        done = await self._guard("budget settle",
-                                 self._settle(keys=keys, args=[_enc(reservation.id), actual_tokens]))
-        return done == 1
+        args = [_enc(reservation.id), actual_tokens, self._marker_ttl_ms]
+        return _SETTLEMENTS[await self._guard("budget settle", self._settle(keys=keys, args=args))]
 
-    async def release(self, reservation: Reservation) -> bool:
+    async def release(self, reservation: Reservation) -> Settlement:
         if reservation.org is None:
-            return False
+            return Settlement.UNKNOWN
         keys = self._final_keys(reservation)
-        return await self._guard("budget release", self._release(keys=keys, args=[_enc(reservation.id)])) == 1
+        args = [_enc(reservation.id), self._marker_ttl_ms]
+        return _SETTLEMENTS[await self._guard("budget release", self._release(keys=keys, args=args))]
 
-    async def charge(self, limits: Sequence[BudgetLimit], tokens: int, now: float) -> None:
-        # Rare (fail-open reconciliation), so two trips rather than a fifth script.
-        reservation = await self.reserve(new_reservation_id(), limits, tokens, now, enforce=False)
+    async def charge(self, limits: Sequence[BudgetLimit], tokens: int, now: float,
+                     charge_id: str | None = None) -> None:
+        # Rare (fail-open reconciliation), so two trips rather than a fifth script. Both are
+        # idempotent by ``charge_id``: a charge retried after a lost reply is counted once.
+        reservation = await self.reserve(charge_id or new_reservation_id(), limits, tokens, now, enforce=False)
         await self.settle(reservation, tokens)
 
     async def remaining(self, limits: Sequence[BudgetLimit], now: float) -> list[BudgetStatus]:

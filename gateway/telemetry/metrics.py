@@ -46,6 +46,16 @@ class FailOpen(StrEnum):
     STATE_STORE = "state_store"      # pruned without the conversation's plan, or the plan not saved
     PRUNING_ERROR = "pruning_error"  # a pruning bug: forwarded unpruned
     BUDGET_STORE = "budget_store"    # served unmetered, charged once the store is back
+
+
+class UsageAnomaly(StrEnum):
+    """The ``reason`` label of ``sieve_usage_anomalies_total``: a provider's usage figure the
+    budget did not charge as reported (``gateway.usage_bounds``)."""
+
+    JUNK = "junk"      # negative, not a number: the reservation's estimate is charged
+    ABSURD = "absurd"  # far above what the request could cost: clamped to the estimate
+
+
 # sieve_units_total{action}: pruning's actions, and "summarised", which the dashboard shows beside them.
 UNIT_ACTIONS = (*(a.value for a in Action), "summarised")
 COST_KINDS = ("counterfactual", "actual", "scorer")
@@ -99,6 +109,9 @@ class Metrics:
         self.overhead_seconds = Histogram("sieve_overhead_seconds",
                                           "Gateway time per request, upstream time excluded.",
                                           buckets=LATENCY_BUCKETS, registry=r)
+        self.usage_anomalies = Counter("sieve_usage_anomalies_total",
+                                       "Provider usage figures charged as the reservation's estimate "
+                                       "instead (junk or absurd).", ["reason"], registry=r)
         self.budget_remaining = Gauge("sieve_budget_remaining_tokens",
                                       "Tokens left in a budget window, as last seen.",
                                       ["org", "window"], registry=r)

@@ -158,6 +158,17 @@ class PriceBook:
                 return _map_price(key, self._map[key])
         return None
 
+    def max_output_tokens(self, model: str) -> int | None:
+        """The most tokens ``model`` answers with when a request sets no cap (the map's
+        ``max_output_tokens``); None for a model the map does not know."""
+        key = model if model in self._map else self._lower.get(model.lower())
+        provider, sep, rest = model.partition("/")
+        if key is None and sep and rest:
+            key = rest if rest in self._map else self._lower.get(rest.lower())
+        entry = self._map.get(key) if key is not None else None
+        value = (entry.get("max_output_tokens") or entry.get("max_tokens")) if entry else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
     def cost(self, model: str, usage: Usage) -> Cost | None:
         price = self.lookup(model)
         return None if price is None else price_usage(price, usage)

@@ -10,7 +10,6 @@ is data, described here::
     ingress.adapter.write(body, view, result)   # the pruned body, in the format
     ingress.tap()                               # the stream's usage tap (event_taps)
     ingress.error_body(exc)                     # Sieve's error in the format's shape
-    ingress.reservation_body(body)              # the answer's token cap, for the budget
     ingress.unpruned_reason(body)               # why this body is forwarded as it came, if it is
 
 The upstream endpoint of a format is the router's business
@@ -55,12 +54,6 @@ class Ingress:
         """The checked body's chat-shaped view (the adapter checks the body, within ``limits``)."""
         return self.adapter.read(body, limits)
 
-    def reservation_body(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        """What the budget reads for the answer's cap (it knows Chat Completions' names)."""
-        if self.completion_field in ("max_tokens", "max_completion_tokens"):
-            return body
-        value = body.get(self.completion_field)
-        return {"max_tokens": value} if value is not None else {}
 
 
 def chat_answer_chars(payload: Mapping[str, Any]) -> int:

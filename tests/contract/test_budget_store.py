@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gateway.budgets import BudgetLimit, Scope, Window, bucket_for, new_reservation_id
+from gateway.budgets import BudgetLimit, Reservation, Scope, Settlement, Window, bucket_for, new_reservation_id
 from gateway.errors import BudgetExceeded
 
 from .conftest import RESERVATION_TTL_S
@@ -66,12 +66,12 @@ async def test_reserve_settle_release_arithmetic(stores):
     assert await used(stores, day) == (300, 0)
     second = await reserve(stores, [day], 200)
     assert second.remaining_tokens == 500
-    assert await stores.budgets.settle(first, 120) is True  # less than reserved
+    assert await stores.budgets.settle(first, 120) is Settlement.APPLIED  # less than reserved
     assert await used(stores, day) == (200, 120)
-    assert await stores.budgets.settle(second, 450) is True  # more than reserved
+    assert await stores.budgets.settle(second, 450) is Settlement.APPLIED  # more than reserved
     assert await used(stores, day) == (0, 570)
     third = await reserve(stores, [day], 400)
-    assert await stores.budgets.release(third) is True
+    assert await stores.budgets.release(third) is Settlement.APPLIED
     [status] = await stores.budgets.remaining([day], NOW)
     assert (status.reserved, status.settled, status.remaining) == (0, 570, 430)
     assert status.reset_at == bucket_for(Window.DAY, NOW).reset_at
@@ -80,14 +80,55 @@ async def test_reserve_settle_release_arithmetic(stores):
 async def test_settle_and_release_act_once(stores):
     day = org_limit(1000)
     a = await reserve(stores, [day], 100)
-    assert await stores.budgets.release(a) is True
-    assert await stores.budgets.release(a) is False
-    assert await stores.budgets.settle(a, 80) is False  # settle after release: not counted
+    assert await stores.budgets.release(a) is Settlement.APPLIED
+    assert await stores.budgets.release(a) is Settlement.ALREADY_FINAL
+    assert await stores.budgets.settle(a, 80) is Settlement.ALREADY_FINAL  # settle after release: not counted
     b = await reserve(stores, [day], 100)
-    assert await stores.budgets.settle(b, 90) is True
-    assert await stores.budgets.settle(b, 90) is False
-    assert await stores.budgets.release(b) is False
+    assert await stores.budgets.settle(b, 90) is Settlement.APPLIED
+    assert await stores.budgets.settle(b, 90) is Settlement.ALREADY_FINAL
+    assert await stores.budgets.release(b) is Settlement.ALREADY_FINAL
     assert await used(stores, day) == (0, 90)
+
+
+async def test_a_retried_settle_is_told_apart_from_an_unknown_reservation(stores):
+    """A settle sent again after its reply was lost finds the reservation final and changes
+    nothing; only a reservation the store never held (or forgot) is UNKNOWN, which the
+    guard answers with a charge. Both were one answer (0) once, and a lost reply was charged twice."""
+    day = org_limit(1000)
+    held = await reserve(stores, [day], 100)
+    assert await stores.budgets.settle(held, 70) is Settlement.APPLIED
+    assert await stores.budgets.settle(held, 70) is Settlement.ALREADY_FINAL
+    assert await used(stores, day) == (0, 70)
+    never = Reservation.planned("never-held", (day,), 100, NOW, RESERVATION_TTL_S)
+    assert await stores.budgets.settle(never, 70) is Settlement.UNKNOWN
+
+
+async def test_a_reserve_arriving_after_its_release_holds_nothing(stores):
+    """Redis hung with a reserve in its socket: the replica gave up on it and released the
+    id once Redis answered; when the reserve then runs, it must not hold the tokens."""
+    day = org_limit(1000)
+    late = Reservation.planned("late-one", (day,), 300, NOW, RESERVATION_TTL_S)
+    assert await stores.budgets.release(late) is Settlement.UNKNOWN
+    await reserve(stores, [day], 300, rid="late-one")
+    assert await used(stores, day) == (0, 0)
+    assert await stores.budgets.settle(late, 300) is Settlement.ALREADY_FINAL
+
+
+async def test_a_charge_sent_twice_with_its_id_counts_once(stores):
+    day = org_limit(1000)
+    for _ in range(2):
+        await stores.budgets.charge([day], 250, NOW, charge_id="unmetered-1")
+    assert await used(stores, day) == (0, 250)
+
+
+async def test_token_figures_are_bounded(stores):
+    day = org_limit(1000)
+    held = await reserve(stores, [day], 100)
+    with pytest.raises(ValueError):
+        await stores.budgets.settle(held, 10**20)
+    with pytest.raises(ValueError):
+        await reserve(stores, [day], -1)
+    assert await used(stores, day) == (100, 0)
 
 
 async def test_retried_reservation_id_is_held_once(stores):
@@ -150,7 +191,7 @@ async def test_window_rollover(stores):
     assert [s.remaining for s in second.statuses] == [0, 800]
     assert second.buckets[0].id != first.buckets[0].id
     # A request that began in the old minute settles into the old minute, not the new one.
-    assert await stores.budgets.settle(first, 40) is True
+    assert await stores.budgets.settle(first, 40) is Settlement.APPLIED
     assert await used(stores, minute, later) == (100, 0)
     assert await used(stores, minute, NOW) == (0, 40)
     assert await used(stores, day, later) == (100, 40)
@@ -165,9 +206,9 @@ async def test_expired_reservation_returns_its_tokens(stores):
     [status] = await stores.budgets.remaining([day], after)
     assert (status.reserved, status.settled) == (0, 0)
     fresh = await reserve(stores, [day], 600, now=after)
-    assert await stores.budgets.release(crashed) is False  # its tokens went back already
+    assert await stores.budgets.release(crashed) is Settlement.ALREADY_FINAL  # its tokens went back already
     assert await used(stores, day, after) == (600, 0)
-    assert await stores.budgets.release(fresh) is True
+    assert await stores.budgets.release(fresh) is Settlement.APPLIED
 
 
 async def test_late_settle_of_expired_reservation_charges_actual(stores):
@@ -175,9 +216,9 @@ async def test_late_settle_of_expired_reservation_charges_actual(stores):
     slow = await reserve(stores, [day], 500)
     after = NOW + RESERVATION_TTL_S + 1
     await stores.budgets.remaining([day], after)  # the sweep returns the 500
-    assert await stores.budgets.settle(slow, 321) is True
+    assert await stores.budgets.settle(slow, 321) is Settlement.APPLIED
     assert await used(stores, day, after) == (0, 321)
-    assert await stores.budgets.settle(slow, 321) is False
+    assert await stores.budgets.settle(slow, 321) is Settlement.ALREADY_FINAL
 
 
 async def test_charge_records_unmetered_usage_without_a_check(stores):
@@ -192,8 +233,8 @@ async def test_charge_records_unmetered_usage_without_a_check(stores):
 async def test_no_limits_is_a_free_reservation(stores):
     reservation = await reserve(stores, [], 10_000)
     assert reservation.remaining_tokens is None and reservation.org is None
-    assert await stores.budgets.settle(reservation, 5) is False
-    assert await stores.budgets.release(reservation) is False
+    assert await stores.budgets.settle(reservation, 5) is Settlement.UNKNOWN
+    assert await stores.budgets.release(reservation) is Settlement.UNKNOWN
 
 
 async def test_orgs_are_separate_and_usage_reports_counters(stores):

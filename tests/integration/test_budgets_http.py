@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.reservation_estimate import REPLY_PRIMING_TOKENS
 from gateway.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
@@ -104,14 +105,15 @@ def test_remaining_tokens_header_follows_reservation_and_settlement(gateway: Gat
     llm = openai_client(gateway, "sk-meter", headers=NO_PRUNING)
     first = llm.chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "count me"}], max_tokens=100)
-    forwarded = int(first.headers["x-sieve-forwarded-tokens"])
-    # The header is what remains right after this request's reservation (prompt + max_tokens).
-    assert int(first.headers["x-sieve-budget-remaining-tokens"]) == 10_000 - (forwarded + 100)
+    # The header is what remains right after this request's reservation: the prompt as billed
+    # (the messages, and the tokens priming the reply) + max_tokens.
+    reserved = int(first.headers["x-sieve-forwarded-tokens"]) + REPLY_PRIMING_TOKENS + 100
+    assert int(first.headers["x-sieve-budget-remaining-tokens"]) == 10_000 - reserved
     gateway.wait_idle()
     second = llm.chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "count me"}], max_tokens=100)
     # The first request settled to the provider's usage (18), not to its reservation.
-    assert int(second.headers["x-sieve-budget-remaining-tokens"]) == 10_000 - 18 - (forwarded + 100)
+    assert int(second.headers["x-sieve-budget-remaining-tokens"]) == 10_000 - 18 - reserved
     free = openai_client(gateway, "sk-free", headers=NO_PRUNING).chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}])
     assert "x-sieve-budget-remaining-tokens" not in free.headers  # no budget applies to this org

@@ -3,7 +3,7 @@
 Two orgs share the load, each through both replicas:
 
 * ``acme`` (default upstream): every request reserves exactly R tokens (the
-  forwarded prompt + ``max_tokens`` chosen so the sum is R) and the upstream
+  prompt as billed + ``max_tokens`` chosen so the sum is R) and the upstream
   reports exactly R, so the budget (100 R + R/2) admits exactly 100 of 200,
   whatever the interleaving, and every 429 sees R/2 remaining.
 * ``beta`` (second upstream): prompts of different sizes, usage computed by
@@ -28,6 +28,7 @@ import aiohttp
 import httpx
 import pytest
 
+from gateway.reservation_estimate import REPLY_PRIMING_TOKENS
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.integration.budget_helpers import (
     ADMIN_KEY, MODEL, GatewayProcess, admin_headers, redis_day_counter, write_yaml,
@@ -86,10 +87,11 @@ def run_load(replicas: list[GatewayProcess], exact: FakeUpstream, varied: FakeUp
     acme_body = {"model": MODEL, "messages": [{"role": "user", "content": "tell me something useful"}]}
     probe = httpx.post(replicas[0].base_url + "/v1/prune", json=acme_body, timeout=10,
                        headers={"authorization": "Bearer sk-acme", **NO_PRUNING})
-    forwarded = int(probe.headers["x-sieve-forwarded-tokens"])  # /v1/prune spends no budget
-    assert 0 < forwarded < R
-    acme_body["max_tokens"] = R - forwarded
-    exact.default = Reply(content="ok", usage={"prompt_tokens": forwarded, "completion_tokens": R - forwarded,
+    # /v1/prune spends no budget; the prompt as billed is the messages and the reply's priming.
+    prompt = int(probe.headers["x-sieve-forwarded-tokens"]) + REPLY_PRIMING_TOKENS
+    assert 0 < prompt < R
+    acme_body["max_tokens"] = R - prompt
+    exact.default = Reply(content="ok", usage={"prompt_tokens": prompt, "completion_tokens": R - prompt,
                                                 "total_tokens": R})
     requests = [(replicas[i % 2].base_url, "sk-acme", acme_body) for i in range(PER_ORG)]
     requests += [(replicas[i % 2].base_url, "sk-beta",

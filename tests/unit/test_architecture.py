@@ -99,6 +99,13 @@ def test_the_pure_core_imports_nothing_from_gateway_outside_itself() -> None:
             assert not outside and not io, f"{name} imports {sorted(outside | io)}"
 
 
+def test_what_a_request_can_be_billed_is_worked_out_without_io() -> None:
+    # The reservation estimate and the usage bounds are pure functions of a body and figures.
+    for name in ("gateway.reservation_estimate", "gateway.image_tokens", "gateway.usage_bounds"):
+        io = {m for m in _imports(name) if m.split(".")[0] in IO_LIBRARIES}
+        assert not io, f"{name} imports {sorted(io)}"
+
+
 def test_nothing_below_the_routes_imports_them() -> None:
     for name in MODULES:
         if not name.startswith("gateway.api") and name != "gateway.app":

@@ -189,3 +189,13 @@ def test_twelve_hour_cache_writes_cost_their_own_price(book, model_cost):
     # The 30-minute writes have no price of their own: the ordinary write price.
     assert book.cost(name, usage).cache_write_usd == pytest.approx(
         100 * e["cache_creation_input_token_cost"] + 400 * e["cache_creation_input_token_cost_above_12hr"], **EXACT)
+
+
+def test_output_limit_of_a_model_comes_from_the_map():
+    # What a budget reserves for the answer of a request that sets no max_tokens.
+    book = PriceBook({"m": {"max_output_tokens": 16_384, "max_tokens": 8}, "legacy": {"max_tokens": 4096},
+                      "junk": {"max_output_tokens": "many"}})
+    assert book.max_output_tokens("m") == 16_384
+    assert book.max_output_tokens("openai/M") == 16_384
+    assert book.max_output_tokens("legacy") == 4096
+    assert book.max_output_tokens("junk") is None and book.max_output_tokens("unknown") is None

@@ -1,10 +1,16 @@
--- Give the held tokens back, once. Returns 1 if applied, 0 if already final or expired.
--- KEYS: 1 reservation hash, 2 expiry zset, 3.. counters.  ARGV: 1 id
+-- Give the held tokens back, once. Returns 1 if applied, -1 if already final (settled,
+-- released, or expired: the sweep gave the tokens back), 0 if unknown.
+-- Every answer leaves a 'released' marker (a settled one stays as it is) for ARGV[2] ms:
+-- a retried settle then changes nothing, and a reserve that arrives after its release
+-- (sent before Redis hung, run once it answered again, its reply long given up on)
+-- finds the id taken and holds nothing.
+-- KEYS: 1 reservation hash, 2 expiry zset, 3.. counters.  ARGV: 1 id, 2 marker ttl_ms
 local held = redis.call('HMGET', KEYS[1], 'state', 'tokens')
-if not held[1] then
-  return 0
+local state = held[1]
+if state == 'settled' or state == 'released' then
+  return -1
 end
-if held[1] == 'reserved' then
+if state == 'reserved' then
   local tokens = tonumber(held[2])
   for i = 3, #KEYS do
     if redis.call('EXISTS', KEYS[i]) == 1 then
@@ -13,5 +19,12 @@ if held[1] == 'reserved' then
   end
 end
 redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'state', 'released')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[1])
-return held[1] == 'reserved' and 1 or 0
+if state == 'reserved' then
+  return 1
+elseif state then
+  return -1
+end
+return 0
