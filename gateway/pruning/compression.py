@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from gateway.pruning.ids import text_ids
 from gateway.pruning.messages import content_text
+from gateway.pruning.values import is_strong
 
 MASKED_PREFIX = "[sieve: masked"
 MAX_KEPT_VALUES = 48
@@ -31,10 +32,15 @@ def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, ke
 
 
 def kept_values(text: str) -> list[str]:
-    """Id-like values of a tool output (three digits or more; amounts and short
-    numbers excluded), first occurrence first, deduplicated, at most
-    MAX_KEPT_VALUES."""
-    return list(text_ids(text)[:MAX_KEPT_VALUES])
+    """The exact values of a tool output (``gateway.pruning.values``: ids, codes,
+    e-mails, paths; not amounts, counts or words), deduplicated, at most
+    MAX_KEPT_VALUES: those that name one record (a digit, an @, a /) first, each
+    group in the order of first occurrence."""
+    values = text_ids(text)
+    strong = [v for v in values if is_strong(v)]
+    if len(strong) < len(values):
+        strong += [v for v in values if not is_strong(v)]
+    return strong[:MAX_KEPT_VALUES]
 
 
 OMITTED_PREFIX = "[sieve: some earlier messages omitted"
