@@ -82,8 +82,12 @@ def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int,
     """The ids an omitted span leaves behind, as many as ``room`` tokens hold.
 
     ``texts``: the span's texts, newest first, each with whether it is dialogue
-    (a user or assistant message, not a tool output). None the forwarded request
-    already carries (``present``, see :func:`ids_in`). Ranked by how many words
+    (a user or assistant message, not a tool output) and, optionally, whether the
+    forwarded request repeats one of its values. None the forwarded request
+    already carries (``present``, see :func:`ids_in`). Ranked first by that: a
+    message a kept later one quotes (its order id, its path) is the strongest
+    evidence of need, and its other values are what the next call is likely to
+    copy; then by how many words
     of the current request stand in the id's record (an order listing names
     "laptop" next to the laptop's product id), then those that name one record
     before codes and names of code (``values.is_strong``), then by how often the span
@@ -94,12 +98,12 @@ def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int,
     """
     tally = _Tally(tuple(query))
     budget = OMITTED_SCAN_CHARS
-    for text, dialogue in texts:
+    for text, dialogue, *referenced in texts:
         if budget <= 0:
             break
         text = text[-budget:]
         budget -= len(text)
-        tally.read(text, dialogue, present)
+        tally.read(text, dialogue, present, bool(referenced and referenced[0]))
     chosen: list[str] = []
     used = 0
     for value in tally.ranked():
@@ -117,13 +121,15 @@ class _Tally:
 
     def __init__(self, words: tuple[str, ...]) -> None:
         self.words = words
-        # value -> [query words around it, names one record (values.is_strong), mentions, first seen]
+        # value -> [in a text the forwarded request quotes, query words around it,
+        #           names one record (values.is_strong), mentions, first seen]
         self.best: dict[str, list[int]] = {}
 
-    def read(self, text: str, dialogue: bool, present: set[str]) -> None:
+    def read(self, text: str, dialogue: bool, present: set[str], referenced: bool = False) -> None:
         """Every value of ``text`` the forwarded request does not carry; a mention counts
         once per text, twice in dialogue (a value the agent or the user repeats is one
-        the task turns on)."""
+        the task turns on). ``referenced``: the forwarded request repeats a value of this
+        text (a kept later message quoted it), so its other values rank first."""
         words, best = self.words, self.best
         lowered = text.lower() if words else ""
         bounds = ("{", "}") if text.lstrip()[:1] in ("{", "[") else ("\n", "\n")
@@ -142,16 +148,18 @@ class _Tally:
                         matches = record_matches[record] = sum(map(record.__contains__, words))
                 entry = best.get(value)
                 if entry is None:
-                    entry = best[value] = [matches, is_strong(value), 0, len(best)]
-                elif matches > entry[0]:  # another mention sits in a more telling record
-                    entry[0] = matches
+                    entry = best[value] = [referenced, matches, is_strong(value), 0, len(best)]
+                else:
+                    entry[0] |= referenced
+                    if matches > entry[1]:  # another mention sits in a more telling record
+                        entry[1] = matches
                 if value not in counted:
                     counted.add(value)
-                    entry[2] += 2 if dialogue else 1
+                    entry[3] += 2 if dialogue else 1
 
     def ranked(self) -> list[str]:
         best = self.best
-        return sorted(best, key=lambda v: (-best[v][0], -best[v][1], -best[v][2], best[v][3]))
+        return sorted(best, key=lambda v: (-best[v][1], -best[v][0], -best[v][2], -best[v][3], best[v][4]))
 
 
 def _record(text: str, start: int, end: int, opening: str, closing: str) -> str:

@@ -54,11 +54,12 @@ def is_imperative(text: str) -> bool:
     return _IMPERATIVE.search(text) is not None
 
 
-def reason(hard: bool, lexical: float, entities: list[str], references: int, kind: str, error: bool) -> str:
+def reason(hard: bool, lexical: float, entities: list[str], references: int, kind: str, error: bool,
+           copied: int = 0) -> str:
     """Why a candidate scored as it did, in a few words (``lexical`` relative to the best)."""
     if hard:
         return "user constraint"
-    parts = []
+    parts = [f"copied by a kept later unit ({copied})"] if copied else []
     if entities:
         parts.append("shares " + ", ".join(sorted(entities)[:3]))
     if lexical >= 0.3:
