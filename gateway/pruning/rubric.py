@@ -17,6 +17,9 @@ from gateway.pruning.conversation import KIND_ASSISTANT, KIND_TOOL_CHAIN, KIND_U
 
 
 def tier(relevance: float) -> int:
+    """The tier of a relevance on the local scorer's scale (about 0-1, the best match of
+    the request near its top): 5 for a strong match on words and entities together, 4 for
+    a clear one, 3 for some, 2 for a trace, 1 for none."""
     if relevance >= 0.65:
         return 5
     if relevance >= 0.42:

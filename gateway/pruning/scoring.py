@@ -108,19 +108,26 @@ class LocalScorer:
     """BM25 + entities + priors; deterministic, no I/O. Features are cached per text."""
 
     name = "local"
-    K1 = 1.2
+    K1 = 1.2    # BM25's usual saturation and length normalisation (Robertson's defaults)
     B = 0.75
+    # The request speaks for the step; the goal and the recent window only steer it
+    # (a short "yes, go ahead" leans on the window, halving as the request grows).
     GOAL_W = 0.1
     WINDOW_W = 0.35
     WINDOW_CAP = 0.6
     WINDOW_HALF = 1.0
-    SPEAKER_BOOST = 1.6
-    ENTITY_IDF_FLOOR = 1.5
+    SPEAKER_BOOST = 1.6       # a message by the person the request names
+    ENTITY_IDF_FLOOR = 1.5    # a named entity counts even when the conversation repeats it
+    # Dialogue adjacency: an answer follows its question (next/previous shares), and a
+    # topic runs for a few turns (a decaying span).
     NEXT_SHARE, PREV_SHARE, PREV_ADD = 0.25, 0.5, 0.15
     SPAN, SPAN_DECAY, SPAN_W = 5, 0.75, 0.3
+    # Words carry most of the evidence, exact shared entities a fifth, later mentions a little.
     W_LEX, W_ENT, W_REF = 0.62, 0.2, 0.1
+    # The most relevant share of candidates is taken by relevance, not age (floor: not noise).
     TOP_FRAC = 0.3
     TOP_FLOOR = 0.1
+    # One round of pseudo-relevance feedback: a few best units' distinctive terms, weighted low.
     PRF_K, PRF_TERMS, PRF_W = 10, 20, 0.3
     COPIED_LIFT = 1.0  # above any relevance the other signals reach
     COPIED_MAX_UNITS = 3  # a value in more units is the conversation's subject, not a quote (references.py)
