@@ -29,6 +29,10 @@ import re
 RUN_CHARS = "#.+@-:/$"
 _EDGE = ".-:/+"  # sentence punctuation and separators around a value, never part of it
 
+_DIGIT = re.compile(r"[0-9]").search
+_THREE_DIGITS = re.compile(r"[0-9]\D*[0-9]\D*[0-9]").search
+_LETTER = re.compile(r"[^\W\d_]").search
+_STRONG = re.compile(r"[0-9@/]").search
 # A plain quantity: a count, a year, a price (up to four digits, or two decimals).
 _AMOUNT = re.compile(r"-?\d{1,4}(?:\.\d+)?|-?\d+\.\d{1,2}")
 # A number with a unit or an ordinal suffix: 10am, 3rd, 16GB, 5km, 2x, 15-inch, 1080p. A single
@@ -77,7 +81,7 @@ def is_strong(value: str) -> bool:
     """A value that names one record: with a digit (an order, a ticket, a line), an
     address (@) or a path (/). Codes in capitals and names of code more often name a
     kind of thing (USB, HEPA, a field), so where room is short they come after."""
-    return not value.isalpha() and ("@" in value or "/" in value or any(c.isdigit() for c in value))
+    return _STRONG(value) is not None
 
 
 class ValueMemo(dict):
@@ -103,9 +107,8 @@ def _is_value(value: str) -> bool:
         return True  # a URL
     if "/" in value and _is_path(value):
         return True
-    digits = sum(c.isdigit() for c in value)
-    if digits:
-        return _with_digits(value, digits)
+    if _DIGIT(value) is not None:
+        return _with_digits(value)
     if value[0] == "#":
         return len(value) >= 3 and value[1:].replace("-", "").replace("_", "").isalnum()  # a tag or channel (#general)
     if _FILE.fullmatch(value) or _DOTTED.fullmatch(value):
@@ -115,7 +118,7 @@ def _is_value(value: str) -> bool:
     return _CAPS.fullmatch(value) is not None and value not in _CAPS_WORDS
 
 
-def _with_digits(value: str, digits: int) -> bool:
+def _with_digits(value: str) -> bool:
     """A value with a digit in it: an id or code, unless it is a plain quantity. Three
     digits or more (an order number, a date, a time, a zip code), or one or two
     beside letters (a locator, a seat, a version tag); a count, a year, a price or
@@ -124,10 +127,9 @@ def _with_digits(value: str, digits: int) -> bool:
         return _AMOUNT.fullmatch(value[1:]) is not None or value[1:].replace(",", "").replace(".", "").isdigit()
     if _AMOUNT.fullmatch(value) or _QUANTITY.fullmatch(value):
         return False
-    if digits >= 3:
+    if _THREE_DIGITS(value) is not None:
         return True
-    letters = sum(c.isalpha() for c in value)
-    return letters > 0 and len(value) >= 3
+    return len(value) >= 3 and _LETTER(value) is not None
 
 
 def _is_path(value: str) -> bool:
