@@ -70,8 +70,10 @@ def values_of(run: str) -> tuple[str, ...]:
     value = run.strip(_EDGE) if run[:1] != "/" else "/" + run[1:].rstrip(_EDGE)
     if len(value) < 2:
         return ()
+    if ":" not in value:
+        return (value,) if _is_value(value) else ()
     head, colon, _ = value.partition(":")
-    if colon and head.isalpha() and value[len(head):len(head) + 3] != "://":
+    if head.isalpha() and value[len(head):len(head) + 3] != "://":
         # key:value, a log's LEVEL:name:message: the parts, not the whole
         return tuple(v for part in value.split(":") for v in values_of(part))
     return (value,) if _is_value(value) else ()
@@ -93,7 +95,8 @@ class ValueMemo(dict):
         self._max_entries = max_entries
 
     def __missing__(self, run: str) -> tuple[str, ...]:
-        found = values_of(run)
+        # A number is the commonest miss (ids are unique): read here, without a call.
+        found = ((run,) if len(run) > 4 else ()) if run.isdigit() and run.isascii() else values_of(run)
         if len(self) < self._max_entries:
             self[run] = found
         return found
