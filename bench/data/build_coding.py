@@ -2,7 +2,7 @@
 """Build the coding-agent dev fixtures: dev-sessions-coding.jsonl.gz and dev-coding.jsonl.gz.
 
 Usage (from the repository root, with the pinned dependencies installed):
-  python bench/data/build_coding.py [--out bench/data] [--sessions 40] [--case-sessions 40] [--cases 500]
+  python bench/data/build_coding.py [--out bench/data] [--sessions 40] [--case-sessions 40] [--cases 400]
 
 Each session copies one installed source tree to /tmp/sieve-coding-src/<dist>-<version>,
 writes test files for it, injects one-token bugs that make some of those tests
@@ -122,6 +122,8 @@ def build_session(tree: Tree, sid: str, rng: random.Random) -> tuple[list[dict],
             explain(conv, bug)
     if rng.random() < 0.3:
         explain(conv, bugs[-1])
+    while sum(m["role"] == "assistant" for m in conv.messages) < 30:  # sessions of 30 steps or more
+        explain(conv, rng.choice(bugs))
     shutil.rmtree(ws.root)
     return conv.messages, bugs
 
@@ -212,7 +214,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(HERE))
     ap.add_argument("--sessions", type=int, default=40)
-    ap.add_argument("--cases", type=int, default=500)
+    ap.add_argument("--cases", type=int, default=400)
     ap.add_argument("--workers", type=int, default=2, help="trees built in parallel")
     args = ap.parse_args()
     check_versions()

@@ -22,7 +22,7 @@ SYSTEM_PROMPT = """You are a coding agent working in a software repository on th
 # Environment
 - Working directory: {root}
 - Platform: linux, Python 3.11, the repository is a git checkout.
-- Tests run with `python -m pytest` from the working directory.
+- Tests run with pytest from the working directory (the run_tests tool runs `python -m pytest`).
 
 # Tools
 - list_dir(path): list a directory (directories end with "/").
@@ -30,6 +30,7 @@ SYSTEM_PROMPT = """You are a coding agent working in a software repository on th
 - grep(pattern, path): search Python files for an extended regular expression; prints path:line:text.
 - read_file(path, start_line, end_line): print a line range of a file with line numbers. Read at most 200 lines at a time.
 - edit_file(path, old_string, new_string): replace old_string, which must occur exactly once in the file, by new_string. Copy old_string exactly from read_file output, without the line-number prefix, and keep the indentation.
+- run_tests(target, options): run `python -m pytest [target] [options]`: a test file, a test node id (path::name), or the whole suite when target is left out.
 - bash(command): run a shell command in the working directory and see its output and exit code.
 
 # How to work
@@ -74,6 +75,13 @@ TOOLS = [
             "old_string": {"type": "string", "description": "Exact text to replace; must occur exactly once."},
             "new_string": {"type": "string", "description": "Replacement text."}},
             "required": ["path", "old_string", "new_string"]}}},
+    {"type": "function", "function": {
+        "name": "run_tests", "description": "Run python -m pytest on a test file or node id (path::test_name), "
+                                            "or on the whole suite when target is omitted; returns output and exit code.",
+        "parameters": {"type": "object", "properties": {
+            "target": {"type": "string", "description": "Test file or node id; omit for the whole suite."},
+            "options": {"type": "string", "description": "Extra pytest options, e.g. '-q', '-x', '-vv'."}},
+            "required": []}}},
     {"type": "function", "function": {
         "name": "bash", "description": "Run a shell command in the working directory; returns output and exit code.",
         "parameters": {"type": "object", "properties": {
@@ -130,12 +138,15 @@ class Conversation:
             return ws.find_files(args["pattern"], args["path"])
         if name == "list_dir":
             return ws.list_dir(args["path"])
+        if name == "run_tests":
+            return ws.bash(" ".join(x for x in ("python -m pytest", args.get("target", ""),
+                                                 args.get("options", "")) if x))
         return ws.bash(args["command"])
 
     # -- composite moves --------------------------------------------------------
     def pytest(self, target: str = "", flags: str = "") -> str:
-        cmd = " ".join(x for x in ("python -m pytest", target, flags) if x)
-        return self.call("bash", command=cmd)
+        args = {k: v for k, v in (("target", target), ("options", flags)) if v}
+        return self.call("run_tests", **args)
 
     def read_around(self, path: str, first: int, focus: int, length: int) -> None:
         """Read a function from its first line, far enough to see `focus`; two reads if it is long."""
