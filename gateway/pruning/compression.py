@@ -7,7 +7,6 @@ Markers stay tiny; a long placeholder eats the saving it announces.
 
 from __future__ import annotations
 
-from itertools import filterfalse
 from typing import Any, Mapping, Sequence
 
 from gateway.pruning.ids import text_ids
@@ -33,15 +32,12 @@ def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, ke
 
 
 def kept_values(text: str) -> list[str]:
-    """The exact values of a tool output (``gateway.pruning.values``: ids, codes,
-    e-mails, paths; not amounts, counts or words), deduplicated, at most
-    MAX_KEPT_VALUES: those that name one record (a digit, an @, a /) first, each
-    group in the order of first occurrence."""
-    values = text_ids(text)
-    strong = list(filter(is_strong, values))  # in C: a regex search per value
-    if len(strong) < len(values):
-        strong += filterfalse(is_strong, values)
-    return strong[:MAX_KEPT_VALUES]
+    """The exact values of a tool output that name one record (``values.is_strong``: a
+    digit, an @, a /: ids, e-mails, paths, dates), in the order of first occurrence,
+    at most MAX_KEPT_VALUES. Codes in capitals and names of code stay out of masks: a
+    mask repeats on every step, and those more often name a kind of thing (USB, a
+    field) than the record; omission markers still list them, ranked after."""
+    return list(filter(is_strong, text_ids(text)))[:MAX_KEPT_VALUES]  # in C: a regex search per value
 
 
 OMITTED_PREFIX = "[sieve: some earlier messages omitted"
