@@ -23,7 +23,8 @@ from gateway.proxy import Reply
 from gateway.wire.error_shapes import anthropic_error_body, anthropic_error_type
 
 # The routes that forward a request (metrics count their refusals), and those that answer in Anthropic's shape.
-FORWARDING_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/v1/responses")
+# Matched as path endings: a route mounted under a prefix forwards all the same.
+FORWARDING_PATHS = ("/chat/completions", "/v1/messages", "/v1/responses")
 ANTHROPIC_PATHS = "/v1/messages"
 from gateway.telemetry.redaction import redact_url
 
@@ -98,7 +99,7 @@ def _in_shape(request: Request, body: dict[str, Any], status: int) -> dict[str, 
 async def handle_sieve_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SieveError)
     services = getattr(request.app.state, "services", None)
-    if services is not None and request.url.path in FORWARDING_PATHS:
+    if services is not None and request.url.path.endswith(FORWARDING_PATHS):
         services.recorder.refused(exc, getattr(request.state, "org", None), getattr(request.state, "model", None))
     return error_response(exc, getattr(request.state, "request_id", None), _anthropic(request))
 
@@ -153,7 +154,7 @@ async def handle_unexpected(request: Request, exc: Exception) -> Response:
     request_id = getattr(request.state, "request_id", None)
     log.exception("unhandled error in request %s", request_id)
     services = getattr(request.app.state, "services", None)
-    if services is not None and request.url.path in FORWARDING_PATHS:
+    if services is not None and request.url.path.endswith(FORWARDING_PATHS):
         services.recorder.failed(getattr(request.state, "org", None), getattr(request.state, "model", None))
     body = {"error": {"message": "internal error in the Sieve gateway; the request was not forwarded"
                                  f" (request id {request_id})", "type": "internal_error",
