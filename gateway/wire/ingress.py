@@ -42,7 +42,6 @@ class Ingress:
     tap: Callable[..., SSEUsageTap]
     error_body: Callable[[SieveError], dict[str, Any]]
     answer_chars: Callable[[Mapping[str, Any]], int]
-    completion_field: str  # the body's cap on the answer, in tokens
     unpruned_reason: Callable[[Mapping[str, Any]], str | None] = lambda body: None
     asks_usage: bool = False  # a stream's usage must be asked for (Chat Completions' include_usage)
 
@@ -53,7 +52,6 @@ class Ingress:
     def read(self, body: dict[str, Any], limits: WireLimits) -> ChatView:
         """The checked body's chat-shaped view (the adapter checks the body, within ``limits``)."""
         return self.adapter.read(body, limits)
-
 
 
 def chat_answer_chars(payload: Mapping[str, Any]) -> int:
@@ -116,9 +114,9 @@ def responses_unpruned_reason(body: Mapping[str, Any]) -> str | None:
 
 INGRESSES = {
     WireFormat.CHAT: Ingress(WireFormat.CHAT, SSEUsageTap, openai_error_body, chat_answer_chars,
-                             "max_completion_tokens", asks_usage=True),
+                             asks_usage=True),
     WireFormat.MESSAGES: Ingress(WireFormat.MESSAGES, AnthropicEventTap, anthropic_error_body,
-                                 messages_answer_chars, "max_tokens"),
+                                 messages_answer_chars),
     WireFormat.RESPONSES: Ingress(WireFormat.RESPONSES, ResponsesEventTap, openai_error_body,
-                                  responses_answer_chars, "max_output_tokens", responses_unpruned_reason),
+                                  responses_answer_chars, responses_unpruned_reason),
 }
