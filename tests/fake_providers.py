@@ -41,6 +41,14 @@ def _size_tokens(*parts: Any) -> int:
     return max(1, sum(len(orjson.dumps(p)) for p in parts if p is not None) // 4)
 
 
+def _not_an_object(anthropic: bool) -> web.Response:
+    """The provider's 400 for a body that is not a JSON object, in its own error shape."""
+    message = "the request body must be a JSON object"
+    body = ({"type": "error", "error": {"type": "invalid_request_error", "message": message}} if anthropic else
+            {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}})
+    return web.json_response(body, status=400)
+
+
 class FakeProviders(FakeUpstream):
     """Fake OpenAI (Chat Completions, Responses) and Anthropic (Messages) provider in one server."""
 
@@ -121,6 +129,8 @@ class FakeProviders(FakeUpstream):
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         _, req = await self._record(request)
+        if not isinstance(req, dict):
+            return _not_an_object(anthropic=True)
         return web.json_response({"input_tokens": _size_tokens(req.get("system"), req.get("messages"))})
 
     # -- OpenAI Responses --------------------------------------------------------------------------
@@ -154,12 +164,16 @@ class FakeProviders(FakeUpstream):
 
     async def _compact(self, request: web.Request) -> web.Response:
         _, req = await self._record(request)
+        if not isinstance(req, dict):
+            return _not_an_object(anthropic=False)
         return web.json_response({"id": "cmp_fake", "object": "response.compaction", "created_at": 0,
                                   "output": [{"type": "compaction", "encrypted_content": "opaque"}],
                                   "usage": {"input_tokens": _size_tokens(req.get("input")), "output_tokens": 1}})
 
     async def _input_tokens(self, request: web.Request) -> web.Response:
         _, req = await self._record(request)
+        if not isinstance(req, dict):
+            return _not_an_object(anthropic=False)
         return web.json_response({"object": "response.input_tokens",
                                   "input_tokens": _size_tokens(req.get("instructions"), req.get("input"))})
 

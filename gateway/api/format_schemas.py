@@ -6,12 +6,102 @@ only what Sieve checks constrained), answers relayed byte for byte.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.api.schemas import OMITTED, TOKEN_COUNT, ChatCompletionRequest, Listed, Wire
+from gateway.api.schemas import OMITTED, TOKEN_COUNT, ChatCompletionRequest, Listed, Wire, _plain
 from gateway.wire.chat import MAX_COMPLETION_TOKENS
+from gateway.wire.formats import messages_check, responses_check
+
+
+def _other_than(*kinds: str) -> str:
+    """A ``type`` pattern for "any other kind": the checked kinds have schemas of their own, so a body
+    that fits the document is one the checks accept (and one that does not, one they refuse)."""
+    return r"^(?!(?:" + "|".join(kinds) + r")$)"
+
+
+# Look-ahead is not in pydantic's default (Rust) regex engine; these models only describe, so either serves.
+LOOKAHEAD = ConfigDict(regex_engine="python-re")
+
+
+# --- Anthropic Messages ----------------------------------------------------------------------------
+
+class TextBlock(Wire):
+    type: Literal["text"]
+    text: str
+
+
+class ToolUseBlock(Wire):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(Wire):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: Union[str, list["Block"], None] = Field(OMITTED, description="A string or content blocks.")
+
+
+class OtherBlock(Wire):
+    """Any other block (`image`, `document`, `thinking`, `redacted_thinking`, `server_tool_use`, ...):
+    passed through as sent; `thinking` blocks are never edited."""
+
+    model_config = LOOKAHEAD
+
+    type: str = Field(pattern=_other_than("text", "tool_use", "tool_result"))
+
+
+Block = TextBlock | ToolUseBlock | ToolResultBlock | OtherBlock
+ToolResultBlock.model_rebuild()
+
+
+class AnthropicTurn(Wire):
+    role: Literal[messages_check.ROLES]  # type: ignore[valid-type]
+    content: str | list[Block]
+
+
+# --- OpenAI Responses -------------------------------------------------------------------------------
+
+class MessageItem(Wire):
+    type: Literal["message"] = Field(OMITTED, description="Optional: an item with a `role` is a message.")
+    role: Literal[responses_check.ROLES]  # type: ignore[valid-type]
+    content: str | list[dict[str, Any]] = Field(description="A string or content parts (`input_text`, "
+                                                            "`output_text`, `input_image`, ...).")
+
+
+class FunctionCallItem(Wire):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str = Field(description="The arguments as JSON text.")
+
+
+class CustomToolCallItem(Wire):
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+
+
+class CallOutputItem(Wire):
+    type: Literal[responses_check.OUTPUTS]  # type: ignore[valid-type]
+    call_id: str = Field(description="The call it answers: the two are pruned together.")
+    output: str | list[dict[str, Any]]
+
+
+class OtherItem(Wire):
+    """Any other item (`reasoning`, `compaction`, `web_search_call`, `item_reference`, ...): passed
+    through as sent; `reasoning` items are never edited."""
+
+    model_config = LOOKAHEAD
+
+    type: str = Field(pattern=_other_than("message", *responses_check.CALLS, *responses_check.OUTPUTS))
+
+
+InputItem = MessageItem | FunctionCallItem | CustomToolCallItem | CallOutputItem | OtherItem
 
 
 class AnthropicMessagesRequest(Wire):
@@ -20,21 +110,34 @@ class AnthropicMessagesRequest(Wire):
 
     model: str = Field(pattern=r"\S", description="Any Anthropic model: the request goes to "
                                                   "`SIEVE_ANTHROPIC_BASE_URL`.")
-    messages: list[dict[str, Any]] = Field(min_length=1, description=(
+    system: str | list[Block] | None = Field(OMITTED, description="The system prompt: never pruned.")
+    messages: list[AnthropicTurn] = Field(min_length=1, description=(
         "Alternating user and assistant turns (and `system` turns between them, as Claude Code sends, kept "
         "pinned); a turn's `tool_use` blocks and the next turn's `tool_result` "
         "blocks are pruned together, `thinking` and `redacted_thinking` blocks are never edited. The same limits "
         "as a chat completion's messages apply."))
-    max_tokens: int = Field(ge=1, le=MAX_COMPLETION_TOKENS, description="Reserved on the budget with the prompt.")
+    max_tokens: int | None = Field(OMITTED, ge=1, le=MAX_COMPLETION_TOKENS, description=(
+        "Reserved on the budget with the prompt. The Messages API requires it: without it, the provider's "
+        "own 400 is relayed."))
     stream: bool | None = OMITTED
+
+
+def _history_somewhere(schema: dict[str, Any]) -> None:
+    """`input` may be left out when the provider holds the history (a previous response, a conversation)."""
+    _plain(schema)
+    schema["anyOf"] = [{"required": ["input"]},
+                       {"required": ["previous_response_id"], "properties": {"previous_response_id": {"type": "string"}}},
+                       {"required": ["conversation"], "properties": {"conversation": {"type": ["string", "object"]}}}]
 
 
 class OpenAIResponsesRequest(Wire):
     """An OpenAI Responses request; every field Sieve does not check passes through (`prompt_cache_key`,
     `store`, `include`, `reasoning`, `tools`, ...)."""
 
+    model_config = ConfigDict(extra="allow", json_schema_extra=_history_somewhere)
+
     model: str = Field(pattern=r"\S", description="A model this gateway routes to an OpenAI-compatible upstream.")
-    input: str | list[dict[str, Any]] = Field(description=(
+    input: str | list[InputItem] = Field(OMITTED, description=(
         "A string, or items: a `function_call` and its `function_call_output` (by `call_id`) are pruned together, "
         "`reasoning` items are never edited and stay with the call they precede."))
     instructions: str | None = Field(OMITTED, description="The system prompt: never pruned.")

@@ -113,7 +113,7 @@ def describe(app: FastAPI) -> dict[str, Any]:
     for route in app.routes:
         if isinstance(route, GuardedRoute):
             for method in route.methods - {"HEAD"}:
-                operation = document["paths"][route.path][method.lower()]
+                operation = document["paths"][route.path_format][method.lower()]  # no convertors
                 _guarded(operation, route.access)
                 if route.path.startswith(ANTHROPIC_PATHS):
                     _anthropic_errors(operation, components["responses"])

@@ -133,8 +133,8 @@ async def handle_http_error(request: Request, exc: Exception) -> Response:
     message = (f"no route {request.method} {request.url.path}" if status in (404, 405) else str(detail))
     body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
                       "code": "not_found" if status == 404 else "method_not_allowed" if status == 405 else None}}
-    headers = dict(getattr(exc, "headers", None) or {})
-    if status == 405:
+    headers = {k.lower(): v for k, v in (getattr(exc, "headers", None) or {}).items()}
+    if status == 405:  # replaces Starlette's own, which names one route's methods
         headers["allow"] = ", ".join(_allowed_methods(request))
     return json_response(_in_shape(request, body, status), status, headers)
 

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
+from starlette.convertors import Convertor, register_url_convertor
 from fastapi.openapi.docs import get_swagger_ui_html
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
@@ -201,11 +202,46 @@ RESPONSES = dict(
     openapi_extra=steered("InvalidRequest", "Forbidden", "NotFound", "RequestTimeout", "BodyTooLarge",
                           "BudgetExceeded", "UpstreamUnavailable", "ServiceUnavailable", "UpstreamTimeout",
                           stream=True, budget=True, body="OpenAIResponses"))
+class ResponseId(Convertor):
+    """A stored response's id: one path segment, but not the name of a route of its own, so that
+    ``/v1/responses/compact`` is the compaction route only (and its 405 advertises only POST)."""
+
+    regex = r"(?!(?:compact|input_tokens)(?:/|$))[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("response_id", ResponseId())
+RESPONSE_ID_PATTERN = "^" + ResponseId.regex + "$"
+
+# What a pass-through route answers besides its own errors: any refusal of the provider, as sent.
+PROVIDER_REFUSAL = {"4XX": {"description": "The provider's own refusal (a body it rejects, an unknown id), "
+                                           "relayed as it sent it."}}
+
+
+# A pass-through body is the provider's to judge; Sieve only needs it to be a JSON object.
+ANY_OBJECT = {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "description": "The provider's request body, forwarded as sent."}}}}
+
+
+def relayed(*errors: str, body: bool = False) -> dict[str, Any]:
+    extra = answers(*errors)
+    extra["responses"].update(PROVIDER_REFUSAL)
+    if body:
+        extra["requestBody"] = ANY_OBJECT
+    return extra
+
+
 RELAYED = dict(response_model=Relayed, response_description="The provider's answer, relayed unchanged.",
-               openapi_extra=answers("UpstreamUnavailable", "UpstreamTimeout"))
-RESPONSE_ID = {**RELAYED, "openapi_extra": {**answers("NotFound", "UpstreamUnavailable", "UpstreamTimeout"),
+               openapi_extra=relayed("UpstreamUnavailable", "UpstreamTimeout", body=True))
+RESPONSE_ID = {**RELAYED, "openapi_extra": {**relayed("NotFound", "UpstreamUnavailable", "UpstreamTimeout"),
                                             "parameters": [{"name": "response_id", "in": "path", "required": True,
-                                                            "schema": {"type": "string"}}]}}
+                                                            "schema": {"type": "string",
+                                                                       "pattern": RESPONSE_ID_PATTERN}}]}}
 OPS = dict(tags=["operations"])
 PRUNE = steered("InvalidRequest", "Forbidden", "RequestTimeout", "BodyTooLarge")
 PRUNE["parameters"].append({
@@ -232,16 +268,16 @@ ROUTES = [
     ClientRoute("/v1/responses/input_tokens", response_input_tokens, methods=["POST"], tags=["openai"],
                 operation_id="countResponseInputTokens", summary="Passed through to the provider as sent.",
                 **RELAYED),
-    ClientRoute("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"], tags=["openai"],
+    ClientRoute("/v1/responses/{response_id:response_id}/cancel", cancel_response, methods=["POST"], tags=["openai"],
                 operation_id="cancelResponse", summary="A background response cancelled at the default upstream; "
                                                        "passed through.", **RESPONSE_ID),
-    ClientRoute("/v1/responses/{response_id}", stored_response, methods=["GET"], tags=["openai"],
+    ClientRoute("/v1/responses/{response_id:response_id}", stored_response, methods=["GET"], tags=["openai"],
                 operation_id="getResponse", summary="A stored response, from the default upstream; passed through.",
                 **RESPONSE_ID),
-    ClientRoute("/v1/responses/{response_id}", stored_response, methods=["DELETE"], tags=["openai"],
+    ClientRoute("/v1/responses/{response_id:response_id}", stored_response, methods=["DELETE"], tags=["openai"],
                 operation_id="deleteResponse", summary="A stored response deleted at the default upstream; passed "
                                                        "through.", **RESPONSE_ID),
-    ClientRoute("/v1/responses/{response_id}/input_items", response_input_items, methods=["GET"], tags=["openai"],
+    ClientRoute("/v1/responses/{response_id:response_id}/input_items", response_input_items, methods=["GET"], tags=["openai"],
                 operation_id="listResponseInputItems", summary="A stored response's input items, from the default "
                                                                "upstream; passed through.", **RESPONSE_ID),
     ClientRoute("/v1/prune", prune, methods=["POST"], tags=["sieve"], operation_id="prune",

@@ -56,9 +56,7 @@ def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) 
     chars = 0
     for i, message in enumerate(messages):
         chars += _check_message(i, message, limits)
-    if chars > limits.max_request_chars:
-        raise InvalidRequest(f"'messages' have {chars} characters of text together; the limit is "
-                             f"{limits.max_request_chars}", param="messages", code="messages_too_large")
+    check_request_chars("messages", chars, limits)
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
@@ -67,10 +65,21 @@ def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) 
     if stream_options is not None and not isinstance(stream_options, dict):
         raise InvalidRequest("'stream_options' must be an object", param="stream_options")
     for name in ("max_tokens", "max_completion_tokens"):
-        value = body.get(name)
-        if value is not None and not _is_token_count(value):
-            raise InvalidRequest(f"'{name}' must be a positive integer (at most {MAX_COMPLETION_TOKENS})",
-                                 param=name)
+        check_token_count(body, name)
+
+
+def check_request_chars(field: str, chars: int, limits: WireLimits) -> None:
+    """The text of a whole history together, in any wire format (``field`` names where it sits)."""
+    if chars > limits.max_request_chars:
+        raise InvalidRequest(f"'{field}' have {chars} characters of text together; the limit is "
+                             f"{limits.max_request_chars}", param=field, code="messages_too_large")
+
+
+def check_token_count(body: Mapping[str, Any], name: str) -> None:
+    """An output-token cap, in any wire format: budgets reserve on it, so its shape is Sieve's concern."""
+    value = body.get(name)
+    if value is not None and not _is_token_count(value):
+        raise InvalidRequest(f"'{name}' must be a positive integer (at most {MAX_COMPLETION_TOKENS})", param=name)
 
 
 def _is_token_count(value: Any) -> bool:

@@ -5,11 +5,13 @@ is fuzzed is what is served. Every operation gets positive and negative cases
 (examples, coverage and fuzzing phases); each case is sent once as generated,
 with the right key (a virtual key, or the admin key on /admin) unless the case
 itself tests a broken Authorization, and once with no key at all.
-The fake upstream answers every request normally, so no 5xx is acceptable:
+The fake provider (every format's routes, :mod:`tests.fake_providers`) answers
+every request normally, so no 5xx is acceptable:
 schemathesis' own checks (``not_a_server_error``, status code, content type,
 response schema and headers, positive/negative data, ignored auth, Allow
 header) run on every keyed response, and this module adds what they cannot
-see: the error body's exact OpenAI shape on every 4xx, 401 on every keyed route
+see: the error body's exact shape on every 4xx (Anthropic's on ``/v1/messages``
+routes, OpenAI's elsewhere), 401 on every keyed route
 without a key, and no error logged by the gateway, which catches a pruning bug
 that fail-open would otherwise hide behind a 200.
 
@@ -29,7 +31,7 @@ import schemathesis
 from schemathesis.checks import positive_data_acceptance
 
 from gateway.settings import OPS_ROUTES
-from tests.fake_upstream import FakeUpstream
+from tests.fake_providers import FakeProviders
 from tests.gateway_server import GatewayServer
 
 VIRTUAL_KEY = "sk-fuzz"
@@ -53,14 +55,22 @@ def tally() -> Iterator[dict[str, collections.Counter]]:
           f"{dict(sorted(counts['keyless'].items()))}; 5xx: {fives}")
 
 
+@pytest.fixture(scope="module")
+def providers() -> Iterator[FakeProviders]:
+    with FakeProviders() as server:
+        server.record = False  # thousands of cases: keep nothing
+        yield server
+
+
 @pytest.fixture
-def sieve(start_gateway, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture) -> Iterator[GatewayServer]:
+def sieve(start_gateway, providers: FakeProviders, caplog: pytest.LogCaptureFixture) -> Iterator[GatewayServer]:
     # A budget so that every chat case also reserves and settles; large enough never to run out
     # (a 429 stays possible, and documented, for a max_tokens larger than the whole budget).
     # Key-guess throttling off: every case is also sent without a key, from one address, and each
     # must answer for itself (tests/integration/test_auth_throttle.py covers the throttle).
     gateway = start_gateway(virtual_keys=({"key": VIRTUAL_KEY, "org": "fuzz"},), admin_key=ADMIN_KEY,
-                            budgets={"orgs": {"fuzz": {"day": 10**12}}}, auth_failure_limit=0)
+                            budgets={"orgs": {"fuzz": {"day": 10**12}}}, auth_failure_limit=0,
+                            upstream_base_url=providers.base_url, anthropic_base_url=providers.anthropic_base_url)
     yield gateway
     gateway.wait_idle()  # deferred accounting runs after the response; its failures count too
     records = caplog.get_records("call") + caplog.get_records("teardown")  # .records is this phase's only
@@ -89,13 +99,13 @@ schema = schemathesis.pytest.from_fixture("sieve_schema")
 def test_sieve_conforms_to_its_schema(case: schemathesis.Case, tally: dict[str, collections.Counter]) -> None:
     keyed = case.call_and_validate(excluded_checks=_checks_that_do_not_apply(case))
     tally["keyed"][keyed.status_code] += 1
-    _assert_openai_error_shape(keyed)
+    _assert_error_shape(case, keyed)
 
     anonymous = case.derive(headers={k: v for k, v in case.headers.items() if k.lower() not in AUTH_HEADERS})
     response = anonymous.call()
     tally["keyless"][response.status_code] += 1
     assert response.status_code < 500, response.text
-    _assert_openai_error_shape(response)
+    _assert_error_shape(case, response)
     if case.path in OPEN_PATHS:
         assert response.status_code == keyed.status_code
     elif response.status_code != 405:  # a wrong method is refused before any key is looked at
@@ -112,14 +122,21 @@ def _checks_that_do_not_apply(case: schemathesis.Case) -> list:
     return [positive_data_acceptance] if case.path == "/v1/prune" and fmt != "chat" else []
 
 
-def _assert_openai_error_shape(response: schemathesis.Response) -> None:
-    """Every refusal is OpenAI's ``{"error": {"message", "type", "param", "code"}}``, also the 404/405
-    that schemathesis cannot hold against an operation's documented responses."""
+def _assert_error_shape(case: schemathesis.Case, response: schemathesis.Response) -> None:
+    """Every refusal is OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (Anthropic's
+    ``{"type": "error", "error": {"message", "type"}}`` on the Messages routes, whose clients read that),
+    also the 404/405 that schemathesis cannot hold against an operation's documented responses."""
     if response.status_code < 400:
         return
     content_type = response.headers.get("content-type", [""])[0]  # lower-case names, lists of values
     assert content_type.startswith("application/json"), response.headers
-    error = response.json()["error"]
+    body = response.json()
+    error = body["error"]
+    if case.path.startswith("/v1/messages") and response.status_code != 405:
+        assert body["type"] == "error", body
+        assert isinstance(error["message"], str) and error["message"], error
+        assert isinstance(error["type"], str) and error["type"], error
+        return
     assert {"message", "type", "param", "code"} <= set(error), error
     assert isinstance(error["message"], str) and error["message"], error
     assert isinstance(error["type"], str) and error["type"], error

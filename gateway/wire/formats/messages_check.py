@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gateway.errors import InvalidRequest
-from gateway.wire.chat import WireLimits
+from gateway.wire.chat import WireLimits, check_request_chars, check_token_count
 
 # "system": Claude Code (2.1.x) puts system turns between the others (its environment notes);
 # the API takes them, so Sieve does too, and keeps them as pinned system messages.
@@ -37,14 +37,20 @@ def check_messages_body(body: Mapping[str, Any], limits: WireLimits = WireLimits
     system = body.get("system")
     if system is not None and not isinstance(system, str):
         _check_blocks("system", system, limits)
+    chars = 0
     for i, message in enumerate(messages):
-        _check_message(f"messages[{i}]", message, limits)
+        chars += _check_message(f"messages[{i}]", message, limits)
+    check_request_chars("messages", chars, limits)
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
+    # The Messages API requires it (and says so itself); its shape is checked here because the budget
+    # reserves on it, and /v1/prune reads bodies without it.
+    check_token_count(body, "max_tokens")
 
 
-def _check_message(where: str, message: Any, limits: WireLimits) -> None:
+def _check_message(where: str, message: Any, limits: WireLimits) -> int:
+    """Checks one turn; returns the characters of its text."""
     if not isinstance(message, dict):
         raise InvalidRequest(f"{where} must be an object", param=where)
     role = message.get("role")
@@ -58,6 +64,7 @@ def _check_message(where: str, message: Any, limits: WireLimits) -> None:
     if chars > limits.max_message_chars:
         raise InvalidRequest(f"{where} has {chars} characters of text; the limit is {limits.max_message_chars}",
                              param=where, code="message_too_large")
+    return chars
 
 
 def _check_blocks(where: str, blocks: Any, limits: WireLimits) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gateway.errors import InvalidRequest
-from gateway.wire.chat import WireLimits
+from gateway.wire.chat import WireLimits, check_request_chars, check_token_count
 
 ROLES = ("user", "assistant", "system", "developer")
 CALLS = ("function_call", "custom_tool_call")
@@ -30,6 +30,9 @@ def check_responses_body(body: Mapping[str, Any], limits: WireLimits = WireLimit
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise InvalidRequest("'instructions' must be a string", param="instructions")
+    previous = body.get("previous_response_id")
+    if previous is not None and not isinstance(previous, str):  # it decides whether Sieve prunes at all
+        raise InvalidRequest("'previous_response_id' must be a string", param="previous_response_id")
     items = body.get("input")
     if items is None and body.get("previous_response_id") is None and body.get("conversation") is None:
         # Without input the history must be the provider's (a previous response or a conversation).
@@ -41,18 +44,24 @@ def check_responses_body(body: Mapping[str, Any], limits: WireLimits = WireLimit
         if len(items) > limits.max_messages:
             raise InvalidRequest(f"'input' has {len(items)} items; the limit is {limits.max_messages}",
                                  param="input", code="too_many_messages")
+        chars = 0
         for i, item in enumerate(items):
-            _check_item(f"input[{i}]", item, limits)
+            chars += _check_item(f"input[{i}]", item, limits)
+        check_request_chars("input", chars, limits)
+    elif isinstance(items, str):
+        check_request_chars("input", len(items), limits)
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
+    check_token_count(body, "max_output_tokens")
 
 
-def _check_item(where: str, item: Any, limits: WireLimits) -> None:
+def _check_item(where: str, item: Any, limits: WireLimits) -> int:
+    """Checks one item; returns the characters of its text."""
     if not isinstance(item, dict):
         raise InvalidRequest(f"{where} must be an object", param=where)
     kind = item.get("type")
-    if kind is not None and not isinstance(kind, str):
+    if "type" in item and not isinstance(kind, str):  # left out, it means a message; null means nothing
         raise InvalidRequest(f"{where}.type must be a string", param=f"{where}.type")
     chars = 0
     if kind == "message" or (kind is None and "role" in item):
@@ -74,6 +83,7 @@ def _check_item(where: str, item: Any, limits: WireLimits) -> None:
     if chars > limits.max_message_chars:
         raise InvalidRequest(f"{where} has {chars} characters of text; the limit is {limits.max_message_chars}",
                              param=where, code="message_too_large")
+    return chars
 
 
 def _check_content(where: str, content: Any, limits: WireLimits) -> int:
