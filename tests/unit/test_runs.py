@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 
 from gateway.pruning import ids, text_features
 from gateway.pruning.runs import RunSplitter
+from gateway.pruning.values import values_of
 
 PIECES = st.sampled_from([
     "a", "Z", "9", "123", "4567", "_", "#", "##", "#-", "-", "--", ".", "+", "@", "?", " ", "\n", "\t",
     "\x1c", "\"", ":", ",", "{", "}", "é", "中", "’", "“", "—", "\u00a0", "\u2003", "①", "٣", "²", "ǅ", "İ",
     "😀", "#W1234567", "e-mail", "x@y.com", "-5", "1.5", "12.99", "order_id", "a-b", "x#y", "- item", "# H",
+    "/", "$", "://", "SFO", "ZK4P2M", "getUser", "a.py", "14:30", "$5", "\"k\": ",
 ])
 TEXTS = st.lists(PIECES, max_size=50).map("".join) | st.text(max_size=120)
 
@@ -29,16 +31,19 @@ EDGE_CASES = [
     "", "#", "-", "#-", "-#", "##a", "#-a", "a#", "a#b", "a-", "-a-b", "# Heading", "- item\n- other",
     "x -5 and -12.5", "order #W4219264 (watches)", "it’s the “metal” strap — #W1", "café #W1234 ①②③",
     "noah.ito4296@example.com", "{\"price\": -12.5, \"item_id\": \"9112290483\"}", "İstanbul 12345",
+    "see src/app/main.py:42 and https://example.com/a/b", "flight SFO→JFK, locator ZK4P2M at 14:30", "$12.50 USD",
 ]
 
 
 def regex_ids(text: str) -> tuple[str, ...]:
-    """The reading the split replaces: every run with a digit, stripped, three digits, no amount."""
+    """The reading the split replaces: every run that may hold a value, read by the value
+    rule, JSON keys left out."""
     seen: dict[str, None] = {}
+    keys = ids._json_keys(text)
     for token in ids._ID_TOKEN.findall(text):
-        token = token.strip(".-")
-        if token not in seen and ids._is_id(token):
-            seen[token] = None
+        for value in values_of(token):
+            if value not in seen and value not in keys:
+                seen[value] = None
     return tuple(seen)
 
 
