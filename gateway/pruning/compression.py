@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.ids import text_ids
+from gateway.pruning.ids import strong_ids
 from gateway.pruning.messages import content_text
-from gateway.pruning.values import is_strong
 
 MASKED_PREFIX = "[sieve: masked"
 MAX_KEPT_VALUES = 48  # about 200 tokens: a mask stays a fraction of the output it replaces
@@ -37,7 +36,7 @@ def kept_values(text: str) -> list[str]:
     at most MAX_KEPT_VALUES. Codes in capitals and names of code stay out of masks: a
     mask repeats on every step, and those more often name a kind of thing (USB, a
     field) than the record; omission markers still list them, ranked after."""
-    return list(filter(is_strong, text_ids(text)))[:MAX_KEPT_VALUES]  # in C: a regex search per value
+    return list(strong_ids(text)[:MAX_KEPT_VALUES])
 
 
 OMITTED_PREFIX = "[sieve: some earlier messages omitted"

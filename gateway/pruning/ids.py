@@ -49,6 +49,31 @@ def text_ids(text: str) -> tuple[str, ...]:
     return ids
 
 
+# What a value that names one record needs (values.is_strong: a digit, '@' or '/'), per
+# split run, in C. Masks keep only such values, and most runs of a tool output cannot
+# hold one: a masked text need not read its codes and names of code.
+_MAY_BE_STRONG = re.compile(r"[0-9@/]").search
+_STRONG_IDS: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
+
+
+def strong_ids(text: str) -> tuple[str, ...]:
+    """``text_ids(text)`` that name one record (``values.is_strong``), in the same order,
+    reading only the runs that may hold one (memoised): every tool output offered for
+    masking is read, most of them never for a marker."""
+    ids = _IDS.get(text)
+    if ids is not None:
+        return tuple(filter(is_strong, ids))
+    strong = _STRONG_IDS.get(text)
+    if strong is None:
+        runs = filter(_MAY_BE_STRONG, dict.fromkeys(_runs(text)))
+        found = tuple(filter(is_strong, dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs)))))
+        if '":' in text and not all(map(_DIGIT, found)):  # only a value without a digit may be a key
+            keys = _json_keys(text)
+            found = tuple(filterfalse(keys.__contains__, found))
+        strong = _STRONG_IDS.put(text, found)
+    return strong
+
+
 def _runs(text: str) -> list[str]:
     """The runs of value characters of a text, split in C where it can be (runs.py)."""
     runs = _ID_RUNS.split(text)
@@ -79,6 +104,7 @@ def _json_keys(text: str) -> frozenset[str]:
 def clear_ids_memo() -> None:
     """Forget the per-text ids and the per-run values (benchmarks of a cold process)."""
     _IDS.clear()
+    _STRONG_IDS.clear()
     _VALUES.clear()
 
 
