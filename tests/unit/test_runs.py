@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from gateway.pruning import ids, text_features
 from gateway.pruning.runs import RunSplitter
-from gateway.pruning.values import values_of
+from gateway.pruning.values import is_strong, values_of
 
 PIECES = st.sampled_from([
     "a", "Z", "9", "123", "4567", "_", "#", "##", "#-", "-", "--", ".", "+", "@", "?", " ", "\n", "\t",
@@ -77,6 +77,18 @@ def test_tokens_are_the_regex_tokens(text):
 def test_ids_are_the_regex_ids(text):
     ids.clear_ids_memo()
     assert ids.text_ids(text) == regex_ids(text)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(TEXTS, st.sampled_from(EDGE_CASES + ['{"a/b": "x@y.io", "path": "src/a.py", "c/d": 1}'])))
+def test_strong_ids_are_the_ids_that_name_one_record(text):
+    """Masks read only runs with a digit, '@' or '/': the same values, in the same order, as
+    reading every run and keeping those values.is_strong accepts; read before or after text_ids."""
+    ids.clear_ids_memo()
+    alone = ids.strong_ids(text)
+    assert alone == tuple(filter(is_strong, regex_ids(text)))
+    ids.text_ids(text)
+    assert ids.strong_ids(text) == alone
 
 
 @settings(max_examples=300, deadline=None)
