@@ -108,7 +108,8 @@ def replay_file(path: Path, settings: Settings, policy_name: str | None, target:
             continue
         key = conversation_key("replay", body, conversation_id)
         result = prune(body, policy, scorer=scorer, counter=counters.for_model(body["model"]),
-                       state=states.get(key), steering=Steering(target_tokens=target))
+                       state=states.get(key), steering=Steering(target_tokens=target),
+                       continued=conversation_id is not None)
         states[key] = result.state
         forwarded_fps = [fingerprint(m) for m in result.request["messages"]]
         before = previous.get(key, ([], []))

@@ -185,8 +185,9 @@ class _Run:
 
     def _prune(self, plan: FrozenPlan | None, scorer: Scorer,
                scores: Mapping[int, UnitScore] | None = None) -> PruneResult:
+        # A named conversation goes on: its first decision leaves the next steps room.
         return prune(self.call.body, self.call.policy, scorer=scorer, counter=self.counter, state=plan,
-                     steering=self.steering, scores=scores)
+                     steering=self.steering, scores=scores, continued=self.call.sieve.conversation_id is not None)
 
     async def prune(self, plan: FrozenPlan | None, scorer: Scorer,
                     scores: Mapping[int, UnitScore] | None = None) -> PruneResult:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.ids import text_ids
+from gateway.pruning.ids import strong_ids
 from gateway.pruning.messages import content_text
 
 MASKED_PREFIX = "[sieve: masked"
-MAX_KEPT_VALUES = 48
+MAX_KEPT_VALUES = 48  # about 200 tokens: a mask stays a fraction of the output it replaces
 
 
 def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, keep_ids: bool = True) -> dict[str, Any]:
@@ -31,10 +31,12 @@ def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, ke
 
 
 def kept_values(text: str) -> list[str]:
-    """Id-like values of a tool output (three digits or more; amounts and short
-    numbers excluded), first occurrence first, deduplicated, at most
-    MAX_KEPT_VALUES."""
-    return list(text_ids(text)[:MAX_KEPT_VALUES])
+    """The exact values of a tool output that name one record (``values.is_strong``: a
+    digit, an @, a /: ids, e-mails, paths, dates), in the order of first occurrence,
+    at most MAX_KEPT_VALUES. Codes in capitals and names of code stay out of masks: a
+    mask repeats on every step, and those more often name a kind of thing (USB, a
+    field) than the record; omission markers still list them, ranked after."""
+    return list(strong_ids(text)[:MAX_KEPT_VALUES])
 
 
 OMITTED_PREFIX = "[sieve: some earlier messages omitted"

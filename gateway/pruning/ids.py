@@ -1,28 +1,39 @@
-"""The exact values a later call reuses: ids, codes, e-mails (three digits or more).
+"""The exact values a later call reuses, read from texts: ids, codes, e-mails, paths, names of code.
 
 Masks keep them, omission markers list them: an agent's next call is far more
 likely to reuse an old order id than an old sentence, and an id costs a few
-tokens where its message cost hundreds. Pure and deterministic, like the rest
-of the pipeline.
+tokens where its message cost hundreds. Which strings are values is
+``values.py``'s rule (by shape, in any domain); this module splits texts into
+runs (in C where it can, ``runs.py``), reads each distinct run once, and ranks
+the values of an omitted span for its marker. Pure and deterministic, like the
+rest of the pipeline.
 """
 
 from __future__ import annotations
 
 import re
-from itertools import chain, filterfalse, repeat
+from itertools import chain, filterfalse
 from typing import Callable, Iterable
 
 from gateway.pruning.memo import TextMemo
 from gateway.pruning.runs import RunSplitter
+from gateway.pruning.values import RUN_CHARS, ValueMemo, is_strong, values_of
 
-# Values an agent's next call reuses verbatim: ids, codes, amounts, e-mails.
-_AMOUNT = re.compile(r"-?\d{1,4}(?:\.\d+)?|-?\d+\.\d{1,2}")
-_THREE_DIGITS = re.compile(r"\d\D*\d\D*\d")
-# A run of id characters that holds a digit (then kept if it has three): anchored at
-# the start of its run and lazy up to the first digit, so a long run of letters is
-# passed in linear time, and word-only tokens never reach Python.
-_ID_TOKEN = re.compile(r"(?<![#\w.+@\-])[#\w.+@\-]*?\d[#\w.+@\-]*")
-_ID_RUNS = RunSplitter("#.+@-")
+_RUN = "[\\w" + re.escape(RUN_CHARS) + "]"
+# A run that may hold a value: one with a digit, a capital, '_', '@', '/', '$', '#' or a
+# dot inside a word (what every value rule needs). Anchored at the start of its run and
+# lazy up to that character, so a long run of lower-case letters is passed in linear
+# time, and plain words never reach Python.
+_ID_TOKEN = re.compile(f"(?<!{_RUN}){_RUN}*?(?:[0-9A-Z_@/$#]|\\w\\.\\w){_RUN}*")
+_ID_RUNS = RunSplitter(RUN_CHARS)
+# Per split run, in C: what every value rule needs (a digit, '_', '@', '/', '$', '#', a dot
+# inside a word, or two capitals, or a capital after a small letter); a plain or
+# capitalised word never reaches Python.
+_MAY_HOLD = re.compile(r"[0-9_@/$#]|\w\.\w|[A-Z]\w*[A-Z]|[a-z][A-Z]").search
+_VALUES = ValueMemo()
+# A JSON object's keys ("order_id":) name fields, they are not values; a key with a digit
+# is a record's id ({"6805564527": {...}}) and stays one. Read once per text.
+_DIGIT = re.compile(r"[0-9]").search
 
 
 # Every epoch masks, or lists the ids of, the same old outputs again: their ids are
@@ -34,27 +45,67 @@ def text_ids(text: str) -> tuple[str, ...]:
     """All id-like values of a text, first occurrence first, deduplicated (memoised)."""
     ids = _IDS.get(text)
     if ids is None:
-        ids = _IDS.put(text, _ids_of_runs(_runs(text)))
+        ids = _IDS.put(text, _ids_of_runs(_runs(text), _json_keys(text)))
     return ids
 
 
+# What a value that names one record needs (values.is_strong: a digit, '@' or '/'), per
+# split run, in C. Masks keep only such values, and most runs of a tool output cannot
+# hold one: a masked text need not read its codes and names of code.
+_MAY_BE_STRONG = re.compile(r"[0-9@/]").search
+_STRONG_IDS: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
+
+
+def strong_ids(text: str) -> tuple[str, ...]:
+    """``text_ids(text)`` that name one record (``values.is_strong``), in the same order,
+    reading only the runs that may hold one (memoised): every tool output offered for
+    masking is read, most of them never for a marker."""
+    ids = _IDS.get(text)
+    if ids is not None:
+        return tuple(filter(is_strong, ids))
+    strong = _STRONG_IDS.get(text)
+    if strong is None:
+        runs = filter(_MAY_BE_STRONG, dict.fromkeys(_runs(text)))
+        found = tuple(filter(is_strong, dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs)))))
+        if '":' in text and not all(map(_DIGIT, found)):  # only a value without a digit may be a key
+            keys = _json_keys(text)
+            found = tuple(filterfalse(keys.__contains__, found))
+        strong = _STRONG_IDS.put(text, found)
+    return strong
+
+
 def _runs(text: str) -> list[str]:
-    """The runs of id characters of a text (those with a digit, at least), split in C
-    where it can be (runs.py)."""
+    """The runs of value characters of a text, split in C where it can be (runs.py)."""
     runs = _ID_RUNS.split(text)
     return runs if runs is not None else _ID_TOKEN.findall(text)
 
 
-def _ids_of_runs(runs: Iterable[str]) -> tuple[str, ...]:
-    # _is_id's rule (three digits, not an amount) in C iteration throughout: filter,
-    # map, and dict.fromkeys for first occurrence first.
-    stripped = map(str.strip, filter(_THREE_DIGITS.search, dict.fromkeys(runs)), repeat(".-"))  # no digit is stripped
-    return tuple(filterfalse(_AMOUNT.fullmatch, dict.fromkeys(stripped)))
+def _ids_of_runs(runs: Iterable[str], keys: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    # values.py's rule per distinct run, memoised, in C iteration throughout: map over
+    # dict.fromkeys (first occurrence first), chained, deduplicated again.
+    found = dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, filter(_MAY_HOLD, dict.fromkeys(runs)))))
+    if keys:
+        return tuple(filterfalse(keys.__contains__, found))
+    return tuple(found)
+
+
+def _json_keys(text: str) -> frozenset[str]:
+    """The keys of a JSON text's objects without a digit (none for other texts): the
+    text split at each '":' in C, each piece's last quoted word (a regex scan of the
+    text cost three times the split)."""
+    if '":' not in text:
+        return frozenset()
+    pieces = text.split('":')
+    pieces.pop()
+    keys = {piece[piece.rfind('"') + 1:] for piece in pieces}
+    return frozenset(key for key in keys if _DIGIT(key) is None and 0 < len(key) <= 64)
 
 
 def clear_ids_memo() -> None:
-    """Forget the per-text ids (benchmarks of a cold process)."""
+    """Forget the per-text ids and the per-run values (benchmarks of a cold process)."""
     _IDS.clear()
+    _STRONG_IDS.clear()
+    _VALUES.clear()
 
 
 # The newest characters of an omitted span whose ids are considered: a marker holds
@@ -68,54 +119,87 @@ def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int,
     """The ids an omitted span leaves behind, as many as ``room`` tokens hold.
 
     ``texts``: the span's texts, newest first, each with whether it is dialogue
-    (a user or assistant message, not a tool output). None the forwarded request
-    already carries (``present``, see :func:`ids_in`). Ranked by how many words
+    (a user or assistant message, not a tool output) and, optionally, whether the
+    forwarded request repeats one of its values. None the forwarded request
+    already carries (``present``, see :func:`ids_in`). Ranked first by that: a
+    message a kept later one quotes (its order id, its path) is the strongest
+    evidence of need, and its other values are what the next call is likely to
+    copy; then by how many words
     of the current request stand in the id's record (an order listing names
-    "laptop" next to the laptop's product id), then by how often the span
+    "laptop" next to the laptop's product id), then those that name one record
+    before codes and names of code (``values.is_strong``), then by how often the span
     mentions it (dialogue counts double: an id the agent or the user repeats is
     one the task turns on), then newest first. A later call is far more likely
     to reuse an old id than an old sentence, and an id costs a few tokens where
     its message cost hundreds.
     """
-    words = tuple(query)
-    best: dict[str, list[int]] = {}  # id -> [query words around it, mentions, first seen]
+    tally = _Tally(tuple(query))
     budget = OMITTED_SCAN_CHARS
-    for text, dialogue in texts:
+    for text, dialogue, *referenced in texts:
         if budget <= 0:
             break
         text = text[-budget:]
         budget -= len(text)
-        lowered = text.lower() if words else ""
-        bounds = ("{", "}") if text.lstrip()[:1] in ("{", "[") else ("\n", "\n")
-        counted: set[str] = set()
-        record_matches: dict[str, int] = {}  # the ids of one JSON object share its record
-        for match in _ID_TOKEN.finditer(text):
-            value = match.group().strip(".-")
-            if value in present or not _is_id(value):
-                continue
-            matches = 0
-            if words:
-                record = _record(lowered, match.start(), match.end(), *bounds)
-                matches = record_matches.get(record, -1)
-                if matches < 0:
-                    matches = record_matches[record] = sum(map(record.__contains__, words))
-            entry = best.get(value)
-            if entry is None:
-                entry = best[value] = [matches, 0, len(best)]
-            elif matches > entry[0]:  # another mention sits in a more telling record
-                entry[0] = matches
-            if value not in counted:
-                counted.add(value)
-                entry[1] += 2 if dialogue else 1
+        tally.read(text, dialogue, present, bool(referenced and referenced[0]))
     chosen: list[str] = []
     used = 0
-    for value in sorted(best, key=lambda v: (-best[v][0], -best[v][1], best[v][2])):
+    for value in tally.ranked():
         cost = count_text(" " + value)
         if used + cost > room:
             break
         chosen.append(value)
         used += cost
     return chosen
+
+
+class _Tally:
+    """The values of an omitted span: per value, the most request words one of its
+    records holds, its mentions, and when it was first seen."""
+
+    def __init__(self, words: tuple[str, ...]) -> None:
+        self.words = words
+        # value -> [in a text the forwarded request quotes, query words around it,
+        #           names one record (values.is_strong), mentions, first seen]
+        self.best: dict[str, list[int]] = {}
+
+    def read(self, text: str, dialogue: bool, present: set[str], referenced: bool = False) -> None:
+        """Every value of ``text`` the forwarded request does not carry; a mention counts
+        once per text, twice in dialogue (a value the agent or the user repeats is one
+        the task turns on). ``referenced``: the forwarded request repeats a value of this
+        text (a kept later message quoted it), so its other values rank first."""
+        words, best = self.words, self.best
+        lowered = text.lower() if words else ""
+        bounds = ("{", "}") if text.lstrip()[:1] in ("{", "[") else ("\n", "\n")
+        counted: set[str] = set()
+        record_matches: dict[str, int] = {}  # the values of one JSON object share its record
+        readable = set(text_ids(text))  # memoised: a masked output's values were read already
+        readable -= present
+        if not readable:
+            return
+        for match in _ID_TOKEN.finditer(text):
+            for value in _VALUES[match.group()]:
+                if value not in readable:
+                    continue
+                matches = 0
+                if words:
+                    record = _record(lowered, match.start(), match.end(), *bounds)
+                    matches = record_matches.get(record, -1)
+                    if matches < 0:
+                        matches = record_matches[record] = sum(map(record.__contains__, words))
+                entry = best.get(value)
+                if entry is None:
+                    entry = best[value] = [referenced, matches, is_strong(value), 0, len(best)]
+                else:
+                    entry[0] |= referenced
+                    if matches > entry[1]:  # another mention sits in a more telling record
+                        entry[1] = matches
+                if value not in counted:
+                    counted.add(value)
+                    entry[3] += 2 if dialogue else 1
+
+    def ranked(self) -> list[str]:
+        best = self.best
+        return sorted(best, key=lambda v: (-best[v][1], -best[v][0], -best[v][2], -best[v][3], best[v][4]))
 
 
 def _record(text: str, start: int, end: int, opening: str, closing: str) -> str:
@@ -131,7 +215,3 @@ def ids_in(texts: Iterable[str]) -> set[str]:
     """Every id-like value of some texts (as :func:`kept_values` reads them), in one
     pass over all their runs: a forwarded request is hundreds of short texts."""
     return set(_ids_of_runs(chain.from_iterable(map(_runs, texts))))
-
-
-def _is_id(token: str) -> bool:
-    return _THREE_DIGITS.search(token) is not None and not _AMOUNT.fullmatch(token)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from gateway.pruning.compression import dropped_marker, is_marker
 from gateway.pruning.conversation import Conversation
-from gateway.pruning.ids import ids_in, omitted_ids
+from gateway.pruning.ids import ids_in, omitted_ids, text_ids
 from gateway.pruning.messages import message_token_text
 from gateway.pruning.policy import Policy
 from gateway.pruning.text_features import query_words
@@ -91,7 +91,7 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
         later = [p for p in positions if p > pos]
         end = later[0] if later else len(conv.messages)
         span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == DROPPED]
-        texts = (_text_and_dialogue(conv.messages[j]) for u in reversed(span) for j in reversed(u.indices))
+        texts = (_text_and_dialogue(conv.messages[j], present) for u in reversed(span) for j in reversed(u.indices))
         ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
         plain = counter.count_message(markers[pos])
         while ids and counter.count_message(dropped_marker(ids)) - plain > room:
@@ -106,7 +106,10 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     return out
 
 
-def _text_and_dialogue(message: Mapping[str, Any]) -> tuple[str, bool]:
-    """A message's text, and whether someone said it (user or assistant words, not a
-    tool output or a bare call)."""
-    return message_token_text(message), message.get("role") in ("user", "assistant") and bool(message.get("content"))
+def _text_and_dialogue(message: Mapping[str, Any], present: set[str]) -> tuple[str, bool, bool]:
+    """A message's text, whether someone said it (user or assistant words, not a tool
+    output or a bare call), and whether the forwarded request repeats one of its values
+    (``present``: a kept later message quoted it)."""
+    text = message_token_text(message)
+    return (text, message.get("role") in ("user", "assistant") and bool(message.get("content")),
+            not present.isdisjoint(text_ids(text)))

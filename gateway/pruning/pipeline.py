@@ -20,7 +20,8 @@ Modes (``result.mode``, a :class:`~gateway.pruning.vocabulary.Mode`):
                  provider has it cached) and only what follows is decided anew;
                  earlier masks and drops never come back (``gateway.pruning.epochs``).
 * ``stateless``  no usable state (first sight, another target, or the client edited
-                 its history): pruned straight to the target.
+                 its history): pruned straight to the target; for a named
+                 conversation, to the low-water mark (``continued``).
 * ``no_gain``    a decision was taken but would not have made the request smaller
                  (the omission marker or the reminder costs more than what it
                  stands for): forwarded unchanged.
@@ -56,12 +57,20 @@ def prune(
     state: FrozenPlan | None = None,
     steering: Steering = Steering(),
     scores: Mapping[int, UnitScore] | None = None,
+    continued: bool = False,
 ) -> PruneResult:
     """Prune ``body['messages']``. ``steering`` is what the request asks beyond the policy
     (an explicit target is a hard one: it overrides the minimum-size triggers); ``scores``
-    are precomputed unit scores (an async scorer's)."""
+    are precomputed unit scores (an async scorer's).
+
+    ``continued``: the request is one step of a conversation the client names, so
+    more steps follow. Its first decision then goes where an epoch goes (the
+    low-water mark), not to the target: pruned to just under the target, the very
+    next step would cross it, open an epoch and throw away the prefix the provider
+    cached one step before. A request that names no conversation may be the only
+    one: it keeps all its target allows."""
     request = PruneRequest.counted(body, policy, counter, steering, state)
-    result = _prune(request, state, scorer, scores)
+    result = _prune(request, state, scorer, scores, continued)
     result.message_tokens = request.model_tokens
     # The counts travel with the plan: a replica that never saw this conversation
     # reuses them instead of tokenizing the whole history again.
@@ -71,7 +80,7 @@ def prune(
 
 
 def _prune(request: PruneRequest, state: FrozenPlan | None, scorer: Scorer,
-           scores: Mapping[int, UnitScore] | None) -> PruneResult:
+           scores: Mapping[int, UnitScore] | None, continued: bool = False) -> PruneResult:
     """The path ``request`` takes: one of the modes above."""
     if request.strategy == Strategy.NONE:
         return _unchanged(request, Mode.NONE, FrozenPlan(request.fingerprints))
@@ -86,7 +95,7 @@ def _prune(request: PruneRequest, state: FrozenPlan | None, scorer: Scorer,
             return replayed
     elif _below_trigger(request):
         return _unchanged(request, Mode.UNDER, _undecided_plan(request, state))
-    return _decided_anew(request, state, usable, scorer, scores)
+    return _decided_anew(request, state, usable, scorer, scores, continued)
 
 
 def _below_trigger(request: PruneRequest) -> bool:
@@ -110,17 +119,18 @@ def _undecided_plan(request: PruneRequest, state: FrozenPlan | None) -> FrozenPl
 
 
 def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool, scorer: Scorer,
-                  scores: Mapping[int, UnitScore] | None) -> PruneResult:
+                  scores: Mapping[int, UnitScore] | None, continued: bool) -> PruneResult:
     """An epoch when the request continues the stored conversation (``usable``: its
-    decisions still apply), else a stateless prune; the request as sent if either
-    would not make it smaller."""
+    decisions still apply), else a stateless prune; down to the low-water mark when
+    steps follow (an epoch, or a named conversation: ``continued``); the request as
+    sent if either would not make it smaller."""
     continuing = usable or (state is not None and state.continues(request.fingerprints))
     conv = build_conversation(request.messages, request.counter.count_message, explicit_goal=request.goal,
                               fingerprints=request.fingerprints, tokens=request.tokens)
     target = request.target_tokens
     result = decide(DecisionTask(
         request, conv, scorer, scores=scores, mode=Mode.EPOCH if continuing else Mode.STATELESS,
-        budget=low_water(conv, target, request.policy.low_water_ratio) if continuing else target,
+        budget=low_water(conv, target, request.policy.low_water_ratio) if continuing or continued else target,
         epoch=state.epoch + 1 if state is not None and continuing else 1,
         boundary=state.decided if usable else 0,
         forced=forced_unit_actions(conv, state.actions if usable else {}),

@@ -17,6 +17,9 @@ from gateway.pruning.conversation import KIND_ASSISTANT, KIND_TOOL_CHAIN, KIND_U
 
 
 def tier(relevance: float) -> int:
+    """The tier of a relevance on the local scorer's scale (about 0-1, the best match of
+    the request near its top): 5 for a strong match on words and entities together, 4 for
+    a clear one, 3 for some, 2 for a trace, 1 for none."""
     if relevance >= 0.65:
         return 5
     if relevance >= 0.42:
@@ -54,11 +57,12 @@ def is_imperative(text: str) -> bool:
     return _IMPERATIVE.search(text) is not None
 
 
-def reason(hard: bool, lexical: float, entities: list[str], references: int, kind: str, error: bool) -> str:
+def reason(hard: bool, lexical: float, entities: list[str], references: int, kind: str, error: bool,
+           copied: int = 0) -> str:
     """Why a candidate scored as it did, in a few words (``lexical`` relative to the best)."""
     if hard:
         return "user constraint"
-    parts = []
+    parts = [f"copied by a kept later unit ({copied})"] if copied else []
     if entities:
         parts.append("shares " + ", ".join(sorted(entities)[:3]))
     if lexical >= 0.3:

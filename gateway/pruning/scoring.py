@@ -17,7 +17,8 @@ The embedded ``LocalScorer`` needs no network and no model. It combines:
   with the current request and the recent window: an agent's next call reuses
   them verbatim;
 * user constraints ("never", "must", "不要", ...) and message-type priors;
-* references: a unit whose entities later units mention again is worth more;
+* references (``references.py``): a unit whose entities later units mention again is
+  worth more; one whose exact values a kept later unit copies ranks above all else;
 * duplicates: of identical tool outputs only the newest copy scores.
 
 Tiers: the absolute rubric thresholds, plus the most relevant ``TOP_FRAC`` of
@@ -38,6 +39,7 @@ from gateway.pruning import rubric
 from gateway.pruning import text_features as tf
 from gateway.pruning.conversation import KIND_TOOL_CHAIN, KIND_USER, Conversation
 from gateway.pruning.memo import TextMemo
+from gateway.pruning.references import copied_by_kept, later_mentions
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ class _Signals:
     shared: dict[int, float]        # weight of the entities shared with the current step
     matched: dict[int, list[str]]   # and which
     references: dict[int, int]      # later units that mention its rare entities
+    copied: dict[int, int]          # its exact values a kept later unit repeats, how many
     duplicates: set[int]            # tool outputs a newer unit repeats verbatim
 
 
@@ -105,20 +108,29 @@ class LocalScorer:
     """BM25 + entities + priors; deterministic, no I/O. Features are cached per text."""
 
     name = "local"
-    K1 = 1.2
+    K1 = 1.2    # BM25's usual saturation and length normalisation (Robertson's defaults)
     B = 0.75
+    # The request speaks for the step; the goal and the recent window only steer it
+    # (a short "yes, go ahead" leans on the window, halving as the request grows).
     GOAL_W = 0.1
     WINDOW_W = 0.35
     WINDOW_CAP = 0.6
     WINDOW_HALF = 1.0
-    SPEAKER_BOOST = 1.6
-    ENTITY_IDF_FLOOR = 1.5
+    SPEAKER_BOOST = 1.6       # a message by the person the request names
+    ENTITY_IDF_FLOOR = 1.5    # a named entity counts even when the conversation repeats it
+    # Dialogue adjacency: an answer follows its question (next/previous shares), and a
+    # topic runs for a few turns (a decaying span).
     NEXT_SHARE, PREV_SHARE, PREV_ADD = 0.25, 0.5, 0.15
     SPAN, SPAN_DECAY, SPAN_W = 5, 0.75, 0.3
+    # Words carry most of the evidence, exact shared entities a fifth, later mentions a little.
     W_LEX, W_ENT, W_REF = 0.62, 0.2, 0.1
+    # The most relevant share of candidates is taken by relevance, not age (floor: not noise).
     TOP_FRAC = 0.3
     TOP_FLOOR = 0.1
+    # One round of pseudo-relevance feedback: a few best units' distinctive terms, weighted low.
     PRF_K, PRF_TERMS, PRF_W = 10, 20, 0.3
+    COPIED_LIFT = 1.0  # above any relevance the other signals reach
+    COPIED_MAX_UNITS = 3  # a value in more units is the conversation's subject, not a quote (references.py)
 
     # Features weigh about 11 bytes per character of their text: 8 Mi characters
     # of history (about 20 conversations of 100k tokens) hold under 100 MiB.
@@ -150,7 +162,8 @@ class LocalScorer:
         lexical = _with_neighbours(lexical, self.NEXT_SHARE, self.PREV_SHARE, self.PREV_ADD,
                                    int(self.SPAN), self.SPAN_DECAY, self.SPAN_W)
         return _Signals(lexical, max(lexical.values(), default=0.0) or 1.0, shared, matched,
-                        self._references(conv, candidates, corpus.feats, corpus.edf),
+                        later_mentions(candidates, corpus.feats, corpus.edf),
+                        copied_by_kept(candidates, window, corpus.feats, corpus.edf, self.COPIED_MAX_UNITS),
                         self._duplicates(conv, candidates))
 
     def _lexical(self, conv: Conversation, candidates: Sequence[int], window: Sequence[int], corpus: _Corpus,
@@ -217,9 +230,16 @@ class LocalScorer:
             tier = rubric.tier(relevance)
             if tier < 4 and relevance >= self.TOP_FLOOR and rank[i] < self.TOP_FRAC * n_rel:
                 tier = 4
+            copied = signals.copied.get(i, 0)
+            if copied:
+                # A kept later unit repeats its exact values (the model quoted it, a call's
+                # argument reuses it): the strongest evidence of need there is, so it ranks
+                # above every unit that is only on topic.
+                tier, relevance = 5, relevance + self.COPIED_LIFT
             out[i] = UnitScore(tier, round(relevance, 6),
                                rubric.reason(i in hard, signals.lexical[i] / signals.top_lexical,
-                                             signals.matched[i], signals.references.get(i, 0), unit.kind, f.error),
+                                             signals.matched[i], signals.references.get(i, 0), unit.kind, f.error,
+                                             copied),
                                i in hard)
         return out
 
@@ -312,25 +332,6 @@ class LocalScorer:
         for ent in request.entities:
             weights[ent] = 1.0
         return weights
-
-    @staticmethod
-    def _references(conv: Conversation, candidates: Sequence[int], feats, edf: Mapping[str, int]) -> dict[int, int]:
-        """How many later units mention a rare entity (in two units at most) of this unit."""
-        rare = {ent for ent, d in edf.items() if d <= 2}
-        last_seen: dict[str, list[int]] = {}
-        for j, f in enumerate(feats):
-            for ent in f.entities & rare:
-                last_seen.setdefault(ent, []).append(j)
-        refs: dict[int, int] = {}
-        for i in candidates:
-            later = set()
-            for ent in feats[i].entities & rare:
-                for j in last_seen[ent]:
-                    if j > i:
-                        later.add(j)
-            if later:
-                refs[i] = len(later)
-        return refs
 
     @staticmethod
     def _duplicates(conv: Conversation, candidates: Sequence[int]) -> set[int]:

@@ -34,6 +34,7 @@ _CONSTRAINT = re.compile(
     r"|不要|别|必须|一定要|务必|总是|永远|禁止|不得|不能|只能|请勿",
     re.IGNORECASE,
 )
+# A failed call: the next step retries it or works around it, so it is worth a little more.
 _ERROR = re.compile(r"\b(?:error|exception|failed|failure|not found|invalid|denied|traceback)\b", re.IGNORECASE)
 
 

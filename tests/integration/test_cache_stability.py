@@ -61,3 +61,22 @@ def test_history_edit_gets_a_fresh_prune(gateway, upstream):
     report = r.json()["report"]
     assert report["mode"] == "stateless"
     assert r.json()["request"]["messages"][1] == edited[1]
+
+
+def test_a_named_conversation_seen_first_over_the_target_keeps_its_prefix_on_the_next_step(gateway, upstream):
+    """The first decision of a named conversation goes to the low-water mark: the next
+    step replays it (frozen) instead of opening an epoch that rewrites the cached prefix."""
+    history = agent_history(30)
+    turn = [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "And the next one?"}]
+    headers = {"x-sieve-conversation-id": "late-join-1", "x-sieve-target-tokens": "4000"}
+    first = gateway.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": history}, headers=headers).json()
+    second = gateway.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": history + turn},
+                          headers=headers).json()
+    assert first["report"]["mode"] == "stateless" and first["report"]["target_rule_tokens"] <= 2200
+    assert second["report"]["mode"] == "frozen"
+    sent = first["request"]["messages"]
+    assert second["request"]["messages"][: len(sent)] == sent
+    # A request that names no conversation keeps all its target allows.
+    alone = gateway.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": history},
+                         headers={"x-sieve-target-tokens": "4000"}).json()
+    assert alone["report"]["target_rule_tokens"] > 3200

@@ -302,9 +302,9 @@ def test_small_history_or_no_saving_skips_the_model(policy_gateway, upstream, mo
 def test_frozen_requests_never_reach_the_model(policy_gateway, upstream, model):
     gw, policy = policy_gateway()
     turn = [{"role": "assistant", "content": "Hotel A."}, {"role": "user", "content": "Thanks."}]
-    send(gw, **{"x-sieve-conversation-id": "c1"})                      # first sight: pruned to the cap
+    send(gw, **{"x-sieve-conversation-id": "c1"})                      # first sight of a named one: low water
     longer = {"model": MODEL, "messages": BODY["messages"] + turn}
-    send(gw, longer, **{"x-sieve-conversation-id": "c1"})              # over the cap: an epoch, to low water
+    send(gw, longer, **{"x-sieve-conversation-id": "c1"})              # a frozen replay, or an epoch
     asked = len(model.requests)
     longest = {"model": MODEL, "messages": BODY["messages"] + turn + turn}
     r = gw.post("/v1/prune", json=longest, headers={"authorization": "Bearer sk-test",

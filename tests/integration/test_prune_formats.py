@@ -135,7 +135,9 @@ def test_unknown_format_and_unreadable_bodies_are_400s_naming_what(gateway, upst
 
 def test_chat_stays_the_default_format(gateway, upstream):
     body = {"model": "gpt-4o-mini", "messages": agent_history(16)}
-    plain = gateway.post("/v1/prune", json=body, headers=TARGET).json()
+    # Two conversations, each named (a named conversation's first decision goes to the
+    # low-water mark, an unnamed request's to the target): the same rule on both sides.
+    plain = gateway.post("/v1/prune", json=body, headers={**TARGET, "x-sieve-conversation-id": "one"}).json()
     named = gateway.post("/v1/prune", json=body, headers={**TARGET, "x-sieve-format": "chat",
                                                          "x-sieve-conversation-id": "other"}).json()
     assert plain["report"]["format"] == named["report"]["format"] == "chat"

@@ -125,8 +125,11 @@ def _blocks(turn: dict) -> list[dict]:
 
 
 def _strip_breakpoints(turns: list[dict]) -> bytes:
-    return dumps([{**t, "content": [{k: v for k, v in b.items() if k != "cache_control"} for b in t["content"]]}
-                  if isinstance(t["content"], list) else t for t in turns])
+    """The turns breakpoints aside: without ``cache_control``, and a string content as the one
+    text block it stands for (the provider reads them alike; a turn given a moved breakpoint
+    must take the block form to carry it)."""
+    return dumps([{**t, "content": [{k: v for k, v in b.items() if k != "cache_control"} for b in _blocks(t)]}
+                  for t in turns])
 
 
 @PROPERTY

@@ -166,6 +166,26 @@ def test_epoch_goes_to_low_water_and_keeps_earlier_drops():
     assert dropped_before <= {i for i, a in enumerate(second.message_actions) if a == "dropped"}
 
 
+def test_a_named_conversations_first_decision_leaves_the_next_step_room():
+    """First sight over the target: a named conversation is pruned to the low-water mark,
+    so the next step (one more turn) replays the cached prefix instead of opening an epoch."""
+    history = agent_history(30)
+    policy = Policy(low_water_ratio=0.5)
+    turn = [{"role": "assistant", "content": "Order #W1000029 is on its way."},
+            {"role": "user", "content": "Thanks, and the one before it?"}]
+    one_shot = run(history, target_tokens=4000, policy=policy)
+    assert one_shot.mode == "stateless" and one_shot.target_rule_tokens > 4000 * 0.8
+    first = prune({"model": "gpt-4o-mini", "messages": history}, policy, scorer=SCORER, counter=COUNTER,
+                  steering=Steering(target_tokens=4000), continued=True)
+    assert first.mode == "stateless" and first.target_rule_tokens <= 4000 * 0.5 + 200
+    second = prune({"model": "gpt-4o-mini", "messages": history + turn}, policy, scorer=SCORER, counter=COUNTER,
+                   state=first.state, steering=Steering(target_tokens=4000), continued=True)
+    assert second.mode == "frozen"
+    assert second.request["messages"][:len(first.request["messages"])] == first.request["messages"]
+    # Without the name, the same second step crosses the target at once.
+    assert run(history + turn, target_tokens=4000, policy=policy, state=one_shot.state).mode == "epoch"
+
+
 def test_corrupt_state_is_ignored():
     assert FrozenPlan.from_bytes(b"garbage") is None
     assert FrozenPlan.from_bytes(b'{"v": 99}') is None

@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 
 from gateway.pruning import ids, text_features
 from gateway.pruning.runs import RunSplitter
+from gateway.pruning.values import is_strong, values_of
 
 PIECES = st.sampled_from([
     "a", "Z", "9", "123", "4567", "_", "#", "##", "#-", "-", "--", ".", "+", "@", "?", " ", "\n", "\t",
     "\x1c", "\"", ":", ",", "{", "}", "é", "中", "’", "“", "—", "\u00a0", "\u2003", "①", "٣", "²", "ǅ", "İ",
     "😀", "#W1234567", "e-mail", "x@y.com", "-5", "1.5", "12.99", "order_id", "a-b", "x#y", "- item", "# H",
+    "/", "$", "://", "SFO", "ZK4P2M", "getUser", "a.py", "14:30", "$5", "\"k\": ",
 ])
 TEXTS = st.lists(PIECES, max_size=50).map("".join) | st.text(max_size=120)
 
@@ -29,16 +31,19 @@ EDGE_CASES = [
     "", "#", "-", "#-", "-#", "##a", "#-a", "a#", "a#b", "a-", "-a-b", "# Heading", "- item\n- other",
     "x -5 and -12.5", "order #W4219264 (watches)", "it’s the “metal” strap — #W1", "café #W1234 ①②③",
     "noah.ito4296@example.com", "{\"price\": -12.5, \"item_id\": \"9112290483\"}", "İstanbul 12345",
+    "see src/app/main.py:42 and https://example.com/a/b", "flight SFO→JFK, locator ZK4P2M at 14:30", "$12.50 USD",
 ]
 
 
 def regex_ids(text: str) -> tuple[str, ...]:
-    """The reading the split replaces: every run with a digit, stripped, three digits, no amount."""
+    """The reading the split replaces: every run that may hold a value, read by the value
+    rule, JSON keys left out."""
     seen: dict[str, None] = {}
+    keys = ids._json_keys(text)
     for token in ids._ID_TOKEN.findall(text):
-        token = token.strip(".-")
-        if token not in seen and ids._is_id(token):
-            seen[token] = None
+        for value in values_of(token):
+            if value not in seen and value not in keys:
+                seen[value] = None
     return tuple(seen)
 
 
@@ -72,6 +77,18 @@ def test_tokens_are_the_regex_tokens(text):
 def test_ids_are_the_regex_ids(text):
     ids.clear_ids_memo()
     assert ids.text_ids(text) == regex_ids(text)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(TEXTS, st.sampled_from(EDGE_CASES + ['{"a/b": "x@y.io", "path": "src/a.py", "c/d": 1}'])))
+def test_strong_ids_are_the_ids_that_name_one_record(text):
+    """Masks read only runs with a digit, '@' or '/': the same values, in the same order, as
+    reading every run and keeping those values.is_strong accepts; read before or after text_ids."""
+    ids.clear_ids_memo()
+    alone = ids.strong_ids(text)
+    assert alone == tuple(filter(is_strong, regex_ids(text)))
+    ids.text_ids(text)
+    assert ids.strong_ids(text) == alone
 
 
 @settings(max_examples=300, deadline=None)
