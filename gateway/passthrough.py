@@ -62,7 +62,7 @@ class PassThrough:
         headers = provider_headers(route, call.identity, call.headers)
         try:
             response = await self._http.relay(call.method, url, orjson.dumps(body) if body is not None else None,
-                                              headers)
+                                              headers, call.format)
         except SieveError as exc:
             exc.headers["x-sieve-request-id"] = call.request_id
             raise

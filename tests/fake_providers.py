@@ -16,7 +16,8 @@ Routes: ``POST /v1/messages`` (stream and not), ``/v1/messages/count_tokens``,
 besides the Chat Completions routes. A reply's ``tool_calls`` (OpenAI shape)
 become ``tool_use`` blocks / ``function_call`` items; ``usage`` is returned
 verbatim (in the format's own shape), else computed from the request's size
-(characters // 4). Faults: ``status`` + ``json_body`` (an error), ``drop_after``
+(characters // 4). Faults: ``status`` + ``json_body`` (an error), ``status`` + ``raw_body`` (an HTML or
+plain-text error page, sent as it is), ``drop_after``
 (a stream cut after that many events), ``sse_frames`` (these bytes verbatim).
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fake_upstream import FakeUpstream, Reply, _norm_tool_calls
+from tests.fake_upstream import FakeUpstream, Reply, _norm_tool_calls, fault_response
 
 __all__ = ["FakeProviders", "Reply"]
 
@@ -80,6 +81,9 @@ class FakeProviders(FakeUpstream):
         reply = self._next_reply()
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        fault = await fault_response(request, reply)
+        if fault is not None:
+            return req, reply, fault
         if reply.status != 200 or not isinstance(req, dict):
             body = reply.json_body or {"type": "error", "error": {"type": "api_error", "message": "fake error"}}
             return req, reply, web.json_response(body, status=reply.status if isinstance(req, dict) else 400,
