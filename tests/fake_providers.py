@@ -10,7 +10,8 @@ from the same scripted ``Reply`` queue::
         up.requests[-1].json        # what Sieve forwarded, in the client's format
 
 Routes: ``POST /v1/messages`` (stream and not), ``/v1/messages/count_tokens``,
-``POST /v1/responses`` (stream and not), ``/v1/responses/compact``,
+``POST /v1/responses`` (stream and not), ``/v1/responses/compact`` (scripted like
+``/v1/responses``: a reply's ``usage`` and faults apply),
 ``/v1/responses/input_tokens``, ``GET``/``DELETE /v1/responses/{id}``,
 ``POST /v1/responses/{id}/cancel``, ``GET /v1/responses/{id}/input_items``,
 besides the Chat Completions routes. A reply's ``tool_calls`` (OpenAI shape)
@@ -166,13 +167,14 @@ class FakeProviders(FakeUpstream):
             return web.json_response(response, headers=reply.headers)
         return await self._send_events(request, reply, _response_events(response, reply.chunks))
 
-    async def _compact(self, request: web.Request) -> web.Response:
-        _, req = await self._record(request)
-        if not isinstance(req, dict):
-            return _not_an_object(anthropic=False)
+    async def _compact(self, request: web.Request) -> web.StreamResponse:
+        req, reply, decided = await self._scripted(request)
+        if decided is not None:
+            return decided
+        usage = reply.usage or {"input_tokens": _size_tokens(req.get("input")), "output_tokens": 1}
         return web.json_response({"id": "cmp_fake", "object": "response.compaction", "created_at": 0,
                                   "output": [{"type": "compaction", "encrypted_content": "opaque"}],
-                                  "usage": {"input_tokens": _size_tokens(req.get("input")), "output_tokens": 1}})
+                                  "usage": usage}, headers=reply.headers)
 
     async def _input_tokens(self, request: web.Request) -> web.Response:
         _, req = await self._record(request)

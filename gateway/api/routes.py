@@ -88,11 +88,14 @@ async def responses(request: Request) -> Response:
     return reply_response(await request.app.state.services.proxy.complete(call))
 
 
-async def _pass_on(request: Request, fmt: WireFormat, suffix: str) -> Response:
+async def _pass_on(request: Request, fmt: WireFormat, suffix: str, billed: bool = False) -> Response:
+    services: Services = request.app.state.services
     body = (await _read_json(request, required=False))[1] if request.method == "POST" else None
-    call = PassThroughCall(request.state.request_id, request.state.identity, request.method, fmt, suffix,
-                           request.url.query, request.headers, body)
-    return reply_response(await request.app.state.services.passthrough.forward(call))
+    identity = request.state.identity
+    call = PassThroughCall(request.state.request_id, identity, request.method, fmt, suffix,
+                           request.url.query, request.headers, body, route=request.scope["route"].path_format,
+                           policy=services.policies.for_identity(identity), billed=billed)
+    return reply_response(await services.passthrough.forward(call))
 
 
 async def count_tokens(request: Request) -> Response:
@@ -100,7 +103,8 @@ async def count_tokens(request: Request) -> Response:
 
 
 async def compact_response(request: Request) -> Response:
-    return await _pass_on(request, WireFormat.RESPONSES, "/compact")
+    """Compaction runs the model over the input: billed, so budgeted (gateway.passthrough)."""
+    return await _pass_on(request, WireFormat.RESPONSES, "/compact", billed=True)
 
 
 async def response_input_tokens(request: Request) -> Response:
