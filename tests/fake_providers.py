@@ -20,6 +20,8 @@ verbatim (in the format's own shape), else computed from the request's size
 (characters // 4). Faults: ``status`` + ``json_body`` (an error), ``status`` + ``raw_body`` (an HTML or
 plain-text error page, sent as it is), ``drop_after``
 (a stream cut after that many events), ``sse_frames`` (these bytes verbatim).
+With ``prompt_cache=PromptCache("anthropic")``, ``/v1/messages`` reports Anthropic's cache
+reads and writes from the body's own breakpoints (``PromptCache.messages_usage``).
 """
 
 from __future__ import annotations
@@ -121,9 +123,10 @@ class FakeProviders(FakeUpstream):
         blocks += [{"type": "tool_use", "id": c["id"].replace("call", "toolu"), "name": c["function"]["name"],
                     "input": orjson.loads(c["function"]["arguments"])} for c in calls]
         output = max(1, (len(text) + sum(len(c["function"]["arguments"]) for c in calls)) // 4)
-        usage = reply.usage or {"input_tokens": _size_tokens(req.get("system"), req.get("messages")),
-                                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                                "output_tokens": output}
+        usage = reply.usage or (self.prompt_cache.messages_usage(req, output) if self.prompt_cache is not None else
+                                {"input_tokens": _size_tokens(req.get("system"), req.get("messages")),
+                                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                                 "output_tokens": output})
         stop = reply.finish_reason or ("tool_use" if calls else "end_turn")
         message = {"id": f"msg_fake_{next(self._ids)}", "type": "message", "role": "assistant",
                    "model": req.get("model"), "content": blocks, "stop_reason": stop, "stop_sequence": None,
