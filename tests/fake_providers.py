@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fake_upstream import FakeUpstream, Reply, _norm_tool_calls, fault_response
+from tests.fake_upstream import FakeUpstream, Reply, _norm_tool_calls, fault_response, send_frames
 
 __all__ = ["FakeProviders", "Reply"]
 
@@ -95,23 +95,6 @@ class FakeProviders(FakeUpstream):
             return req, reply, web.json_response(reply.json_body, headers=reply.headers)
         return req, reply, None
 
-    async def _send_events(self, request: web.Request, reply: Reply, frames: list[bytes]) -> web.StreamResponse:
-        if reply.sse_frames is not None:
-            frames = list(reply.sse_frames)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           **(reply.headers or {})})
-        await resp.prepare(request)
-        cut = reply.drop_after if reply.drop_after is not None else -1
-        for i, frame in enumerate(frames if cut < 0 else frames[:cut]):
-            if i and reply.chunk_delay_s:
-                await asyncio.sleep(reply.chunk_delay_s)
-            await resp.write(frame)
-        if cut >= 0:  # no terminating chunk: the client sees a broken transfer
-            request.transport.close()  # type: ignore[union-attr]
-            return resp
-        await resp.write_eof()
-        return resp
-
     # -- Anthropic Messages ------------------------------------------------------------------------
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         req, reply, decided = await self._scripted(request)
@@ -133,7 +116,7 @@ class FakeProviders(FakeUpstream):
                    "usage": usage}
         if not req.get("stream"):
             return web.json_response(message, headers=reply.headers)
-        return await self._send_events(request, reply, _message_events(message, reply.chunks))
+        return await send_frames(request, reply, _message_events(message, reply.chunks))
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         _, req = await self._record(request)
@@ -168,7 +151,7 @@ class FakeProviders(FakeUpstream):
                     "previous_response_id": req.get("previous_response_id"), "store": req.get("store", True)}
         if not req.get("stream"):
             return web.json_response(response, headers=reply.headers)
-        return await self._send_events(request, reply, _response_events(response, reply.chunks))
+        return await send_frames(request, reply, _response_events(response, reply.chunks))
 
     async def _compact(self, request: web.Request) -> web.StreamResponse:
         req, reply, decided = await self._scripted(request)

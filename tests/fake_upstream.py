@@ -545,27 +545,34 @@ class FakeUpstream:
             frames.append(b"data: " + orjson.dumps({**head, "choices": [], "usage": usage})
                           + b"\n\n")
         frames.append(_SSE_DONE)
-        if reply.sse_frames is not None:
-            frames = list(reply.sse_frames)
-        drop_at = len(frames) // 2 if reply.drop_connection else -1
-        if reply.drop_after is not None:
-            drop_at = reply.drop_after
-        if reply.eof_framing:
-            return await _stream_until_close(request, frames, reply)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           **(reply.headers or {})})
-        if reply.compress:
-            resp.enable_compression()
-        await resp.prepare(request)
-        for i, frame in enumerate(frames if drop_at < 0 else frames[:drop_at]):
-            if i and reply.chunk_delay_s:
-                await asyncio.sleep(reply.chunk_delay_s)
-            await resp.write(frame)
-        if drop_at >= 0:  # no terminating chunk: the client sees a broken transfer
-            request.transport.close()  # type: ignore[union-attr]
-            return resp
-        await resp.write_eof()
+        return await send_frames(request, reply, frames)
+
+
+async def send_frames(request: web.Request, reply: Reply, frames: list[bytes]) -> web.StreamResponse:
+    """An event stream of ``frames`` (one write each), with the reply's stream faults: its own
+    ``sse_frames`` instead, a drop after ``drop_after`` frames (or half of them with
+    ``drop_connection``), no chunked framing, compression, a delay between frames."""
+    if reply.sse_frames is not None:
+        frames = list(reply.sse_frames)
+    drop_at = len(frames) // 2 if reply.drop_connection else -1
+    if reply.drop_after is not None:
+        drop_at = reply.drop_after
+    if reply.eof_framing:
+        return await _stream_until_close(request, frames, reply)
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                       **(reply.headers or {})})
+    if reply.compress:
+        resp.enable_compression()
+    await resp.prepare(request)
+    for i, frame in enumerate(frames if drop_at < 0 else frames[:drop_at]):
+        if i and reply.chunk_delay_s:
+            await asyncio.sleep(reply.chunk_delay_s)
+        await resp.write(frame)
+    if drop_at >= 0:  # no terminating chunk: the client sees a broken transfer
+        request.transport.close()  # type: ignore[union-attr]
         return resp
+    await resp.write_eof()
+    return resp
 
 
 async def fault_response(request: web.Request, reply: Reply) -> web.StreamResponse | None:
