@@ -242,6 +242,9 @@ def relayed(*errors: str, body: bool = False) -> dict[str, Any]:
 
 RELAYED = dict(response_model=Relayed, response_description="The provider's answer, relayed unchanged.",
                openapi_extra=relayed("UpstreamUnavailable", "UpstreamTimeout", body=True))
+# Compaction runs the model: budgeted like a forwarded request (gateway.passthrough).
+BILLED = {**RELAYED, "openapi_extra": relayed("BudgetExceeded", "ServiceUnavailable", "UpstreamUnavailable",
+                                              "UpstreamTimeout", body=True)}
 RESPONSE_ID = {**RELAYED, "openapi_extra": {**relayed("NotFound", "UpstreamUnavailable", "UpstreamTimeout"),
                                             "parameters": [{"name": "response_id", "in": "path", "required": True,
                                                             "schema": {"type": "string",
@@ -268,7 +271,9 @@ ROUTES = [
     ClientRoute("/v1/responses", responses, methods=["POST"], operation_id="createResponse",
                 summary="Prune the input, forward to the provider's Responses API, relay the response.", **RESPONSES),
     ClientRoute("/v1/responses/compact", compact_response, methods=["POST"], tags=["openai"],
-                operation_id="compactResponse", summary="Passed through to the provider as sent.", **RELAYED),
+                operation_id="compactResponse", summary="Passed through to the provider as sent; budgeted (it runs "
+                                                        "the model): reserved on its input, settled on its usage.",
+                **BILLED),
     ClientRoute("/v1/responses/input_tokens", response_input_tokens, methods=["POST"], tags=["openai"],
                 operation_id="countResponseInputTokens", summary="Passed through to the provider as sent.",
                 **RELAYED),
