@@ -87,10 +87,14 @@ class FakeProviders(FakeUpstream):
         fault = await fault_response(request, reply)
         if fault is not None:
             return req, reply, fault
-        if reply.status != 200 or not isinstance(req, dict):
-            body = reply.json_body or {"type": "error", "error": {"type": "api_error", "message": "fake error"}}
-            return req, reply, web.json_response(body, status=reply.status if isinstance(req, dict) else 400,
-                                                 headers=reply.headers)
+        anthropic = request.path.startswith("/v1/messages")
+        if not isinstance(req, dict):
+            return req, reply, _not_an_object(anthropic)
+        if reply.status != 200:
+            body = reply.json_body or (
+                {"type": "error", "error": {"type": "api_error", "message": "fake error"}} if anthropic else
+                {"error": {"message": "fake error", "type": "server_error", "param": None, "code": None}})
+            return req, reply, web.json_response(body, status=reply.status, headers=reply.headers)
         if reply.json_body is not None and not req.get("stream"):
             return req, reply, web.json_response(reply.json_body, headers=reply.headers)
         return req, reply, None
