@@ -232,7 +232,7 @@ class PromptCache:
         ``cache_control`` breakpoints (``/v1/messages`` of :class:`tests.fake_providers.FakeProviders`).
 
         The prompt is its blocks in Anthropic's order (tools, system, then each message's
-        content blocks; a string content is one block), each ``len(JSON) // 4`` tokens with
+        content blocks; a string content is the one text block it stands for), each ``len(JSON) // 4`` tokens with
         the role and without ``cache_control`` (moving a breakpoint does not change what is
         cached). An entry is written at each breakpoint whose prefix has ``min_tokens``; each
         breakpoint looks back at most ``lookback_blocks`` block boundaries for a live entry,
@@ -293,14 +293,15 @@ def anthropic_blocks(body: Mapping[str, Any]) -> list[tuple[bool, Any]]:
         plain = {k: v for k, v in block.items() if k != "cache_control"} if isinstance(block, dict) else block
         out.append((marked, [role, plain]))
 
+    def listed(content: Any) -> Any:  # a string content is shorthand for one text block
+        return [{"type": "text", "text": content}] if isinstance(content, str) else content or ()
+
     for tool in body.get("tools") or ():
         add("tool", tool)
-    system = body.get("system")
-    for block in ([system] if isinstance(system, str) else system or ()):
+    for block in listed(body.get("system")):
         add("system", block)
     for turn in body.get("messages") or ():
-        content = turn.get("content")
-        for block in ([content] if isinstance(content, str) else content or ()):
+        for block in listed(turn.get("content")):
             add(turn.get("role"), block)
     return out
 

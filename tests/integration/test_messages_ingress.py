@@ -214,6 +214,7 @@ def test_stream_relays_events_and_usage_is_read_on_the_way(gateway, providers):
     usage = {"input_tokens": 40, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 2000,
              "output_tokens": 17}
     providers.enqueue(Reply(chunks=["Hel", "lo", " there"], usage=usage))
+    gateway.wait_idle()  # earlier requests' accounting done first: a stable baseline
     before = metric_value(gateway.metrics, "sieve_completion_tokens_total", org="anonymous", model=MODEL)
     with client(gateway).messages.stream(model=MODEL, max_tokens=64,
                                          messages=[{"role": "user", "content": "hi"}]) as stream:
@@ -272,6 +273,7 @@ def test_a_non_json_provider_error_reaches_the_sdk_in_anthropics_shape(gateway, 
     Claude Code) parses only Anthropic's error shape, so the page is described in that shape,
     under the provider's status (which decides whether the client retries) and its retry-after."""
     providers.enqueue(Reply(status=status, raw_body=page, content_type=content_type, headers={"retry-after": "30"}))
+    gateway.wait_idle()  # earlier requests' accounting done first: a stable baseline
     seen = metric_value(gateway.metrics, "sieve_requests_total", org="anonymous", model=MODEL,
                         outcome="upstream_error")
     messages = [{"role": "user", "content": "hi"}]
@@ -311,6 +313,7 @@ def test_a_bug_writing_the_pruned_body_back_forwards_it_as_sent(gateway, provide
 
     monkeypatch.setattr(MessagesAdapter, "write", broken)
     body = history(10)
+    gateway.wait_idle()  # earlier requests' accounting done first: a stable baseline
     before = metric_value(gateway.metrics, "sieve_fail_open_total", reason="pruning_error")
     response = client(gateway, headers={"x-sieve-target-tokens": "2000"}).messages.with_raw_response.create(**body)
     assert response.parse().content[0].text == "ok"

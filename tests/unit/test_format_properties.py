@@ -125,8 +125,10 @@ def _blocks(turn: dict) -> list[dict]:
 
 
 def _strip_breakpoints(turns: list[dict]) -> bytes:
-    return dumps([{**t, "content": [{k: v for k, v in b.items() if k != "cache_control"} for b in t["content"]]}
-                  if isinstance(t["content"], list) else t for t in turns])
+    """The turns as the provider caches them: no breakpoints, and a string content as the one
+    text block it stands for (a breakpoint written onto a string turn makes it that block)."""
+    return dumps([{**t, "content": [{k: v for k, v in b.items() if k != "cache_control"} for b in _blocks(t)]}
+                  for t in turns])
 
 
 @PROPERTY
