@@ -138,7 +138,7 @@ class Accountant:
                             scorer_ms=scorer.seconds * 1000 if scorer is not None else None,
                             upstream_ms=record.upstream_s * 1000, overhead_ms=overhead_s * 1000),
             request_body=call.sent_body, include_content=call.policy.audit_include_content,
-            secrets=tuple(s for s in (auth[7:].strip(), call.headers.get("x-api-key", "")) if s)))
+            secrets=tuple(s for s in (auth[7:].strip(), call.headers.get("x-api-key", "")) if s), route=call.route))
 
 
 def _settle_tokens(record: RequestRecord, usage: Usage | None) -> int:

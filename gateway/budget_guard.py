@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from gateway.budgets import BudgetConfig, BudgetLimit, Reservation, Settlement, new_reservation_id
 from gateway.errors import BudgetExceeded, StoreRejected, StoreUnavailable
@@ -40,11 +40,26 @@ from gateway.reservation_estimate import estimate_reservation
 from gateway.state.protocols import BudgetStore
 from gateway.telemetry.metrics import FailOpen, Metrics
 from gateway.usage_bounds import bounded_usage
-from gateway.wire.call import ChatCall
+from gateway.pruning.policy import Policy
+from gateway.wire.call import ChatCall, Identity
 from gateway.wire.formats.base import WireFormat
 
 log = logging.getLogger("sieve.budgets")
 MAX_PENDING = 100_000
+
+
+class BudgetedCall(Protocol):
+    """What a reservation needs of a request: who sends it, under which policy (a forwarded
+    ``ChatCall``, or a billed pass-through call)."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def identity(self) -> Identity: ...
+
+    @property
+    def policy(self) -> Policy: ...
 
 
 @dataclass(slots=True)
@@ -117,7 +132,7 @@ class BudgetGuard:
         counter = self._counters.for_model(model)
         return estimate_reservation(fmt, body, counter.count_text, default_output).tokens
 
-    async def reserve(self, call: ChatCall, prompt_tokens: int, body: Mapping[str, Any],
+    async def reserve(self, call: BudgetedCall, prompt_tokens: int, body: Mapping[str, Any],
                       fmt: WireFormat = WireFormat.CHAT) -> Hold | None:
         """Hold what ``body`` (as forwarded) can cost on every budget of the caller;
         ``prompt_tokens`` (the pruner's count of the messages) is a floor under the estimate."""
@@ -125,6 +140,9 @@ class BudgetGuard:
         if not limits:
             return None
         tokens = max(self.estimate(body, call.policy.default_max_completion_tokens, fmt), prompt_tokens)
+        return await self._hold(call, limits, tokens)
+
+    async def _hold(self, call: BudgetedCall, limits: tuple[BudgetLimit, ...], tokens: int) -> Hold | None:
         org = self._org_label(call.identity.org)
         rid, now = new_reservation_id(), time.time()
         try:

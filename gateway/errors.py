@@ -18,7 +18,8 @@
     │   └── StoreRejected     503   service_unavailable (a command no retry can cure)
     ├── ShuttingDown          503   service_unavailable / shutting_down
     ├── UpstreamUnavailable   502   upstream_error
-    │   └── UpstreamTooLarge  502   upstream_error / upstream_response_too_large
+    │   ├── UpstreamTooLarge  502   upstream_error / upstream_response_too_large
+    │   └── UpstreamErrorPage the provider's status   upstream_error / upstream_error_body
     └── UpstreamTimeout       504   upstream_timeout
 
 Routes raise; one handler (``gateway.api.responses.error_response``) renders
@@ -145,6 +146,17 @@ class UpstreamUnavailable(SieveError):
 class UpstreamTooLarge(UpstreamUnavailable):
     """A whole answer over ``SIEVE_MAX_UPSTREAM_BODY_BYTES``: not read on, not relayed."""
     code = "upstream_response_too_large"
+
+
+class UpstreamErrorPage(UpstreamUnavailable):
+    """The provider answered an error whose body is not JSON (a proxy's HTML page, plain
+    text, nothing): described in the client's error shape, under the provider's own status,
+    so a client's retry rules see what the provider said."""
+    code = "upstream_error_body"
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class UpstreamTimeout(SieveError):

@@ -1,4 +1,4 @@
-"""The routes Sieve relays as they came: nothing to prune, no answer to budget.
+"""The routes Sieve relays as they came: nothing to prune; budgeted when billed, always counted.
 
 ``POST /v1/messages/count_tokens``, ``POST /v1/responses/compact``,
 ``/v1/responses/input_tokens``, ``GET``/``DELETE /v1/responses/{id}``,
@@ -9,24 +9,42 @@ else the format's default), with the same key rules as a forwarded request,
 and their answers (an event stream included) come back unchanged, with
 ``x-sieve-request-id``::
 
-    relay = PassThrough(router, fast_path)
+    relay = PassThrough(router, fast_path, budgets, recorder, audit, deferred)
     reply = await relay.forward(PassThroughCall(request_id, identity, "GET", WireFormat.RESPONSES,
-                                                "/resp_123", "", headers, None))
+                                                "/resp_123", "", headers, None, route="/v1/responses/{id}"))
+
+Budgets: a billed route (``compact`` runs the model over its input) reserves what
+its body can cost, as ``POST /v1/responses`` would (the Responses estimate), so a
+spent budget refuses it with 429, and settles on the ``usage`` it answers (released
+on an error). The other routes cost nothing at the provider: a spent budget does not
+refuse them (a client that cannot count tokens or read its stored response is no
+cheaper). Every request is counted (``sieve_passthrough_requests_total{org, route,
+outcome}``) and has an audit line naming its route; its access line is the guard's.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, Mapping
 
 import orjson
 
-from gateway.errors import SieveError
+from gateway.budget_guard import BudgetGuard, Hold
+from gateway.deferred import Deferred
+from gateway.errors import BudgetExceeded, SieveError, StoreUnavailable
 from gateway.proxy import Reply
-from gateway.upstream.base import UpstreamResponse
+from gateway.pruning.policy import Policy
+from gateway.pruning.vocabulary import Strategy
+from gateway.telemetry.audit import AuditEntry, AuditLog, Timings
+from gateway.telemetry.metrics import Outcome
+from gateway.telemetry.recording import RequestRecorder
+from gateway.telemetry.usage import usage_from_provider
+from gateway.upstream.base import ResolvedRoute, UpstreamResponse
 from gateway.upstream.openai_compat import OpenAICompatibleUpstream, provider_headers
 from gateway.upstream.router import ModelRouter
+from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import Identity
 from gateway.wire.formats import WireFormat
 from gateway.wire.ingress import INGRESSES
@@ -44,32 +62,110 @@ class PassThroughCall:
     query: str                        # the query string, as sent
     headers: Mapping[str, str]
     body: dict[str, Any] | None       # a POST's JSON body (it may name the model)
+    route: str = ""                   # the route template (metrics' and the audit line's route)
+    policy: Policy = field(default_factory=Policy)  # the caller's (a billed route's reservation reads it)
+    billed: bool = False              # the provider bills it (runs the model): reserved and settled
+    started: float = field(default_factory=time.perf_counter)
 
 
 class PassThrough:
-    def __init__(self, router: ModelRouter, http: OpenAICompatibleUpstream) -> None:
+    def __init__(self, router: ModelRouter, http: OpenAICompatibleUpstream, budgets: BudgetGuard,
+                 recorder: RequestRecorder, audit: AuditLog, deferred: Deferred) -> None:
         self._router = router
         self._http = http
+        self._budgets = budgets
+        self._recorder = recorder
+        self._audit = audit
+        self._deferred = deferred
 
     async def forward(self, call: PassThroughCall) -> Reply:
-        model = call.body.get("model") if call.body is not None else None
-        route = self._router.resolve(model, call.format) if isinstance(model, str) and model \
-            else self._router.default_route(call.format)
+        route = self._route(call)
         body = call.body
         if body is not None and route.upstream_model:
             body = {**body, "model": route.upstream_model}
+        hold = await self._reserve(call, body)
         url = (route.url or "") + call.suffix + (f"?{call.query}" if call.query else "")
         headers = provider_headers(route, call.identity, call.headers)
         try:
             response = await self._http.relay(call.method, url, orjson.dumps(body) if body is not None else None,
-                                              headers)
-        except SieveError as exc:
-            exc.headers["x-sieve-request-id"] = call.request_id
+                                              headers, call.format)
+        except BaseException as exc:  # also a cancellation: the reservation is released all the same
+            self._finish(call, hold, exc.status if isinstance(exc, SieveError) else 500, None)
+            if isinstance(exc, SieveError):
+                exc.headers["x-sieve-request-id"] = call.request_id
             raise
         out = {**response.headers, "x-sieve-request-id": call.request_id}
+        if hold is not None and hold.remaining_tokens is not None:
+            out["x-sieve-budget-remaining-tokens"] = str(hold.remaining_tokens)
         if response.chunks is None:
+            self._finish(call, hold, response.status, response.body)
             return Reply(response.status, out, body=response.body or b"")
-        return Reply(response.status, out, stream=_relay(response, call.format), on_close=lambda: None)
+        return Reply(response.status, out, stream=_relay(response, call.format),
+                     on_close=lambda: self._finish(call, hold, response.status, None))
+
+    def _route(self, call: PassThroughCall) -> ResolvedRoute:
+        model = call.body.get("model") if call.body is not None else None
+        if isinstance(model, str) and model:
+            return self._router.resolve(model, call.format)
+        return self._router.default_route(call.format)
+
+    async def _reserve(self, call: PassThroughCall, body: dict[str, Any] | None) -> Hold | None:
+        """A billed route's reservation, on its format's estimate; a refusal is counted here
+        (the error handler counts only the forwarding routes)."""
+        if not call.billed or body is None:
+            return None
+        try:
+            return await self._budgets.reserve(call, 0, body, call.format)
+        except (BudgetExceeded, StoreUnavailable) as exc:
+            refused = Outcome.BUDGET_REJECTED if isinstance(exc, BudgetExceeded) else Outcome.FAIL_CLOSED
+            self._record(call, refused, 0, exc.status)
+            raise
+
+    def _finish(self, call: PassThroughCall, hold: Hold | None, status: int, answer: bytes | None) -> None:
+        """Account the request once its answer is known (a stream's: once it ended), deferred
+        so a client that leaves does not skip the settle."""
+        self._deferred.spawn(self._account(call, hold, status, answer))
+
+    async def _account(self, call: PassThroughCall, hold: Hold | None, status: int, answer: bytes | None) -> None:
+        ok = 200 <= status < 400
+        usage_fields = _usage_of(answer) if ok else None
+        usage = usage_from_provider(usage_fields)
+        if usage is not None:
+            readable = usage_is_readable(usage_fields)
+            await self._budgets.settle(hold, usage.prompt_tokens + usage.completion_tokens if readable else None)
+        elif ok and answer is not None and hold is not None:
+            await self._budgets.settle(hold, hold.estimate)  # billed, but not said how much: the most it could be
+        else:
+            await self._budgets.release(hold)
+        if ok and hold is not None and hold.reservation is None:
+            outcome = Outcome.FAIL_OPEN  # served unmetered: the budget store was down
+        else:
+            outcome = Outcome.OK if ok else Outcome.UPSTREAM_ERROR
+        self._record(call, outcome, usage.prompt_tokens if usage is not None else 0, status)
+
+    def _record(self, call: PassThroughCall, outcome: Outcome, prompt_tokens: int, status: int) -> None:
+        self._recorder.passed_through(call.identity.org, call.route, outcome)
+        if not self._audit.enabled:
+            return
+        model = call.body.get("model") if call.body is not None else None
+        self._audit.write(AuditEntry(
+            request_id=call.request_id, timestamp=time.time(), org=call.identity.org, team=call.identity.team,
+            model=model if isinstance(model, str) else "", strategy=Strategy.NONE, outcome=outcome,
+            original_tokens=prompt_tokens, forwarded_tokens=prompt_tokens,
+            timings=Timings(upstream_ms=(time.perf_counter() - call.started) * 1000),
+            request_body=call.body, include_content=call.policy.audit_include_content,
+            secrets=tuple(s for s in (call.headers.get("authorization", "")[7:].strip(),
+                                      call.headers.get("x-api-key", "")) if s), route=call.route))
+
+
+def _usage_of(answer: bytes | None) -> dict[str, Any] | None:
+    """The ``usage`` of a whole JSON answer (what compact bills), if it has one."""
+    try:
+        payload = orjson.loads(answer or b"")
+    except orjson.JSONDecodeError:
+        return None
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    return usage if isinstance(usage, dict) else None
 
 
 async def _relay(response: UpstreamResponse, fmt: WireFormat) -> AsyncGenerator[bytes, None]:

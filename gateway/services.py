@@ -121,7 +121,7 @@ class Services:
         router = _router(settings, fast_path)
         proxy = ChatProxy(router=router, pruner=pruner,
                           accountant=Accountant(recorder, prices, budgets, audit), budgets=budgets, deferred=deferred)
-        return cls(settings, policies, authenticator, stores, proxy, PassThrough(router, fast_path),
+        return cls(settings, policies, authenticator, stores, proxy, PassThrough(router, fast_path, budgets, recorder, audit, deferred),
                    ModelCatalog(settings, session), recorder, budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
                               settings.max_json_depth, settings.max_request_chars),

@@ -10,14 +10,18 @@ from the same scripted ``Reply`` queue::
         up.requests[-1].json        # what Sieve forwarded, in the client's format
 
 Routes: ``POST /v1/messages`` (stream and not), ``/v1/messages/count_tokens``,
-``POST /v1/responses`` (stream and not), ``/v1/responses/compact``,
+``POST /v1/responses`` (stream and not), ``/v1/responses/compact`` (scripted like
+``/v1/responses``: a reply's ``usage`` and faults apply),
 ``/v1/responses/input_tokens``, ``GET``/``DELETE /v1/responses/{id}``,
 ``POST /v1/responses/{id}/cancel``, ``GET /v1/responses/{id}/input_items``,
 besides the Chat Completions routes. A reply's ``tool_calls`` (OpenAI shape)
 become ``tool_use`` blocks / ``function_call`` items; ``usage`` is returned
 verbatim (in the format's own shape), else computed from the request's size
-(characters // 4). Faults: ``status`` + ``json_body`` (an error), ``drop_after``
+(characters // 4). Faults: ``status`` + ``json_body`` (an error), ``status`` + ``raw_body`` (an HTML or
+plain-text error page, sent as it is), ``drop_after``
 (a stream cut after that many events), ``sse_frames`` (these bytes verbatim).
+With ``prompt_cache=PromptCache("anthropic")``, ``/v1/messages`` reports Anthropic's cache
+reads and writes from the body's own breakpoints (``PromptCache.messages_usage``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fake_upstream import FakeUpstream, Reply, _norm_tool_calls
+from tests.fake_upstream import FakeUpstream, Reply, _norm_tool_calls, fault_response, send_frames
 
 __all__ = ["FakeProviders", "Reply"]
 
@@ -80,30 +84,20 @@ class FakeProviders(FakeUpstream):
         reply = self._next_reply()
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
-        if reply.status != 200 or not isinstance(req, dict):
-            body = reply.json_body or {"type": "error", "error": {"type": "api_error", "message": "fake error"}}
-            return req, reply, web.json_response(body, status=reply.status if isinstance(req, dict) else 400,
-                                                 headers=reply.headers)
+        fault = await fault_response(request, reply)
+        if fault is not None:
+            return req, reply, fault
+        anthropic = request.path.startswith("/v1/messages")
+        if not isinstance(req, dict):
+            return req, reply, _not_an_object(anthropic)
+        if reply.status != 200:
+            body = reply.json_body or (
+                {"type": "error", "error": {"type": "api_error", "message": "fake error"}} if anthropic else
+                {"error": {"message": "fake error", "type": "server_error", "param": None, "code": None}})
+            return req, reply, web.json_response(body, status=reply.status, headers=reply.headers)
         if reply.json_body is not None and not req.get("stream"):
             return req, reply, web.json_response(reply.json_body, headers=reply.headers)
         return req, reply, None
-
-    async def _send_events(self, request: web.Request, reply: Reply, frames: list[bytes]) -> web.StreamResponse:
-        if reply.sse_frames is not None:
-            frames = list(reply.sse_frames)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           **(reply.headers or {})})
-        await resp.prepare(request)
-        cut = reply.drop_after if reply.drop_after is not None else -1
-        for i, frame in enumerate(frames if cut < 0 else frames[:cut]):
-            if i and reply.chunk_delay_s:
-                await asyncio.sleep(reply.chunk_delay_s)
-            await resp.write(frame)
-        if cut >= 0:  # no terminating chunk: the client sees a broken transfer
-            request.transport.close()  # type: ignore[union-attr]
-            return resp
-        await resp.write_eof()
-        return resp
 
     # -- Anthropic Messages ------------------------------------------------------------------------
     async def _messages(self, request: web.Request) -> web.StreamResponse:
@@ -116,16 +110,17 @@ class FakeProviders(FakeUpstream):
         blocks += [{"type": "tool_use", "id": c["id"].replace("call", "toolu"), "name": c["function"]["name"],
                     "input": orjson.loads(c["function"]["arguments"])} for c in calls]
         output = max(1, (len(text) + sum(len(c["function"]["arguments"]) for c in calls)) // 4)
-        usage = reply.usage or {"input_tokens": _size_tokens(req.get("system"), req.get("messages")),
-                                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                                "output_tokens": output}
+        usage = reply.usage or (self.prompt_cache.messages_usage(req, output) if self.prompt_cache is not None else
+                                {"input_tokens": _size_tokens(req.get("system"), req.get("messages")),
+                                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                                 "output_tokens": output})
         stop = reply.finish_reason or ("tool_use" if calls else "end_turn")
         message = {"id": f"msg_fake_{next(self._ids)}", "type": "message", "role": "assistant",
                    "model": req.get("model"), "content": blocks, "stop_reason": stop, "stop_sequence": None,
                    "usage": usage}
         if not req.get("stream"):
             return web.json_response(message, headers=reply.headers)
-        return await self._send_events(request, reply, _message_events(message, reply.chunks))
+        return await send_frames(request, reply, _message_events(message, reply.chunks))
 
     async def _count_tokens(self, request: web.Request) -> web.Response:
         _, req = await self._record(request)
@@ -160,15 +155,16 @@ class FakeProviders(FakeUpstream):
                     "previous_response_id": req.get("previous_response_id"), "store": req.get("store", True)}
         if not req.get("stream"):
             return web.json_response(response, headers=reply.headers)
-        return await self._send_events(request, reply, _response_events(response, reply.chunks))
+        return await send_frames(request, reply, _response_events(response, reply.chunks))
 
-    async def _compact(self, request: web.Request) -> web.Response:
-        _, req = await self._record(request)
-        if not isinstance(req, dict):
-            return _not_an_object(anthropic=False)
+    async def _compact(self, request: web.Request) -> web.StreamResponse:
+        req, reply, decided = await self._scripted(request)
+        if decided is not None:
+            return decided
+        usage = reply.usage or {"input_tokens": _size_tokens(req.get("input")), "output_tokens": 1}
         return web.json_response({"id": "cmp_fake", "object": "response.compaction", "created_at": 0,
                                   "output": [{"type": "compaction", "encrypted_content": "opaque"}],
-                                  "usage": {"input_tokens": _size_tokens(req.get("input")), "output_tokens": 1}})
+                                  "usage": usage}, headers=reply.headers)
 
     async def _input_tokens(self, request: web.Request) -> web.Response:
         _, req = await self._record(request)

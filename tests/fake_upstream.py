@@ -166,8 +166,9 @@ class PromptCache:
 
     Not modelled: per-organisation cache scope (one cache for all keys),
     eviction under load, OpenAI's ``prompt_cache_key`` routing, Anthropic's
-    explicit breakpoints inside the prompt and its 1-hour TTL, and partial
-    messages (a provider can hit inside a message; here only whole ones).
+    1-hour TTL, and partial messages (a provider can hit inside a message; here
+    only whole ones). Anthropic's explicit breakpoints are modelled for native
+    Messages bodies (:meth:`messages_usage`), not for chat-shaped ones.
     """
 
     def __init__(self, shape: str = "openai", *, min_tokens: int = 1024, block_tokens: int | None = None,
@@ -226,6 +227,48 @@ class PromptCache:
                                           "text_tokens": prompt - read - write},
                 "cache_read_input_tokens": read, "cache_creation_input_tokens": write}
 
+    def messages_usage(self, body: Mapping[str, Any], output_tokens: int) -> dict[str, Any]:
+        """Usage for an Anthropic Messages ``body`` as Anthropic bills it, from the client's own
+        ``cache_control`` breakpoints (``/v1/messages`` of :class:`tests.fake_providers.FakeProviders`).
+
+        The prompt is its blocks in Anthropic's order (tools, system, then each message's
+        content blocks; a string content is the one text block it stands for), each ``len(JSON) // 4`` tokens with
+        the role and without ``cache_control`` (moving a breakpoint does not change what is
+        cached). An entry is written at each breakpoint whose prefix has ``min_tokens``; each
+        breakpoint looks back at most ``lookback_blocks`` block boundaries for a live entry,
+        and the longest found is READ. Everything after it up to the last breakpoint is
+        WRITTEN; the rest is plain input. Reported in Anthropic's shape: ``input_tokens``
+        (neither read nor written), ``cache_read_input_tokens``, ``cache_creation_input_tokens``."""
+        blocks = anthropic_blocks(body)
+        h = hashlib.blake2b(orjson.dumps(body.get("model")), digest_size=16)
+        digests, ends, total = [], [], 0
+        for marked, block in blocks:
+            h.update(orjson.dumps(block, option=orjson.OPT_SORT_KEYS))
+            digests.append(h.copy().digest())
+            total += max(1, len(orjson.dumps(block, option=orjson.OPT_SORT_KEYS)) // 4)
+            ends.append(total)
+        breakpoints = [i for i, (marked, _) in enumerate(blocks) if marked]
+        lookback = self.lookback_blocks or len(blocks)
+        now = self._clock()
+        hit = -1
+        with self._lock:
+            for bp in breakpoints:
+                for i in range(bp, max(bp - lookback, -1), -1):
+                    used = self._seen.get(digests[i])
+                    if used is not None and now - used <= self.ttl_s:
+                        hit = max(hit, i)
+                        break
+            if hit >= 0:
+                self._seen[digests[hit]] = now
+            for bp in breakpoints:
+                if ends[bp] >= self.min_tokens:
+                    self._seen[digests[bp]] = now
+        read = ends[hit] if hit >= 0 else 0
+        last = breakpoints[-1] if breakpoints else -1
+        written = ends[last] - read if last > hit and ends[last] >= self.min_tokens else 0
+        return {"input_tokens": total - read - written, "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": written, "output_tokens": output_tokens}
+
     def _granular(self, matched: int) -> int:
         if matched < self.min_tokens:
             return 0
@@ -239,6 +282,28 @@ class PromptCache:
             h.update(orjson.dumps(m, option=orjson.OPT_SORT_KEYS))
             out.append(h.copy().digest())
         return out
+
+
+def anthropic_blocks(body: Mapping[str, Any]) -> list[tuple[bool, Any]]:
+    """A Messages body's prompt as (has a breakpoint, the block as cached) in Anthropic's order."""
+    out: list[tuple[bool, Any]] = []
+
+    def add(role: str, block: Any) -> None:
+        marked = isinstance(block, dict) and isinstance(block.get("cache_control"), dict)
+        plain = {k: v for k, v in block.items() if k != "cache_control"} if isinstance(block, dict) else block
+        out.append((marked, [role, plain]))
+
+    def listed(content: Any) -> Any:  # a string content is shorthand for one text block
+        return [{"type": "text", "text": content}] if isinstance(content, str) else content or ()
+
+    for tool in body.get("tools") or ():
+        add("tool", tool)
+    for block in listed(body.get("system")):
+        add("system", block)
+    for turn in body.get("messages") or ():
+        for block in listed(turn.get("content")):
+            add(turn.get("role"), block)
+    return out
 
 
 def _norm_tool_calls(tool_calls: list) -> list[dict]:
@@ -481,27 +546,34 @@ class FakeUpstream:
             frames.append(b"data: " + orjson.dumps({**head, "choices": [], "usage": usage})
                           + b"\n\n")
         frames.append(_SSE_DONE)
-        if reply.sse_frames is not None:
-            frames = list(reply.sse_frames)
-        drop_at = len(frames) // 2 if reply.drop_connection else -1
-        if reply.drop_after is not None:
-            drop_at = reply.drop_after
-        if reply.eof_framing:
-            return await _stream_until_close(request, frames, reply)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           **(reply.headers or {})})
-        if reply.compress:
-            resp.enable_compression()
-        await resp.prepare(request)
-        for i, frame in enumerate(frames if drop_at < 0 else frames[:drop_at]):
-            if i and reply.chunk_delay_s:
-                await asyncio.sleep(reply.chunk_delay_s)
-            await resp.write(frame)
-        if drop_at >= 0:  # no terminating chunk: the client sees a broken transfer
-            request.transport.close()  # type: ignore[union-attr]
-            return resp
-        await resp.write_eof()
+        return await send_frames(request, reply, frames)
+
+
+async def send_frames(request: web.Request, reply: Reply, frames: list[bytes]) -> web.StreamResponse:
+    """An event stream of ``frames`` (one write each), with the reply's stream faults: its own
+    ``sse_frames`` instead, a drop after ``drop_after`` frames (or half of them with
+    ``drop_connection``), no chunked framing, compression, a delay between frames."""
+    if reply.sse_frames is not None:
+        frames = list(reply.sse_frames)
+    drop_at = len(frames) // 2 if reply.drop_connection else -1
+    if reply.drop_after is not None:
+        drop_at = reply.drop_after
+    if reply.eof_framing:
+        return await _stream_until_close(request, frames, reply)
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                       **(reply.headers or {})})
+    if reply.compress:
+        resp.enable_compression()
+    await resp.prepare(request)
+    for i, frame in enumerate(frames if drop_at < 0 else frames[:drop_at]):
+        if i and reply.chunk_delay_s:
+            await asyncio.sleep(reply.chunk_delay_s)
+        await resp.write(frame)
+    if drop_at >= 0:  # no terminating chunk: the client sees a broken transfer
+        request.transport.close()  # type: ignore[union-attr]
         return resp
+    await resp.write_eof()
+    return resp
 
 
 async def fault_response(request: web.Request, reply: Reply) -> web.StreamResponse | None:

@@ -88,11 +88,14 @@ async def responses(request: Request) -> Response:
     return reply_response(await request.app.state.services.proxy.complete(call))
 
 
-async def _pass_on(request: Request, fmt: WireFormat, suffix: str) -> Response:
+async def _pass_on(request: Request, fmt: WireFormat, suffix: str, billed: bool = False) -> Response:
+    services: Services = request.app.state.services
     body = (await _read_json(request, required=False))[1] if request.method == "POST" else None
-    call = PassThroughCall(request.state.request_id, request.state.identity, request.method, fmt, suffix,
-                           request.url.query, request.headers, body)
-    return reply_response(await request.app.state.services.passthrough.forward(call))
+    identity = request.state.identity
+    call = PassThroughCall(request.state.request_id, identity, request.method, fmt, suffix,
+                           request.url.query, request.headers, body, route=request.scope["route"].path_format,
+                           policy=services.policies.for_identity(identity), billed=billed)
+    return reply_response(await services.passthrough.forward(call))
 
 
 async def count_tokens(request: Request) -> Response:
@@ -100,7 +103,8 @@ async def count_tokens(request: Request) -> Response:
 
 
 async def compact_response(request: Request) -> Response:
-    return await _pass_on(request, WireFormat.RESPONSES, "/compact")
+    """Compaction runs the model over the input: billed, so budgeted (gateway.passthrough)."""
+    return await _pass_on(request, WireFormat.RESPONSES, "/compact", billed=True)
 
 
 async def response_input_tokens(request: Request) -> Response:
@@ -238,6 +242,9 @@ def relayed(*errors: str, body: bool = False) -> dict[str, Any]:
 
 RELAYED = dict(response_model=Relayed, response_description="The provider's answer, relayed unchanged.",
                openapi_extra=relayed("UpstreamUnavailable", "UpstreamTimeout", body=True))
+# Compaction runs the model: budgeted like a forwarded request (gateway.passthrough).
+BILLED = {**RELAYED, "openapi_extra": relayed("BudgetExceeded", "ServiceUnavailable", "UpstreamUnavailable",
+                                              "UpstreamTimeout", body=True)}
 RESPONSE_ID = {**RELAYED, "openapi_extra": {**relayed("NotFound", "UpstreamUnavailable", "UpstreamTimeout"),
                                             "parameters": [{"name": "response_id", "in": "path", "required": True,
                                                             "schema": {"type": "string",
@@ -264,7 +271,9 @@ ROUTES = [
     ClientRoute("/v1/responses", responses, methods=["POST"], operation_id="createResponse",
                 summary="Prune the input, forward to the provider's Responses API, relay the response.", **RESPONSES),
     ClientRoute("/v1/responses/compact", compact_response, methods=["POST"], tags=["openai"],
-                operation_id="compactResponse", summary="Passed through to the provider as sent.", **RELAYED),
+                operation_id="compactResponse", summary="Passed through to the provider as sent; budgeted (it runs "
+                                                        "the model): reserved on its input, settled on its usage.",
+                **BILLED),
     ClientRoute("/v1/responses/input_tokens", response_input_tokens, methods=["POST"], tags=["openai"],
                 operation_id="countResponseInputTokens", summary="Passed through to the provider as sent.",
                 **RELAYED),

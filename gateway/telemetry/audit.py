@@ -9,7 +9,7 @@
 
 A line looks like (keys always present; ``request`` only with content)::
 
-    {"request_id": "r1", "timestamp": "2025-01-01T00:00:00.000Z", "org": "acme",
+    {"request_id": "r1", "route": "/v1/chat/completions", "timestamp": "2025-01-01T00:00:00.000Z", "org": "acme",
      "team": null, "model": "gpt-4o-mini", "strategy": "relevance", "outcome": "pruned",
      "tokens": {"original": 900, "forwarded": 400, "saved": 500},
      "decisions": [{"index": 0, "action": "kept", "score": 5, "reason": "pinned"}],
@@ -91,12 +91,14 @@ class AuditEntry:
     request_body: Mapping[str, Any] | None = None  # the original body; written only with include_content
     include_content: bool = False  # the policy's opt-in
     secrets: Sequence[str] = ()  # literals to scrub (the client's key); never written
+    route: str | None = None  # the route template it came by
 
 
 def audit_record(entry: AuditEntry) -> dict[str, Any]:
     """The JSON-ready record of ``entry`` (not yet redacted)."""
     record: dict[str, Any] = {
         "request_id": entry.request_id,
+        "route": entry.route,
         "timestamp": _iso(entry.timestamp),
         "org": entry.org,
         "team": entry.team,

@@ -69,6 +69,10 @@ class Metrics:
         r = self.registry
         self.requests = Counter("sieve_requests_total", "Chat requests by outcome.",
                                 ["org", "model", "outcome"], registry=r)
+        self.passthrough_requests = Counter(
+            "sieve_passthrough_requests_total",
+            "Requests on the routes relayed as they came (count_tokens, compact, stored responses), "
+            "by route template and outcome.", ["org", "route", "outcome"], registry=r)
         self.prompt_tokens_original = Counter(
             "sieve_prompt_tokens_original_total", "Prompt tokens of messages as received.",
             ["org", "model"], registry=r)

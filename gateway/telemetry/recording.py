@@ -129,6 +129,12 @@ class RequestRecorder:
         if outcome is not None:
             self.record(RequestFigures(org or "unknown", model, outcome))
 
+    def passed_through(self, org: str | None, route: str, outcome: Outcome) -> None:
+        """A request on a pass-through route (``route``: its path template, a closed set)."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}; expected one of {', '.join(OUTCOMES)}")
+        self.metrics.passthrough_requests.labels(org=self.bounds.org(org), route=route, outcome=outcome).inc()
+
     def failed(self, org: str | None, model: str | None) -> None:
         """A request that met a bug in the gateway (answered with a 500)."""
         self.record(RequestFigures(org or "unknown", model, Outcome.INTERNAL_ERROR))

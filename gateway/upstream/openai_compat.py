@@ -29,10 +29,12 @@ from typing import Any, AsyncIterator, Mapping
 import aiohttp
 import orjson
 
-from gateway.errors import UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
+from gateway.errors import UpstreamErrorPage, UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
 from gateway.telemetry.redaction import redact_url
 from gateway.upstream.base import KeyScheme, ResolvedRoute, UpstreamResponse
 from gateway.wire.call import ChatCall, Identity
+from gateway.wire.formats import WireFormat
+from gateway.wire.ingress import INGRESSES
 from gateway.wire.keys import client_provider_key
 
 # Request headers never forwarded: hop-by-hop, our own, and what aiohttp sets.
@@ -112,9 +114,10 @@ _TAGS = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
 
 
-def error_body(status: int, headers: dict[str, str], body: bytes) -> bytes:
+def error_body(status: int, headers: dict[str, str], body: bytes, fmt: WireFormat) -> bytes:
     """The provider's error body, unchanged when it is JSON. Anything else (a proxy's HTML
-    page, plain text, nothing at all) becomes an OpenAI-shaped error that says what came
+    page, plain text, nothing at all) becomes an error in ``fmt``'s shape (OpenAI's, or
+    Anthropic's on the Messages routes: a client parses only its own) that says what came
     back; the status and the other headers (``retry-after``) stay. ``headers`` is updated."""
     try:
         orjson.loads(body)
@@ -127,9 +130,8 @@ def error_body(status: int, headers: dict[str, str], body: bytes) -> bytes:
     text = _SPACE.sub(" ", _TAGS.sub(" ", body[:4096].decode("utf-8", "replace"))).strip()
     gist = text[:300] if text else "(empty)"
     headers["content-type"] = "application/json"
-    return orjson.dumps({"error": {
-        "message": f"upstream answered {status} with a non-JSON body ({kind}): {gist}",
-        "type": "upstream_error", "param": None, "code": "upstream_error_body"}})
+    page = UpstreamErrorPage(f"upstream answered {status} with a non-JSON body ({kind}): {gist}", status)
+    return orjson.dumps(INGRESSES[fmt].error_body(page))
 
 
 class OpenAICompatibleUpstream:
@@ -148,17 +150,20 @@ class OpenAICompatibleUpstream:
 
     async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
         headers = provider_headers(route, call.identity, call.headers)
-        return await self._request("POST", route.url or "", orjson.dumps(body), headers, body.get("stream") is True)
+        return await self._request("POST", route.url or "", orjson.dumps(body), headers, body.get("stream") is True,
+                                   call.format)
 
-    async def relay(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str]) -> UpstreamResponse:
+    async def relay(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str],
+                    fmt: WireFormat) -> UpstreamResponse:
         """Any request as it came (the pass-through routes: ``GET /v1/responses/{id}``,
         ``/v1/messages/count_tokens``), its answer relayed like a forwarded one's: streamed
         when the provider answers with an event stream."""
-        return await self._request(method, url, body, headers, None)
+        return await self._request(method, url, body, headers, None, fmt)
 
     async def _request(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str],
-                       stream: bool | None) -> UpstreamResponse:
-        """``stream``: whether the answer is an event stream; None: as its content type says."""
+                       stream: bool | None, fmt: WireFormat) -> UpstreamResponse:
+        """``stream``: whether the answer is an event stream; None: as its content type says.
+        ``fmt``: the client's format, whose shape a non-JSON error body is given."""
         try:
             resp = await self._session.request(method, url, data=body, headers=headers, timeout=self._timeout)
         except asyncio.TimeoutError as exc:
@@ -178,7 +183,7 @@ class OpenAICompatibleUpstream:
             finally:
                 resp.release()
             if resp.status >= 400:
-                payload = error_body(resp.status, headers_out, payload)
+                payload = error_body(resp.status, headers_out, payload, fmt)
             return UpstreamResponse(resp.status, headers_out, body=payload)
         return UpstreamResponse(resp.status, headers_out, chunks=_relay(resp, url), release=resp)
 

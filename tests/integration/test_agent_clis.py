@@ -31,6 +31,7 @@ from typing import Iterator
 
 import pytest
 
+from gateway.pruning.compression import OMITTED_PREFIX
 from gateway.settings import Settings
 from gateway.telemetry.metrics import Metrics
 from tests.agent_clis import ClaudeCode, CodexCli, OutboundTrap
@@ -128,6 +129,22 @@ def assert_pruned(sieve: GatewayServer, bodies: list[dict]) -> None:
     last = json.dumps(without_markers(bodies[-1]))
     gone = [name for name in FILES if sentinel(name) not in last and f"{name} report, line 0:" not in last]
     assert gone, "every file the first task read is still in the last request the provider got"
+    for body in bodies:
+        assert not markers_side_by_side(body), "two omission markers side by side in a forwarded body"
+
+
+def markers_side_by_side(body: dict) -> bool:
+    """Two omission markers in a row: text blocks of one Anthropic turn, or Responses input items."""
+    def is_marker(text: object) -> bool:
+        return isinstance(text, str) and text.startswith(OMITTED_PREFIX)
+
+    if "messages" in body:
+        runs = [[b.get("text") for b in t["content"] if isinstance(b, dict)] for t in body["messages"]
+                if isinstance(t.get("content"), list)]
+    else:
+        runs = [[(i.get("content") or [{}])[0].get("text") if isinstance(i.get("content"), list) else i.get("content")
+                 for i in body.get("input") or () if isinstance(i, dict)]]
+    return any(is_marker(a) and is_marker(b) for run in runs for a, b in zip(run, run[1:]))
 
 
 # -- straight to the provider: the fake is right for the real CLI ------------------------------------

@@ -96,7 +96,7 @@ def test_one_line_per_request_with_ids_tokens_decisions_costs_and_timings(keyed_
     ids = [r.headers["x-sieve-request-id"] for r in responses] + [failed.value.response.headers["x-sieve-request-id"]]
     assert [line["request_id"] for line in lines] == ids  # one line each, in order
     for line in lines:
-        assert set(line) == {"request_id", "timestamp", "org", "team", "model", "strategy", "outcome", "tokens",
+        assert set(line) == {"request_id", "route", "timestamp", "org", "team", "model", "strategy", "outcome", "tokens",
                              "decisions", "cost", "timings"}  # no "request": beta's policy writes no content
         assert (line["org"], line["team"], line["strategy"]) == ("beta", None, "relevance")
         assert line["timestamp"].endswith("Z")

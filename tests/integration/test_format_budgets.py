@@ -15,6 +15,7 @@ from typing import Iterator
 
 import anthropic
 import httpx
+import openai
 import pytest
 
 from gateway.settings import prepare_offline_environment
@@ -24,7 +25,7 @@ from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, admin_headers, org_counter
 from tests.integration.conftest import format_settings
 from tests.redis_server import RedisServer
-from tests.support import NO_PRUNING, openai_client, read_jsonl
+from tests.support import NO_PRUNING, metric_value, openai_client, read_jsonl
 
 pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("clear_of_a_minute_edge")]
 
@@ -35,9 +36,10 @@ RESPONSES_USAGE = {"input_tokens": 900, "input_tokens_details": {"cached_tokens"
                    "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 923}
 KEYS = ({"key": "sk-claude", "org": "claude-org"}, {"key": "sk-claude-stream", "org": "claude-stream"},
         {"key": "sk-codex", "org": "codex-org"}, {"key": "sk-codex-stream", "org": "codex-stream"},
-        {"key": "sk-tight", "org": "tight"})
+        {"key": "sk-tight", "org": "tight"}, {"key": "sk-compact", "org": "compact-org"})
 BUDGETS = {"orgs": {"claude-org": {"day": 100_000}, "claude-stream": {"day": 100_000}, "codex-org": {"day": 100_000},
-                    "codex-stream": {"day": 100_000}, "tight": {"day": 50}}}
+                    "codex-stream": {"day": 100_000}, "tight": {"day": 50},
+                    "compact-org": {"day": 1_000_000}}}
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +136,89 @@ def test_savings_are_priced_with_anthropics_cache_rates(gateway, providers):
     expected = 40 * rates.input + 2000 * rates.cache_read + 300 * rates.cache_write + 17 * rates.output
     assert line["cost"]["priced"] and line["cost"]["actual_usd"] == pytest.approx(expected)
     assert line["cost"]["actual_usd"] < 2357 * rates.input  # the cache rates, not the input rate
+
+
+# -- the pass-through routes ------------------------------------------------------------------------
+# Compaction runs the model (billed: reserved and settled); the others cost nothing at the provider
+# (never refused by a budget). All are counted and audited (docs/architecture.md, Budgets).
+
+COMPACT_USAGE = {"input_tokens": 1500, "output_tokens": 40}
+
+
+def passed_through(gw: GatewayServer, org: str, route: str, outcome: str) -> float:
+    gw.wait_idle()
+    return metric_value(gw.metrics, "sieve_passthrough_requests_total", org=org, route=route, outcome=outcome)
+
+
+def audit_line(gw: GatewayServer, request_id: str) -> dict:
+    gw.wait_idle()
+    lines = [line for line in read_jsonl(gw.audit_path) if line["request_id"] == request_id]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_compact_reserves_its_input_and_settles_on_its_usage(gateway, providers):
+    providers.enqueue(Reply(usage=COMPACT_USAGE))
+    seen = passed_through(gateway, "compact-org", "/v1/responses/compact", "ok")
+    response = openai_client(gateway, "sk-compact").responses.with_raw_response.compact(
+        model=GPT, input="hello " * 1000)
+    assert response.parse().usage.input_tokens == 1500
+    # Compaction takes no output cap: its input's estimate plus the model's whole output limit is held.
+    held = 1_000_000 - int(response.headers["x-sieve-budget-remaining-tokens"])
+    assert 128_000 + 1000 <= held <= 128_000 + 2000
+    status = day_counter(gateway, "compact-org")
+    assert status["settled"] == 1500 + 40 and status["reserved"] == 0
+    assert passed_through(gateway, "compact-org", "/v1/responses/compact", "ok") == seen + 1
+    line = audit_line(gateway, response.headers["x-sieve-request-id"])
+    assert (line["route"], line["outcome"], line["org"], line["model"]) == (
+        "/v1/responses/compact", "ok", "compact-org", GPT)
+    assert line["tokens"]["forwarded"] == 1500
+
+
+def test_a_compact_the_provider_fails_is_released(gateway, providers):
+    before = day_counter(gateway, "compact-org")
+    providers.enqueue(Reply(status=503, raw_body=b"<html>503 Service Unavailable</html>"))
+    seen = passed_through(gateway, "compact-org", "/v1/responses/compact", "upstream_error")
+    with pytest.raises(openai.InternalServerError) as caught:
+        openai_client(gateway, "sk-compact").responses.compact(model=GPT, input="hello")
+    assert caught.value.status_code == 503 and caught.value.body["code"] == "upstream_error_body"
+    after = day_counter(gateway, "compact-org")
+    assert (after["settled"], after["reserved"]) == (before["settled"], 0)
+    assert passed_through(gateway, "compact-org", "/v1/responses/compact", "upstream_error") == seen + 1
+
+
+def test_a_spent_budget_refuses_compact_but_not_the_free_routes(gateway, providers):
+    """A budget too small for any billed request: compaction is refused before the provider sees it,
+    while counting tokens and reading, cancelling or deleting a stored response cost nothing, so they
+    are served; each is counted by route and outcome and has an audit line."""
+    before = len(providers.requests)
+    refused = httpx.post(gateway.base_url + "/v1/responses/compact", timeout=30,
+                         headers={"authorization": "Bearer sk-tight"}, json={"model": GPT, "input": "hi"})
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
+    assert len(providers.requests) == before
+    assert passed_through(gateway, "tight", "/v1/responses/compact", "budget_rejected") >= 1
+    assert audit_line(gateway, refused.headers["x-sieve-request-id"])["outcome"] == "budget_rejected"
+    seen = {route: passed_through(gateway, "tight", route, "ok") for route in FREE_ROUTES}
+    gpt = openai_client(gateway, "sk-tight")
+    answers = [
+        claude(gateway, "sk-tight").messages.with_raw_response.count_tokens(
+            model=CLAUDE, messages=[{"role": "user", "content": "hi"}]),
+        gpt.responses.input_tokens.with_raw_response.count(model=GPT, input="hi"),
+        gpt.responses.with_raw_response.retrieve("resp_1"),
+        gpt.responses.input_items.with_raw_response.list("resp_1"),
+        gpt.responses.with_raw_response.cancel("resp_1"),
+        gpt.responses.with_raw_response.delete("resp_1"),
+    ]
+    assert [a.status_code for a in answers] == [200] * 6
+    assert len(providers.requests) == before + 6
+    for route, answer in zip(FREE_ROUTES, answers):
+        assert passed_through(gateway, "tight", route, "ok") == seen[route] + (2 if route == STORED else 1)
+        line = audit_line(gateway, answer.headers["x-sieve-request-id"])
+        assert (line["org"], line["outcome"]) == ("tight", "ok") and line["route"] == route
+    usage = gateway.get("/admin/usage/tight", headers=admin_headers()).json()
+    assert not any(c.get("settled") or c.get("reserved") for c in usage["counters"])  # nothing was charged
+
+
+STORED = "/v1/responses/{response_id}"
+FREE_ROUTES = ("/v1/messages/count_tokens", "/v1/responses/input_tokens", STORED,
+               "/v1/responses/{response_id}/input_items", "/v1/responses/{response_id}/cancel", STORED)

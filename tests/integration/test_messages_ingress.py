@@ -214,6 +214,7 @@ def test_stream_relays_events_and_usage_is_read_on_the_way(gateway, providers):
     usage = {"input_tokens": 40, "cache_creation_input_tokens": 300, "cache_read_input_tokens": 2000,
              "output_tokens": 17}
     providers.enqueue(Reply(chunks=["Hel", "lo", " there"], usage=usage))
+    gateway.wait_idle()  # earlier requests' accounting done first: a stable baseline
     before = metric_value(gateway.metrics, "sieve_completion_tokens_total", org="anonymous", model=MODEL)
     with client(gateway).messages.stream(model=MODEL, max_tokens=64,
                                          messages=[{"role": "user", "content": "hi"}]) as stream:
@@ -260,6 +261,42 @@ def test_errors_before_the_stream_have_anthropics_shape(gateway, providers):
     assert caught.value.status_code == 529 and caught.value.body["error"]["type"] == "overloaded_error"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("status,page,content_type,says", [
+    (503, b"<html><head><title>503 Service Temporarily Unavailable</title></head><body>nginx</body></html>",
+     "text/html; charset=utf-8", "503 Service Temporarily Unavailable"),
+    (500, b"upstream connect error or disconnect/reset before headers", "text/plain", "upstream connect error"),
+])
+def test_a_non_json_provider_error_reaches_the_sdk_in_anthropics_shape(gateway, providers, stream, status, page,
+                                                                        content_type, says):
+    """A proxy in front of the provider answers an HTML or plain-text page: the anthropic SDK (and
+    Claude Code) parses only Anthropic's error shape, so the page is described in that shape,
+    under the provider's status (which decides whether the client retries) and its retry-after."""
+    providers.enqueue(Reply(status=status, raw_body=page, content_type=content_type, headers={"retry-after": "30"}))
+    gateway.wait_idle()  # earlier requests' accounting done first: a stable baseline
+    seen = metric_value(gateway.metrics, "sieve_requests_total", org="anonymous", model=MODEL,
+                        outcome="upstream_error")
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        if stream:
+            with client(gateway).messages.stream(model=MODEL, max_tokens=8, messages=messages) as events:
+                for _ in events:
+                    pass
+        else:
+            client(gateway).messages.create(model=MODEL, max_tokens=8, messages=messages)
+    error = caught.value
+    assert isinstance(error, anthropic.InternalServerError) and error.status_code == status
+    assert error.response.headers["retry-after"] == "30"
+    assert error.response.headers["content-type"].startswith("application/json")
+    assert error.body["type"] == "error" and error.body["error"]["type"] == "api_error"
+    assert error.body["error"]["code"] == "upstream_error_body"
+    assert f"upstream answered {status} with a non-JSON body ({content_type}" in error.body["error"]["message"]
+    assert says in error.body["error"]["message"]
+    gateway.wait_idle()
+    assert metric_value(gateway.metrics, "sieve_requests_total", org="anonymous", model=MODEL,
+                        outcome="upstream_error") == seen + 1
+
+
 def test_the_audit_line_names_the_request(gateway, providers):
     response = client(gateway).messages.with_raw_response.create(
         model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "audited"}])
@@ -276,6 +313,7 @@ def test_a_bug_writing_the_pruned_body_back_forwards_it_as_sent(gateway, provide
 
     monkeypatch.setattr(MessagesAdapter, "write", broken)
     body = history(10)
+    gateway.wait_idle()  # earlier requests' accounting done first: a stable baseline
     before = metric_value(gateway.metrics, "sieve_fail_open_total", reason="pruning_error")
     response = client(gateway, headers={"x-sieve-target-tokens": "2000"}).messages.with_raw_response.create(**body)
     assert response.parse().content[0].text == "ok"

@@ -148,6 +148,7 @@ def test_stream_relays_events_and_usage_is_read_on_the_way(gateway, providers):
     usage = {"input_tokens": 900, "input_tokens_details": {"cached_tokens": 800}, "output_tokens": 23,
              "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 923}
     providers.enqueue(Reply(chunks=["Hel", "lo"], usage=usage))
+    gateway.wait_idle()  # earlier requests' accounting done first: a stable baseline
     before = metric_value(gateway.metrics, "sieve_completion_tokens_total", org="anonymous", model=MODEL)
     events = list(client(gateway).responses.create(model=MODEL, input="hi", stream=True))
     kinds = [event.type for event in events]

@@ -4,6 +4,7 @@ shapes they write (masks, markers, breakpoints), and the 400s their checks give.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import orjson
 import pytest
@@ -14,9 +15,10 @@ from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
-from gateway.pruning.vocabulary import Mode
+from gateway.pruning.vocabulary import Action, Mode
 from gateway.wire.formats import WireFormat, adapter_for, parse_format
 from gateway.wire.formats.cache_control import cap_breakpoints
+from gateway.wire.formats.markers import merged_marker_texts
 from tests.conversations import agent_history
 from tests.formats_support import chat_to_messages, chat_to_responses, messages_problems, responses_problems
 
@@ -231,3 +233,66 @@ def test_unknown_format_is_a_400_naming_the_header():
         with pytest.raises(InvalidRequest, match="x-sieve-format must be one of chat, messages, responses") as caught:
             parse_format(value)
         assert caught.value.param == "x-sieve-format"
+
+
+# -- omission markers side by side ----------------------------------------------------------------
+
+def _two_markers_side_by_side(adapter, body, kept_before: int, kept_after: list[int]):
+    """``body`` pruned, then the decision as the pipeline makes it across epochs: the first
+    ``kept_before`` view messages, two omission markers (one per dropped span: the older one
+    plain, the newer one with ids), then the view messages ``kept_after``."""
+    view = adapter.read(body)
+    result = prune(view.body, Policy(), scorer=LocalScorer(), counter=COUNTER,
+                   steering=Steering(target_tokens=100_000))
+    viewed = view.body["messages"]
+    forwarded = viewed[:kept_before] + [{"role": "user", "content": OMITTED_PREFIX + "; ids: ORD-1001]"},
+                                        {"role": "user", "content": OMITTED_PREFIX + "; ids: ORD-1001 SKU-77]"}]
+    forwarded += [viewed[i] for i in kept_after]
+    sources = list(range(kept_before)) + [-1, -1] + kept_after
+    actions = [Action.KEPT if i < kept_before or i in kept_after else Action.DROPPED for i in range(len(viewed))]
+    decided = dataclasses.replace(result, request={**result.request, "messages": forwarded}, sources=sources,
+                                  message_actions=actions)
+    return adapter.write(body, view, decided)
+
+
+def _markers_in(texts: list[str]) -> list[str]:
+    return [t for t in texts if t.startswith(OMITTED_PREFIX)]
+
+
+def _history(steps: int) -> dict:
+    return {"model": "claude-sonnet-4-5", "messages": agent_history(steps)}
+
+
+def test_messages_two_markers_in_one_user_turn_become_one_listing_every_id():
+    """The real Claude Code run: two spans dropped with only user pieces between their markers,
+    so both markers land in one user turn (pieces of one role merge). One marker is written,
+    with each id either listed, once."""
+    body = chat_to_messages(_history(6))
+    assert body["messages"][0]["role"] == "user"
+    last = len(MESSAGES.read(body).body["messages"]) - 1
+    out = _two_markers_side_by_side(MESSAGES, body, 2 if "system" in body else 1, [last - 1, last])
+    assert messages_problems(out) == []
+    first = out["messages"][0]
+    texts = [b["text"] for b in first["content"] if b["type"] == "text"]
+    assert _markers_in(texts) == [OMITTED_PREFIX + "; ids: ORD-1001 SKU-77]"]
+    every = [b.get("text", "") for t in out["messages"] if isinstance(t["content"], list) for b in t["content"]]
+    assert len(_markers_in(every)) == 1
+
+
+def test_responses_two_markers_side_by_side_become_one_item():
+    body = chat_to_responses(_history(6))
+    last = len(RESPONSES.read(body).body["messages"]) - 1
+    out = _two_markers_side_by_side(RESPONSES, body, 2 if body.get("instructions") else 1, [last - 1, last])
+    assert responses_problems(out) == []
+    texts = [i["content"][0]["text"] for i in out["input"] if i.get("role") == "user"
+             and isinstance(i.get("content"), list)]
+    assert _markers_in(texts) == [OMITTED_PREFIX + "; ids: ORD-1001 SKU-77]"]
+
+
+def test_merged_markers_keep_plain_ones_plain_and_other_text_apart():
+    plain = OMITTED_PREFIX + "]"
+    assert merged_marker_texts([plain, plain]) == [plain]
+    assert merged_marker_texts([plain, OMITTED_PREFIX + "; ids: a b]", "hi", plain]) == [
+        OMITTED_PREFIX + "; ids: a b]", "hi", plain]
+    assert merged_marker_texts(["[sieve: summary of omitted messages]\nx", plain]) == [
+        "[sieve: summary of omitted messages]\nx", plain]

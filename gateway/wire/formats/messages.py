@@ -16,7 +16,8 @@ view message is its original blocks (the same objects, byte for byte; a turn
 reproduced whole is the original turn object), a masked tool message is its
 tool_result with the mask text as content, an inserted marker is a user text
 block; pieces of one role that end up adjacent merge into one turn, so roles
-still alternate after a drop. Thinking blocks are never edited, and go only
+still alternate after a drop, and omission markers side by side in it merge into
+one (``markers.py``). Thinking blocks are never edited, and go only
 with their turn. Breakpoints follow ``cache_control.py``; for a client that uses
 them, the frozen span (what the stored decisions cover) ends on one.
 """
@@ -32,6 +33,7 @@ from gateway.wire.chat import WireLimits
 from gateway.wire.formats.cache_control import (MAX_BREAKPOINTS, breakpoints_in, cap_breakpoints, markable,
                                                  with_breakpoint)
 from gateway.wire.formats.content import compact_json, parts_text
+from gateway.wire.formats.markers import is_marker_text, merged_marker_text
 from gateway.wire.formats.messages_check import check_messages_body
 from gateway.wire.formats.view import ChatView, WireFormat
 
@@ -227,6 +229,23 @@ def _adjacent_turns(a: _Piece, b: _Piece) -> bool:
     return a.turn is not None and b.turn is not None and b.turn == a.turn + 1
 
 
+def _one_marker_per_run(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Adjacent omission-marker blocks as one (``markers.py``); a breakpoint either carried
+    stays on the merged block, the later one first (it ended the run)."""
+    out: list[dict[str, Any]] = []
+    for block in blocks:
+        last = out[-1] if out else None
+        if last is not None and _is_marker_block(last) and _is_marker_block(block):
+            out[-1] = {**last, **block, "text": merged_marker_text(last["text"], block["text"])}
+        else:
+            out.append(block)
+    return out
+
+
+def _is_marker_block(block: Mapping[str, Any]) -> bool:
+    return block.get("type") == "text" and is_marker_text(block.get("text"))
+
+
 def _turn_of(group: list[_Piece], turns: list[dict[str, Any]]) -> dict[str, Any]:
     """The original turn object when ``group`` reproduces it whole and unedited, else a turn
     of the group's blocks (tool results first in a user turn)."""
@@ -240,6 +259,7 @@ def _turn_of(group: list[_Piece], turns: list[dict[str, Any]]) -> dict[str, Any]
     blocks = [b for p in group for b in p.blocks]
     if first.role == "user" and len(group) > 1:
         blocks.sort(key=lambda b: b.get("type") != "tool_result")  # stable: order kept otherwise
+        blocks = _one_marker_per_run(blocks)
     template = turns[first.turn] if first.turn is not None else {}
     turn = {k: v for k, v in template.items() if k not in ("role", "content")}
     turn["role"], turn["content"] = first.role, blocks

@@ -31,6 +31,7 @@ from typing import Any, Mapping
 from gateway.pruning.result import PruneResult
 from gateway.wire.chat import WireLimits
 from gateway.wire.formats.content import parts_text
+from gateway.wire.formats.markers import merged_marker_texts
 from gateway.wire.formats.responses_check import CALLS, OUTPUTS, check_responses_body
 from gateway.wire.formats.view import ChatView, WireFormat
 
@@ -183,7 +184,8 @@ class _Reader:
 
 def _written_items(items: list[Any], view: ChatView, result: PruneResult) -> list[Any]:
     """``items`` in their order: those of every forwarded view message (a masked output
-    replaced), the inserted markers before the view message they precede."""
+    replaced), the inserted markers before the view message they precede (omission
+    markers side by side merged into one: ``markers.py``)."""
     viewed = view.body["messages"]
     owner = {i: v for v, origin in enumerate(view.origins) for i in origin.items}
     forwarded: dict[int, dict[str, Any]] = {}
@@ -205,14 +207,14 @@ def _written_items(items: list[Any], view: ChatView, result: PruneResult) -> lis
             continue
         origin: ItemOrigin = view.origins[v]
         if i == origin.items[0] and v in before:
-            out.extend(marker_item(m["content"]) for m in before.pop(v))
+            out.extend(marker_item(text) for text in merged_marker_texts([m["content"] for m in before.pop(v)]))
         message = forwarded.get(v)
         if message is None:
             continue
         if i == origin.output and message.get("content") != viewed[v].get("content"):
             item = {**item, "output": message["content"]}
         out.append(item)
-    out.extend(marker_item(m["content"]) for m in pending)
+    out.extend(marker_item(text) for text in merged_marker_texts([m["content"] for m in pending]))
     return out
 
 
