@@ -15,6 +15,9 @@ by the format's :class:`gateway.wire.ingress.Ingress`):
   forwarded prompt plus an estimate of the answer (deltas streamed, or its
   characters / 4); an upstream error, timeout or cut stream without usage is
   released;
+* under a shadow policy the request goes out as it came, and the decision is
+  made after the response ended, in the deferred accounting task (it never
+  delays the forwarded request), then measured with the request's real usage;
 * accounting (budget settle, metrics, savings, audit) runs as a deferred task
   that survives the client going away, exactly once per reserved request, on
   every path out: response, upstream error, disconnect, or the server cutting
@@ -35,6 +38,7 @@ from gateway.deferred import Deferred
 from gateway.errors import SieveError, UpstreamUnavailable
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.result import PruneResult
+from gateway.pruning.vocabulary import Cohort, PolicyMode
 from gateway.telemetry.metrics import FailOpen, Outcome
 from gateway.telemetry.redaction import without_secrets
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
@@ -47,6 +51,7 @@ from gateway.wire.sse import SSEUsageTap
 
 log = logging.getLogger("sieve.proxy")
 WRITE_FAILED = "the pruned body could not be written back in its format: forwarded as sent"
+SHADOW = "shadow mode: forwarded as sent; the decision is measured, not applied"
 
 
 @dataclass(slots=True)
@@ -89,7 +94,8 @@ class ChatProxy:
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
         hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded, call.format)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold,
-                               answer_chars=ingress.answer_chars)
+                               answer_chars=ingress.answer_chars,
+                               shadow_pending=outcome.cohort is Cohort.SHADOW and outcome.unpruned_reason == SHADOW)
         call.forwarded = True  # from here on, the accounting writes its access line
         self._open[id(record)] = record
         headers = sieve_headers(call.request_id, outcome, hold)
@@ -111,6 +117,8 @@ class ChatProxy:
         reason = ingress.unpruned_reason(call.sent_body)
         if reason is not None:
             return await self._pruner.pass_through(call, reason)
+        if call.policy.mode is PolicyMode.SHADOW:
+            return await self._pruner.pass_through(call, SHADOW)  # decided after the response
         return await self._pruner.prune(call, await self._budget_target(call))
 
     async def _budget_target(self, call: ChatCall) -> int | None:
@@ -161,7 +169,19 @@ class ChatProxy:
     def _account(self, record: RequestRecord) -> None:
         """Hand a record to deferred accounting, once: a stream can end on several paths."""
         if self._open.pop(id(record), None) is not None:
-            self._deferred.spawn(self._accountant.finish(record))
+            work = self._decide_shadow(record) if record.shadow_pending else self._accountant.finish(record)
+            self._deferred.spawn(work)
+
+    async def _decide_shadow(self, record: RequestRecord) -> None:
+        """Shadow mode, once the response has ended: the decision the request would have had
+        (the conversation's frozen plan read and saved as for a pruned request, so the
+        shadow's own cache stability is what gets measured), then the accounting."""
+        record.ended = time.perf_counter()
+        try:
+            record.shadow = await self._pruner.prune(record.call, await self._budget_target(record.call))
+        except Exception as exc:  # noqa: BLE001 - the request is served; only the measurement is lost
+            log.exception("shadow decision failed (%s); accounted as a plain passthrough", type(exc).__name__)
+        await self._accountant.finish(record)
 
     async def _relay(self, response: UpstreamResponse, record: RequestRecord,
                      tap: SSEUsageTap) -> AsyncGenerator[bytes, None]:
