@@ -16,6 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.cli import main
 from gateway.pruner import conversation_key
 from gateway.pruning.cohort import control_point
 from gateway.settings import Settings
@@ -105,7 +106,7 @@ def test_control_conversation_reason_is_in_the_prune_report_and_the_audit(tmp_pa
     assert all("control group" in d["reason"] for d in line["decisions"])
 
 
-def test_shadow_policy_forwards_bodies_as_sent_and_measures_would_be_savings(tmp_path, upstream) -> None:
+def test_shadow_policy_forwards_bodies_as_sent_and_measures_would_be_savings(tmp_path, upstream, capsys) -> None:
     audit = tmp_path / "audit.jsonl"
     with GatewayServer(Settings(upstream_base_url=upstream.base_url, audit_log=str(audit),
                                 policies_dir=policies(tmp_path, "mode: shadow\n", 8000))) as gw:
@@ -146,6 +147,14 @@ def test_shadow_policy_forwards_bodies_as_sent_and_measures_would_be_savings(tmp
     assert [line["shadow"]["mode"] for line in lines][1:] == ["frozen", "frozen", "epoch"]
     assert [line["shadow"]["prefix_changed"] for line in lines] == [False, False, False, True]
     assert delta("sieve_shadow_prefix_changes_total", org=ORG) == 1
+    # sieve replay on that audit log (no content in it) prints the same sums.
+    assert main(["replay", str(audit)]) == 0
+    row = next(r.split() for r in capsys.readouterr().out.splitlines() if r.startswith(ORG))
+    original, forwarded = sum(line["tokens"]["original"] for line in lines), \
+        sum(line["shadow"]["forwarded_tokens"] for line in lines)
+    assert row[:5] == [ORG, MODEL, "4", str(original), str(forwarded)]
+    net = sum(line["shadow"]["net_usd"] for line in lines)
+    assert float(row[9]) == pytest.approx(net, abs=1e-4) and row[10] == "25.0%"
 
 
 @pytest.mark.parametrize("fmt", ["messages", "responses"])
