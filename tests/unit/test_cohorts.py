@@ -94,3 +94,27 @@ def test_shadow_savings_lean_against_pruning() -> None:
     unpriced = shadow_savings(prices, model="no-such-model", original_tokens=9_000, forwarded_tokens=5_000,
                               usage=usage, prefix_changed=False, scorer_usd=0.01)
     assert not unpriced.priced and unpriced.net_usd == pytest.approx(-0.01)
+
+
+def test_cohort_figures_move_only_for_forwarded_requests() -> None:
+    from gateway.telemetry.conversation_signals import ConversationSignals
+    from gateway.telemetry.metrics import Metrics, Outcome
+    from gateway.telemetry.recording import CohortFigures, LabelBounds, RequestFigures, record_request
+    from tests.support import metric_value
+
+    metrics, bounds = Metrics(), LabelBounds(orgs=["acme"], models=["gpt-4o-mini"])
+    figures = CohortFigures(Cohort.CONTROL, ConversationSignals(steps=3, tool_calls=2, repeated_tool_calls=1),
+                            billed_prompt_tokens=900, cached_tokens=512, billed_usd=0.002)
+    record_request(metrics, bounds, RequestFigures("acme", "gpt-4o-mini", Outcome.PASSTHROUGH, 800, 800,
+                                                   cohort=figures))
+    record_request(metrics, bounds, RequestFigures("acme", "gpt-4o-mini", Outcome.BUDGET_REJECTED, cohort=figures))
+    labels = {"org": "acme", "cohort": "control"}
+    assert metric_value(metrics, "sieve_cohort_requests_total", **labels, outcome="passthrough") == 1
+    assert metric_value(metrics, "sieve_cohort_requests_total", **labels, outcome="budget_rejected") == 0
+    assert metric_value(metrics, "sieve_cohort_prompt_tokens_total", **labels, kind="cached") == 512
+    assert metric_value(metrics, "sieve_cohort_cost_usd_total", **labels) == pytest.approx(0.002)
+    assert metric_value(metrics, "sieve_repeat_tool_calls_total", **labels) == 1
+    assert metric_value(metrics, "sieve_conversation_steps_sum", **labels) == 3
+    with pytest.raises(ValueError):
+        record_request(metrics, bounds, RequestFigures("acme", "gpt-4o-mini", Outcome.PASSTHROUGH,
+                                                       cohort=CohortFigures("treatment")))  # type: ignore[arg-type]
