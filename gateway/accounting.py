@@ -7,6 +7,7 @@ counted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -55,10 +56,12 @@ class RequestRecord:
     finished_at: float = field(default_factory=time.perf_counter)
     # Characters of a whole answer in the request's format (the estimate without usage).
     answer_chars: Callable[[Mapping[str, Any]], int] = chat_answer_chars
-    # Shadow mode: the request went out as it came; its decision is made after the response
-    # (``shadow_pending``), before accounting, and kept here. ``ended``: when the response
-    # ended, if that was before accounting started (the shadow decision is no overhead).
+    # Shadow mode (``shadow_pending``): the request went out as it came; its decision runs
+    # beside the forward (``shadow_decision``, a task) and is kept in ``shadow`` for the
+    # accounting. ``ended``: when the response ended, if the accounting had to wait for the
+    # decision after that (the wait is no gateway overhead).
     shadow_pending: bool = False
+    shadow_decision: "asyncio.Task[PruneOutcome | None] | None" = None
     shadow: PruneOutcome | None = None
     ended: float | None = None
 

@@ -15,9 +15,11 @@ by the format's :class:`gateway.wire.ingress.Ingress`):
   forwarded prompt plus an estimate of the answer (deltas streamed, or its
   characters / 4); an upstream error, timeout or cut stream without usage is
   released;
-* under a shadow policy the request goes out as it came, and the decision is
-  made after the response ended, in the deferred accounting task (it never
-  delays the forwarded request), then measured with the request's real usage;
+* under a shadow policy the request goes out as it came; the decision is made
+  in a deferred task started once the forward is under way, so it runs while the
+  provider answers (the forward is scheduled first and yields only once its bytes
+  are written or its connection is being opened), and the accounting waits for
+  it, then measures it with the request's real usage;
 * accounting (budget settle, metrics, savings, audit) runs as a deferred task
   that survives the client going away, exactly once per reserved request, on
   every path out: response, upstream error, disconnect, or the server cutting
@@ -99,7 +101,7 @@ class ChatProxy:
         call.forwarded = True  # from here on, the accounting writes its access line
         self._open[id(record)] = record
         headers = sieve_headers(call.request_id, outcome, hold)
-        response = await self._forward(record, forwarded, headers)
+        response = await self._forward_then_decide(record, forwarded, headers)
         record.status = response.status
         if response.chunks is None:
             record.upstream_s = time.perf_counter() - record.upstream_started
@@ -130,6 +132,17 @@ class ChatProxy:
         base = call.sieve.target_tokens or call.policy.target_tokens
         tightened = call.policy.tightened_target(base, left)
         return tightened if tightened != base else None
+
+    async def _forward_then_decide(self, record: RequestRecord, body: dict[str, Any],
+                                   headers: Mapping[str, str]) -> UpstreamResponse:
+        """The forward; for a shadow request, also its decision, started right behind it."""
+        if not record.shadow_pending:
+            return await self._forward(record, body, headers)
+        # Tasks run in the order they were scheduled: the forward reaches its first wait
+        # (the provider's answer) before the decision takes the loop.
+        forwarding = asyncio.ensure_future(self._forward(record, body, headers))
+        record.shadow_decision = self._deferred.spawn(self._decide_shadow(record.call))
+        return await forwarding
 
     async def _forward(self, record: RequestRecord, body: dict[str, Any],
                        headers: Mapping[str, str]) -> UpstreamResponse:
@@ -169,19 +182,24 @@ class ChatProxy:
     def _account(self, record: RequestRecord) -> None:
         """Hand a record to deferred accounting, once: a stream can end on several paths."""
         if self._open.pop(id(record), None) is not None:
-            work = self._decide_shadow(record) if record.shadow_pending else self._accountant.finish(record)
-            self._deferred.spawn(work)
+            self._deferred.spawn(self._finish(record))
 
-    async def _decide_shadow(self, record: RequestRecord) -> None:
-        """Shadow mode, once the response has ended: the decision the request would have had
-        (the conversation's frozen plan read and saved as for a pruned request, so the
-        shadow's own cache stability is what gets measured), then the accounting."""
-        record.ended = time.perf_counter()
+    async def _finish(self, record: RequestRecord) -> None:
+        """Accounting; a shadow request's once its decision is made (it ran beside the forward)."""
+        if record.shadow_decision is not None:
+            record.ended = time.perf_counter()  # the decision's remaining time is no overhead
+            record.shadow = await record.shadow_decision
+        await self._accountant.finish(record)
+
+    async def _decide_shadow(self, call: ChatCall) -> PruneOutcome | None:
+        """Shadow mode: the decision the request would have had (the conversation's frozen
+        plan read and saved as for a pruned request, so the shadow's own cache stability is
+        what gets measured); None when it failed (the request is accounted as a passthrough)."""
         try:
-            record.shadow = await self._pruner.prune(record.call, await self._budget_target(record.call))
+            return await self._pruner.prune(call, await self._budget_target(call))
         except Exception as exc:  # noqa: BLE001 - the request is served; only the measurement is lost
             log.exception("shadow decision failed (%s); accounted as a plain passthrough", type(exc).__name__)
-        await self._accountant.finish(record)
+            return None
 
     async def _relay(self, response: UpstreamResponse, record: RequestRecord,
                      tap: SSEUsageTap) -> AsyncGenerator[bytes, None]:
