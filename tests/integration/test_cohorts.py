@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import httpx
@@ -21,6 +22,8 @@ from gateway.pruner import conversation_key
 from gateway.pruning.cohort import control_point
 from gateway.settings import Settings
 from tests.conversations import agent_history
+from tests.fake_scorer import ScorerModel, answer
+from tests.fake_upstream import Reply
 from tests.formats_support import chat_to_messages, chat_to_responses
 from tests.integration.conftest import format_settings
 from tests.gateway_server import GatewayServer
@@ -28,13 +31,13 @@ from tests.support import read_jsonl
 
 ORG = "anonymous"  # an open gateway's callers
 MODEL = "gpt-4o-mini"
-PRUNING = "strategy: window\nmin_prompt_tokens: 0\nmin_messages: 0\n"
+PRUNING = "min_prompt_tokens: 0\nmin_messages: 0\n"
 
 
-def policies(tmp_path: Path, text: str, target_tokens: int = 1500) -> Path:
+def policies(tmp_path: Path, text: str, target_tokens: int = 1500, strategy: str = "window") -> Path:
     folder = tmp_path / "policies"
     folder.mkdir()
-    (folder / "default.yaml").write_text(f"{PRUNING}target_tokens: {target_tokens}\n{text}")
+    (folder / "default.yaml").write_text(f"{PRUNING}strategy: {strategy}\ntarget_tokens: {target_tokens}\n{text}")
     return folder
 
 
@@ -178,3 +181,27 @@ def test_shadow_policy_forwards_messages_and_responses_bodies_as_sent(tmp_path, 
     line = read_jsonl(audit)[-1]
     assert line["cohort"] == "shadow" and line["tokens"]["saved"] == 0
     assert 0 < line["shadow"]["forwarded_tokens"] < line["tokens"]["original"]
+
+
+def test_shadow_decision_is_not_on_the_forwarded_requests_path(tmp_path, upstream) -> None:
+    """A shadow decision whose scorer model takes 1.5 s: the client has its answer long before,
+    and the decision still lands in the audit line once it is made."""
+    audit = tmp_path / "audit.jsonl"
+    slow = lambda ids, attempt, req: Reply(content=answer({i: 1 for i in ids}), delay_s=1.5)  # noqa: E731
+    with ScorerModel(slow) as scorer:
+        folder = policies(tmp_path, f"mode: shadow\nscorer: llm\nscorer_api_base: {json.dumps(scorer.base_url)}\n"
+                                    "scorer_min_history_tokens: 0\nscorer_cost_check: false\n"
+                                    "scorer_deadline_s: 5\nscorer_batch_timeout_s: 4\n", strategy="relevance")
+        with GatewayServer(Settings(upstream_base_url=upstream.base_url, policies_dir=folder,
+                                    audit_log=str(audit))) as gw:
+            body = {"model": MODEL, "messages": agent_history(12)}
+            started = time.perf_counter()
+            post(gw, body)
+            answered_s = time.perf_counter() - started
+            gw.wait_idle(timeout_s=10)
+    assert answered_s < 1.0, f"the client waited {answered_s:.2f} s: the decision was on its path"
+    assert [r.json for r in upstream.requests if r.path.endswith("/chat/completions")] == [body]
+    assert scorer.batches(), "the shadow decision asked the scorer model"
+    line = read_jsonl(audit)[-1]
+    assert line["cohort"] == "shadow" and line["shadow"]["saved_tokens"] > 0
+    assert line["timings"]["overhead_ms"] < 1000  # waiting for the decision is no gateway overhead
