@@ -27,7 +27,7 @@ from tests.fake_upstream import Reply
 from tests.formats_support import chat_to_messages, chat_to_responses
 from tests.integration.conftest import format_settings
 from tests.gateway_server import GatewayServer
-from tests.support import read_jsonl
+from tests.support import openai_client, read_jsonl
 
 ORG = "anonymous"  # an open gateway's callers
 MODEL = "gpt-4o-mini"
@@ -205,3 +205,23 @@ def test_shadow_decision_is_not_on_the_forwarded_requests_path(tmp_path, upstrea
     line = read_jsonl(audit)[-1]
     assert line["cohort"] == "shadow" and line["shadow"]["saved_tokens"] > 0
     assert line["timings"]["overhead_ms"] < 1000  # waiting for the decision is no gateway overhead
+
+
+def test_shadow_stream_is_relayed_and_its_usage_prices_the_decision(tmp_path, upstream) -> None:
+    audit = tmp_path / "audit.jsonl"
+    with GatewayServer(Settings(upstream_base_url=upstream.base_url, audit_log=str(audit),
+                                policies_dir=policies(tmp_path, "mode: shadow\n"))) as gw:
+        messages = agent_history(12)
+        with openai_client(gw).chat.completions.with_streaming_response.create(
+                model=MODEL, messages=messages, stream=True) as raw:
+            chunks = list(raw.parse())
+        gw.wait_idle()
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "ok"
+    assert all(c.usage is None for c in chunks)  # the usage Sieve asked for is hidden again
+    sent = [r.json for r in upstream.requests if r.path.endswith("/chat/completions")]
+    # As it came, plus the usage every forwarded chat stream asks for.
+    assert sent == [{"model": MODEL, "messages": messages, "stream": True,
+                     "stream_options": {"include_usage": True}}]
+    line = read_jsonl(audit)[-1]
+    assert line["cohort"] == "shadow" and line["shadow"]["priced"]
+    assert 0 < line["shadow"]["would_be_usd"] < line["shadow"]["billed_usd"]
