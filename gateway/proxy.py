@@ -186,9 +186,12 @@ class ChatProxy:
 
     async def _finish(self, record: RequestRecord) -> None:
         """Accounting; a shadow request's once its decision is made (it ran beside the forward)."""
-        if record.shadow_decision is not None:
+        decision = record.shadow_decision
+        if decision is not None:
             record.ended = time.perf_counter()  # the decision's remaining time is no overhead
-            record.shadow = await record.shadow_decision
+            # wait(), not await: a decision cancelled (at shutdown) must not skip the settlement.
+            await asyncio.wait({decision})
+            record.shadow = None if decision.cancelled() else decision.result()
         await self._accountant.finish(record)
 
     async def _decide_shadow(self, call: ChatCall) -> PruneOutcome | None:
