@@ -16,10 +16,9 @@ by the format's :class:`gateway.wire.ingress.Ingress`):
   characters / 4); an upstream error, timeout or cut stream without usage is
   released;
 * under a shadow policy the request goes out as it came; the decision is made
-  in a deferred task started once the forward is under way, so it runs while the
-  provider answers (the forward is scheduled first and yields only once its bytes
-  are written or its connection is being opened), and the accounting waits for
-  it, then measures it with the request's real usage;
+  in a deferred task scheduled right behind the forward's, so it starts only once
+  the forward waits on I/O and runs while the provider answers; the accounting
+  waits for it, then measures it with the request's real usage;
 * accounting (budget settle, metrics, savings, audit) runs as a deferred task
   that survives the client going away, exactly once per reserved request, on
   every path out: response, upstream error, disconnect, or the server cutting
@@ -120,7 +119,7 @@ class ChatProxy:
         if reason is not None:
             return await self._pruner.pass_through(call, reason)
         if call.policy.mode is PolicyMode.SHADOW:
-            return await self._pruner.pass_through(call, SHADOW)  # decided after the response
+            return await self._pruner.pass_through(call, SHADOW)  # decided beside the forward
         return await self._pruner.prune(call, await self._budget_target(call))
 
     async def _budget_target(self, call: ChatCall) -> int | None:
@@ -139,7 +138,7 @@ class ChatProxy:
         if not record.shadow_pending:
             return await self._forward(record, body, headers)
         # Tasks run in the order they were scheduled: the forward reaches its first wait
-        # (the provider's answer) before the decision takes the loop.
+        # on I/O before the decision takes the loop.
         forwarding = asyncio.ensure_future(self._forward(record, body, headers))
         record.shadow_decision = self._deferred.spawn(self._decide_shadow(record.call))
         return await forwarding
