@@ -126,7 +126,7 @@ class Accountant:
                                   record.outcome.previous_fingerprints)
         savings = savings_for_request(self._prices, model=record.call.body["model"], original=original,
                                       forwarded_tokens=result.forwarded_tokens, usage=usage,
-                                      scorer_usd=record.outcome.scorer_usd, pruned=result.changed)
+                                      scorer_usd=_scorer_usd(record), pruned=result.changed)
         if not savings.priced:
             log.info("model %s has no price: savings not counted in dollars", record.call.body["model"])
         return savings
@@ -159,7 +159,7 @@ class Accountant:
                      for m in report["messages"]]
         call = record.call
         auth = call.headers.get("authorization", "")
-        scorer = record.outcome.scorer
+        scorer = decided.scorer
         self._audit.write(AuditEntry(
             request_id=call.request_id, timestamp=time.time(), org=call.identity.org, team=call.identity.team,
             model=call.body["model"], strategy=result.strategy, outcome=label,
@@ -172,6 +172,11 @@ class Accountant:
             secrets=tuple(s for s in (auth[7:].strip(), call.headers.get("x-api-key", "")) if s),
             cohort=record.outcome.cohort, shadow=shadow,
             shadow_mode=record.shadow.result.mode if record.shadow is not None else None))
+
+
+def _scorer_usd(record: RequestRecord) -> float:
+    """The scorer dollars the request spent: a shadow decision's are spent for real too."""
+    return record.outcome.scorer_usd + (record.shadow.scorer_usd if record.shadow is not None else 0.0)
 
 
 def changes_prefix(decision: PruneOutcome) -> bool:

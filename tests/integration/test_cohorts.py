@@ -205,6 +205,9 @@ def test_shadow_decision_is_not_on_the_forwarded_requests_path(tmp_path, upstrea
     line = read_jsonl(audit)[-1]
     assert line["cohort"] == "shadow" and line["shadow"]["saved_tokens"] > 0
     assert line["timings"]["overhead_ms"] < 1000  # waiting for the decision is no gateway overhead
+    # The scorer's dollars were spent for real: in the cost record as in the would-be saving.
+    assert line["cost"]["scorer_usd"] == line["shadow"]["scorer_usd"] > 0
+    assert line["timings"]["scorer_ms"] >= 1500
 
 
 def test_shadow_stream_is_relayed_and_its_usage_prices_the_decision(tmp_path, upstream) -> None:
