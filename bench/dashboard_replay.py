@@ -11,6 +11,13 @@ query of ``helm/sieve/dashboards/sieve-overview.json`` against that scrape::
     python bench/dashboard_replay.py --prompt-cache anthropic --model claude-haiku-4-5
     python bench/dashboard_replay.py --cli --json-out bench/results/dashboard.json
 
+With ``--cohorts`` the "Does it work?" row gets all three cohorts: org
+``retail-east`` runs a policy with ``control_share: 0.5`` (pruned and control
+conversations), ``retail-west`` a shadow policy (``mode: shadow``: forwarded as
+sent, its decisions measured), both otherwise the default policy::
+
+    python bench/dashboard_replay.py --limit 20 --cohorts
+
 The replay: each session is one conversation (``x-sieve-conversation-id`` = session id,
 ``x-sieve-target-tokens`` = ``--target-tokens``), its ``model`` (or ``--model``) and
 ``tools``; step ``k`` sends ``messages[:k]`` and the fake provider answers with the
@@ -141,9 +148,23 @@ def replay(base_url: str, upstream: FakeUpstream, sessions: list[tuple[str, dict
 
 # -- gateways ------------------------------------------------------------------
 
-def settings_for(upstream: FakeUpstream) -> Settings:
+COHORT_POLICIES = {"east-control": "control_share: 0.5\n", "west-shadow": "mode: shadow\n"}
+COHORT_ORGS = {"retail-east": "east-control", "retail-west": "west-shadow"}
+
+
+def cohort_policies(workdir: Path) -> Path:
+    """The policies of ``--cohorts``: a control group for one org, shadow mode for the other."""
+    folder = workdir / "policies"
+    folder.mkdir()
+    for name, text in COHORT_POLICIES.items():
+        (folder / f"{name}.yaml").write_text(text)
+    return folder
+
+
+def settings_for(upstream: FakeUpstream, policies: Path | None = None) -> Settings:
+    extra: dict[str, Any] = {"policies_dir": policies, "org_policies": COHORT_ORGS} if policies else {}
     return Settings(upstream_base_url=upstream.base_url, upstream_api_key=UPSTREAM_KEY, budgets=BUDGETS,
-                    virtual_keys=tuple({"key": key, "org": org} for org, key in ORGS.items()))
+                    virtual_keys=tuple({"key": key, "org": org} for org, key in ORGS.items()), **extra)
 
 
 class CliGateway:
@@ -518,8 +539,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="extra sessions as org 'trial' (30k-token day budget: shows rejections)")
     p.add_argument("--upstream-latency-ms", type=float, default=0.0, help="fake provider delay per request")
     p.add_argument("--cli", action="store_true", help="run `python -m gateway.cli serve` instead of in-process")
+    p.add_argument("--cohorts", action="store_true",
+                   help="retail-east with a 50%% control group, retail-west in shadow mode (in-process only)")
     p.add_argument("--json-out", type=Path, default=None)
     a = p.parse_args(argv)
+    if a.cohorts and a.cli:
+        p.error("--cohorts runs the in-process gateway")
 
     sessions = load_sessions(a.data, a.limit)
     plan = [("retail-east" if i % 2 == 0 else "retail-west", s) for i, s in enumerate(sessions)]
@@ -528,7 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     counter = TokenCounters().for_model(a.model or sessions[0]["model"])
     cache = PromptCache(a.prompt_cache, count_message=counter.count_message)
     with FakeUpstream(record=False, prompt_cache=cache) as upstream, tempfile.TemporaryDirectory() as tmp:
-        gateway = CliGateway(upstream, Path(tmp)) if a.cli else GatewayServer(settings_for(upstream)).start()
+        policies = cohort_policies(Path(tmp)) if a.cohorts else None
+        gateway = CliGateway(upstream, Path(tmp)) if a.cli else GatewayServer(settings_for(upstream, policies)).start()
         try:
             print(f"replaying {len(plan)} sessions ({sum(len(s['steps']) for _, s in plan)} steps) through "
                   f"{'sieve serve' if a.cli else 'in-process gateway'} at {gateway.base_url}", file=sys.stderr)

@@ -11,6 +11,8 @@ Starts the fake upstream (``python -m tests.fake_upstream``; ``tests.scripted_pr
     python bench/overhead.py --against 99e55f9 --targets direct,sieve-none,sieve-prune,base-none,base-prune
                                                      # this tree beside another revision (or tree path)
     python bench/overhead.py --route messages        # Anthropic Messages (/v1/messages), or --route responses
+    python bench/overhead.py --targets direct,sieve-none,sieve-shadow --repeats 3
+                                                     # shadow mode beside passthrough
 
 Every figure is the median over ``--repeats`` runs; ratios compare targets of the
 same run. See bench/README.md.
@@ -51,6 +53,9 @@ KEY = "sk-bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGETS = ("direct", "sieve-none", "sieve-prune", "litellm")
 AGAINST_TARGETS = ("base-none", "base-prune")  # the same two, served by the --against tree
+# Sieve under a shadow policy (this tree's policies/default.yaml plus ``mode: shadow``), sent the
+# sieve-prune headers: forwarded as it came, the same decision made after each response.
+SHADOW_TARGET = "sieve-shadow"
 
 
 # -- processes --------------------------------------------------------------
@@ -139,7 +144,15 @@ def start_upstream(a: argparse.Namespace) -> Server:
     return Server("fake-upstream", route.upstream_argv(port, a), port, route.ready_path)
 
 
-def start_sieve(a: argparse.Namespace, upstream_port: int, tree: Path = ROOT, name: str = "sieve") -> Server | None:
+def shadow_policies() -> Path:
+    """A policies folder whose default policy is this tree's, in shadow mode."""
+    folder = Path(tempfile.mkdtemp(prefix="sieve-shadow-policies-"))
+    (folder / "default.yaml").write_text((ROOT / "policies" / "default.yaml").read_text() + "\nmode: shadow\n")
+    return folder
+
+
+def start_sieve(a: argparse.Namespace, upstream_port: int, tree: Path = ROOT, name: str = "sieve",
+                policies: Path | None = None) -> Server | None:
     """Sieve from ``tree`` (this one, or the --against tree, whose package goes first on
     the path so that the editable install of this one does not shadow it)."""
     if not a.sieve_cmd and not (tree / "gateway" / "cli.py").exists():
@@ -151,7 +164,8 @@ def start_sieve(a: argparse.Namespace, upstream_port: int, tree: Path = ROOT, na
     return Server(name, cmd + ["--host", "127.0.0.1", "--port", str(port)], port, "/readyz",
                   env={**ROUTES[a.route].sieve_env(upstream_port),
                        "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_OFFLINE_MODE": "true",
-                       "PYTHONPATH": str(tree)}, cwd=tree)
+                       "PYTHONPATH": str(tree)} | ({"SIEVE_POLICIES_DIR": str(policies)} if policies else {}),
+                  cwd=tree)
 
 
 @contextlib.contextmanager
@@ -441,6 +455,7 @@ async def run_overhead(a: argparse.Namespace, servers: dict[str, Server]) -> dic
                         | ({"x-sieve-strategy": a.prune_strategy} if a.prune_strategy else {})),
         "litellm": (servers.get("litellm"), {}),
     }
+    plan[SHADOW_TARGET] = (servers.get("shadow"), plan["sieve-prune"][1])
     plan["base-none"] = (servers.get("base"), plan["sieve-none"][1])
     plan["base-prune"] = (servers.get("base"), plan["sieve-prune"][1])
     runs: dict[tuple, list[Cell]] = {}
@@ -505,7 +520,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="short smoke run")
     p.add_argument("--memory", action="store_true", help="Sieve RSS after 1k and 10k requests")
-    p.add_argument("--targets", default=",".join(TARGETS), help="comma list of " + ",".join(TARGETS))
+    p.add_argument("--targets", default=",".join(TARGETS),
+                   help="comma list of " + ",".join((*TARGETS, SHADOW_TARGET)))
     p.add_argument("--modes", default="json,stream")
     p.add_argument("--concurrency", default="1,16")
     p.add_argument("--requests", type=int, default=400, help="per cell, bound 1")
@@ -543,9 +559,12 @@ async def amain(a: argparse.Namespace, against: Path | None) -> dict:
     try:
         servers["upstream"] = start_upstream(a)
         await servers["upstream"].wait_ready(30)
-        want_sieve = a.memory or any(t.startswith("sieve") for t in a.targets)
+        want_sieve = a.memory or any(t.startswith("sieve") and t != SHADOW_TARGET for t in a.targets)
         if want_sieve and (s := start_sieve(a, servers["upstream"].port)):
             servers["sieve"] = s
+        if not a.memory and SHADOW_TARGET in a.targets and \
+                (s := start_sieve(a, servers["upstream"].port, name="shadow", policies=shadow_policies())):
+            servers["shadow"] = s
         if against is not None and (s := start_sieve(a, servers["upstream"].port, against, "base")):
             servers["base"] = s
         if not a.memory and "litellm" in a.targets:

@@ -7,6 +7,7 @@ counted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -16,12 +17,15 @@ import orjson
 
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.pruner import PruneOutcome
+from gateway.pruning.vocabulary import Mode
 from gateway.telemetry.access_log import AccessLine, log_access
 from gateway.telemetry.audit import AuditEntry, AuditLog, MessageDecision, Timings
 from gateway.telemetry.metrics import Outcome
 from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.recording import RequestFigures, RequestRecorder
-from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, savings_for_request
+from gateway.telemetry.conversation_signals import conversation_signals
+from gateway.telemetry.recording import CohortFigures, RequestFigures, RequestRecorder
+from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, ShadowSavings, savings_for_request, \
+    shadow_savings
 from gateway.telemetry.usage import Usage, usage_from_provider
 from gateway.usage_bounds import usage_is_readable
 from gateway.upstream.base import ResolvedRoute
@@ -52,6 +56,14 @@ class RequestRecord:
     finished_at: float = field(default_factory=time.perf_counter)
     # Characters of a whole answer in the request's format (the estimate without usage).
     answer_chars: Callable[[Mapping[str, Any]], int] = chat_answer_chars
+    # Shadow mode (``shadow_pending``): the request went out as it came; its decision runs
+    # beside the forward (``shadow_decision``, a task) and is kept in ``shadow`` for the
+    # accounting. ``ended``: when the response ended, if the accounting had to wait for the
+    # decision after that (the wait is no gateway overhead).
+    shadow_pending: bool = False
+    shadow_decision: "asyncio.Task[PruneOutcome | None] | None" = None
+    shadow: PruneOutcome | None = None
+    ended: float | None = None
 
     def set_response_body(self, body: bytes) -> None:
         if self.status >= 400:
@@ -75,7 +87,7 @@ class Accountant:
         self._audit = audit
 
     async def finish(self, record: RequestRecord) -> None:
-        record.finished_at = time.perf_counter()
+        record.finished_at = record.ended or time.perf_counter()
         usage = usage_from_provider(record.stream_usage or record.response_usage)
         answered = 200 <= record.status < 400
         ok = answered and record.error_status is None
@@ -91,13 +103,15 @@ class Accountant:
         label = record.outcome_label or _outcome(record, ok)
         result = record.outcome.result
         overhead_s = record.finished_at - record.call.started - record.upstream_s
+        cohort = self._cohort(record, usage if ok else None, savings)
         self._recorder.record(RequestFigures(
             org=record.call.identity.org, model=record.call.body["model"], outcome=label,
             original_tokens=result.original_tokens, forwarded_tokens=result.forwarded_tokens,
             completion_tokens=usage.completion_tokens if usage else 0, savings=savings,
             unit_actions=result.unit_action_counts(record.call.body["messages"]),
-            upstream_s=record.upstream_s, overhead_s=max(overhead_s, 0.0)))
-        self._write_audit(record, label, savings, overhead_s)
+            upstream_s=record.upstream_s, overhead_s=max(overhead_s, 0.0),
+            cohort=cohort))
+        self._write_audit(record, label, savings, overhead_s, cohort.shadow)
         call = record.call
         log_access(AccessLine(
             request_id=call.request_id, route=call.route, status=record.status or record.error_status or 500,
@@ -112,23 +126,40 @@ class Accountant:
                                   record.outcome.previous_fingerprints)
         savings = savings_for_request(self._prices, model=record.call.body["model"], original=original,
                                       forwarded_tokens=result.forwarded_tokens, usage=usage,
-                                      scorer_usd=record.outcome.scorer_usd, pruned=result.changed)
+                                      scorer_usd=_scorer_usd(record), pruned=result.changed)
         if not savings.priced:
             log.info("model %s has no price: savings not counted in dollars", record.call.body["model"])
         return savings
 
+    def _cohort(self, record: RequestRecord, usage: Usage | None, savings: SavingsRecord | None) -> CohortFigures:
+        """The request's cohort figures; with a shadow decision, what it would have saved."""
+        shadow = None
+        if record.shadow is not None and usage is not None:
+            result = record.shadow.result
+            shadow = shadow_savings(self._prices, model=record.call.body["model"],
+                                    original_tokens=result.original_tokens, forwarded_tokens=result.forwarded_tokens,
+                                    usage=usage, prefix_changed=changes_prefix(record.shadow),
+                                    scorer_usd=record.shadow.scorer_usd)
+        return CohortFigures(
+            cohort=record.outcome.cohort, signals=conversation_signals(record.call.body["messages"]),
+            billed_prompt_tokens=usage.prompt_tokens if usage else 0,
+            cached_tokens=usage.cached_read_tokens if usage else 0,
+            billed_usd=savings.actual_usd if savings is not None and savings.priced else None, shadow=shadow)
+
     def _write_audit(self, record: RequestRecord, label: Outcome, savings: SavingsRecord | None,
-                     overhead_s: float) -> None:
+                     overhead_s: float, shadow: ShadowSavings | None = None) -> None:
         if not self._audit.enabled:
             return
         result = record.outcome.result
-        report = result.report()
-        reason = record.outcome.unpruned_reason  # one reason for the whole request, when it is one
+        # A shadow request's decisions are its shadow decision's: what would have been forwarded.
+        decided = record.shadow or record.outcome
+        report = decided.result.report()
+        reason = decided.unpruned_reason  # one reason for the whole request, when it is one
         decisions = [MessageDecision(m["index"], m["action"], m["score"], reason or m["reason"])
                      for m in report["messages"]]
         call = record.call
         auth = call.headers.get("authorization", "")
-        scorer = record.outcome.scorer
+        scorer = decided.scorer
         self._audit.write(AuditEntry(
             request_id=call.request_id, timestamp=time.time(), org=call.identity.org, team=call.identity.team,
             model=call.body["model"], strategy=result.strategy, outcome=label,
@@ -138,7 +169,23 @@ class Accountant:
                             scorer_ms=scorer.seconds * 1000 if scorer is not None else None,
                             upstream_ms=record.upstream_s * 1000, overhead_ms=overhead_s * 1000),
             request_body=call.sent_body, include_content=call.policy.audit_include_content,
-            secrets=tuple(s for s in (auth[7:].strip(), call.headers.get("x-api-key", "")) if s), route=call.route))
+            secrets=tuple(s for s in (auth[7:].strip(), call.headers.get("x-api-key", "")) if s), route=call.route,
+            cohort=record.outcome.cohort, shadow=shadow,
+            shadow_mode=record.shadow.result.mode if record.shadow is not None else None))
+
+
+def _scorer_usd(record: RequestRecord) -> float:
+    """The scorer dollars the request spent: a shadow decision's are spent for real too."""
+    return record.outcome.scorer_usd + (record.shadow.scorer_usd if record.shadow is not None else 0.0)
+
+
+def changes_prefix(decision: PruneOutcome) -> bool:
+    """Whether a decision rewrites history its conversation's previous request sent: a new
+    epoch, or pruning without a usable plan (lost or not continued), after a first request.
+    A frozen replay, or a request left as it came, keeps the previous forward's prefix."""
+    result = decision.result
+    return (result.changed and result.mode in (Mode.EPOCH, Mode.STATELESS)
+            and decision.previous_fingerprints is not None)
 
 
 def _settle_tokens(record: RequestRecord, usage: Usage | None) -> int:

@@ -3,6 +3,7 @@
     sieve serve [--host 127.0.0.1] [--port 8080] [--config FILE]
     sieve prune REQUEST.json|- [--format chat|messages|responses] [--target N] [--strategy S] [--policy NAME]
     sieve replay LOGS.jsonl [--policy NAME] [--target N]
+        (LOGS: recorded requests, pruned offline; or a shadow policy's audit log, summed as it is)
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     prune.add_argument("--target", type=int)
     prune.add_argument("--strategy", choices=("none", "window", "relevance"))
     prune.add_argument("--policy", default=None)
-    replay = sub.add_parser("replay", help="estimate savings from recorded requests (JSON lines)")
+    replay = sub.add_parser("replay", help="estimate savings from recorded requests (JSON lines), or report "
+                                           "a shadow-mode audit log's would-be savings")
     replay.add_argument("file", type=Path)
     replay.add_argument("--policy", default=None)
     replay.add_argument("--target", type=int)

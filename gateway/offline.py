@@ -30,6 +30,7 @@ from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.settings import Settings
+from gateway.shadow_report import is_shadow_log, shadow_report
 from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.usage import Usage
 from gateway.wire.formats import WireFormat, adapter_for
@@ -94,6 +95,8 @@ def replay_file(path: Path, settings: Settings, policy_name: str | None, target:
     except OSError as exc:
         print(f"sieve replay: cannot read {path}: {exc}", file=sys.stderr)
         return 1
+    if is_shadow_log(lines):  # a shadow policy's audit log: its measured decisions, no content needed
+        return shadow_report(path, lines, out)
     prices = PriceBook.from_litellm(settings.prices)
     counters, scorer = TokenCounters(), LocalScorer()
     states: dict[str, FrozenPlan] = {}

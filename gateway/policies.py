@@ -23,8 +23,9 @@ from typing import Any
 import yaml
 
 from gateway.errors import ConfigError
-from gateway.pruning.policy import OVERRIDES, POLICY_FIELDS, SCORER_FALLBACKS, SCORERS, STRATEGIES, Policy
-from gateway.pruning.vocabulary import Strategy
+from gateway.pruning.policy import OVERRIDES, POLICY_FIELDS, POLICY_MODES, SCORER_FALLBACKS, SCORERS, STRATEGIES, \
+    Policy
+from gateway.pruning.vocabulary import PolicyMode, Strategy
 from gateway.settings import Settings
 from gateway.wire.call import Identity
 
@@ -117,6 +118,12 @@ def _check(path: Path, line: int, key: str, value: Any) -> Any:
         if value not in STRATEGIES:
             raise ConfigError(f"{path}:{line}: strategy must be one of {', '.join(STRATEGIES)}, got {value!r}")
         return Strategy(value)
+    if key == "mode":
+        if value not in POLICY_MODES:
+            raise ConfigError(f"{path}:{line}: mode must be one of {', '.join(POLICY_MODES)}, got {value!r}")
+        return PolicyMode(value)
+    if key == "control_share" and not 0 <= value <= 1:
+        raise ConfigError(f"{path}:{line}: control_share must be in [0, 1], got {value!r}")
     if key == "scorer" and value not in SCORERS:
         raise ConfigError(f"{path}:{line}: scorer must be one of {', '.join(SCORERS)}, got {value!r}")
     if key == "scorer_fallback" and value not in SCORER_FALLBACKS:

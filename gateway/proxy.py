@@ -15,6 +15,10 @@ by the format's :class:`gateway.wire.ingress.Ingress`):
   forwarded prompt plus an estimate of the answer (deltas streamed, or its
   characters / 4); an upstream error, timeout or cut stream without usage is
   released;
+* under a shadow policy the request goes out as it came; the decision is made
+  in a deferred task scheduled right behind the forward's, so it starts only once
+  the forward waits on I/O and runs while the provider answers; the accounting
+  waits for it, then measures it with the request's real usage;
 * accounting (budget settle, metrics, savings, audit) runs as a deferred task
   that survives the client going away, exactly once per reserved request, on
   every path out: response, upstream error, disconnect, or the server cutting
@@ -35,6 +39,7 @@ from gateway.deferred import Deferred
 from gateway.errors import SieveError, UpstreamUnavailable
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.result import PruneResult
+from gateway.pruning.vocabulary import Cohort, PolicyMode
 from gateway.telemetry.metrics import FailOpen, Outcome
 from gateway.telemetry.redaction import without_secrets
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
@@ -47,6 +52,7 @@ from gateway.wire.sse import SSEUsageTap
 
 log = logging.getLogger("sieve.proxy")
 WRITE_FAILED = "the pruned body could not be written back in its format: forwarded as sent"
+SHADOW = "shadow mode: forwarded as sent; the decision is measured, not applied"
 
 
 @dataclass(slots=True)
@@ -89,11 +95,12 @@ class ChatProxy:
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
         hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded, call.format)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold,
-                               answer_chars=ingress.answer_chars)
+                               answer_chars=ingress.answer_chars,
+                               shadow_pending=outcome.cohort is Cohort.SHADOW and outcome.unpruned_reason == SHADOW)
         call.forwarded = True  # from here on, the accounting writes its access line
         self._open[id(record)] = record
         headers = sieve_headers(call.request_id, outcome, hold)
-        response = await self._forward(record, forwarded, headers)
+        response = await self._forward_then_decide(record, forwarded, headers)
         record.status = response.status
         if response.chunks is None:
             record.upstream_s = time.perf_counter() - record.upstream_started
@@ -111,6 +118,8 @@ class ChatProxy:
         reason = ingress.unpruned_reason(call.sent_body)
         if reason is not None:
             return await self._pruner.pass_through(call, reason)
+        if call.policy.mode is PolicyMode.SHADOW:
+            return await self._pruner.pass_through(call, SHADOW)  # decided beside the forward
         return await self._pruner.prune(call, await self._budget_target(call))
 
     async def _budget_target(self, call: ChatCall) -> int | None:
@@ -122,6 +131,17 @@ class ChatProxy:
         base = call.sieve.target_tokens or call.policy.target_tokens
         tightened = call.policy.tightened_target(base, left)
         return tightened if tightened != base else None
+
+    async def _forward_then_decide(self, record: RequestRecord, body: dict[str, Any],
+                                   headers: Mapping[str, str]) -> UpstreamResponse:
+        """The forward; for a shadow request, also its decision, started right behind it."""
+        if not record.shadow_pending:
+            return await self._forward(record, body, headers)
+        # Tasks run in the order they were scheduled: the forward reaches its first wait
+        # on I/O before the decision takes the loop.
+        forwarding = asyncio.ensure_future(self._forward(record, body, headers))
+        record.shadow_decision = self._deferred.spawn(self._decide_shadow(record.call))
+        return await forwarding
 
     async def _forward(self, record: RequestRecord, body: dict[str, Any],
                        headers: Mapping[str, str]) -> UpstreamResponse:
@@ -161,7 +181,27 @@ class ChatProxy:
     def _account(self, record: RequestRecord) -> None:
         """Hand a record to deferred accounting, once: a stream can end on several paths."""
         if self._open.pop(id(record), None) is not None:
-            self._deferred.spawn(self._accountant.finish(record))
+            self._deferred.spawn(self._finish(record))
+
+    async def _finish(self, record: RequestRecord) -> None:
+        """Accounting; a shadow request's once its decision is made (it ran beside the forward)."""
+        decision = record.shadow_decision
+        if decision is not None:
+            record.ended = time.perf_counter()  # the decision's remaining time is no overhead
+            # wait(), not await: a decision cancelled (at shutdown) must not skip the settlement.
+            await asyncio.wait({decision})
+            record.shadow = None if decision.cancelled() else decision.result()
+        await self._accountant.finish(record)
+
+    async def _decide_shadow(self, call: ChatCall) -> PruneOutcome | None:
+        """Shadow mode: the decision the request would have had (the conversation's frozen
+        plan read and saved as for a pruned request, so the shadow's own cache stability is
+        what gets measured); None when it failed (the request is accounted as a passthrough)."""
+        try:
+            return await self._pruner.prune(call, await self._budget_target(call))
+        except Exception as exc:  # noqa: BLE001 - the request is served; only the measurement is lost
+            log.exception("shadow decision failed (%s); accounted as a plain passthrough", type(exc).__name__)
+            return None
 
     async def _relay(self, response: UpstreamResponse, record: RequestRecord,
                      tap: SSEUsageTap) -> AsyncGenerator[bytes, None]:

@@ -25,12 +25,13 @@ import orjson
 
 from gateway.big_bodies import THREAD_THRESHOLD_BYTES, BigBodies
 from gateway.errors import Forbidden
+from gateway.pruning.cohort import cohort_of
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pipeline import PruneResult, prune
 from gateway.pruning.policy import OVERRIDES, Policy, Steering
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.tokens import TokenCounter, TokenCounters
-from gateway.pruning.vocabulary import Mode, Strategy
+from gateway.pruning.vocabulary import Cohort, Mode, Strategy
 from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
 from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
@@ -39,6 +40,7 @@ from gateway.wire.call import ChatCall
 from gateway.wire.headers import SieveHeaders
 
 log = logging.getLogger("sieve.pruner")
+CONTROL = "control group: this conversation is never pruned (policy control_share)"
 
 
 @dataclass(slots=True)
@@ -51,6 +53,7 @@ class PruneOutcome:
     scorer: ScorerRun | None = None           # the LLM scoring round, when one ran
     summary: SummaryRun | None = None         # summaries written for omitted spans
     unpruned_reason: str | None = None        # why the request was forwarded as it came, untouched
+    cohort: Cohort = Cohort.PRUNED            # the conversation's comparison group (gateway.pruning.cohort)
 
     @property
     def scorer_usd(self) -> float:
@@ -76,6 +79,9 @@ class Pruner:
         the request's own and is no client override."""
         check_overrides(call.sieve, call.policy)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
+        cohort = cohort_of(call.policy, key)
+        if cohort is Cohort.CONTROL:
+            return await self.pass_through(call, CONTROL)
         raw, failed = await self._load(key)
         state = FrozenPlan.from_bytes(raw) if raw else None
         # Read before the pipeline runs: a frozen replay moves the plan on to this request.
@@ -95,7 +101,7 @@ class Pruner:
         self._metrics.prune_seconds.observe(prune_s)
         if failed is not FailOpen.STATE_STORE and not await self._save(key, result, call.policy):
             failed = failed or FailOpen.STATE_STORE
-        return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run)
+        return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run, cohort=cohort)
 
     async def pass_through(self, call: ChatCall, reason: str, failed: FailOpen | None = None) -> PruneOutcome:
         """``call`` forwarded as it came, for ``reason`` (its history is kept at the provider, or
@@ -111,7 +117,8 @@ class Pruner:
         prune_s = time.perf_counter() - t0
         self._metrics.prune_seconds.observe(prune_s)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
-        return PruneOutcome(result, key, None, prune_s, failed, unpruned_reason=reason)
+        return PruneOutcome(result, key, None, prune_s, failed, unpruned_reason=reason,
+                            cohort=cohort_of(call.policy, key))
 
     async def _load(self, key: str) -> tuple[bytes | None, FailOpen | None]:
         """The conversation's stored plan, and the fail-open reason when the store failed."""

@@ -131,7 +131,11 @@ async def prune(request: Request) -> Response:
     report = outcome.result.report()
     report["request_id"] = call.request_id
     report["fail_open"] = outcome.failed
+    report["cohort"] = outcome.cohort
     report["format"] = fmt
+    if outcome.unpruned_reason is not None:  # one reason for the whole request (the control group)
+        for message in report["messages"]:
+            message["reason"] = outcome.unpruned_reason
     assert call.view is not None
     forwarded = adapter_for(fmt).write(call.sent_body, call.view, outcome.result)
     return Response(orjson.dumps({"request": forwarded, "report": report}),

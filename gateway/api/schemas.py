@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
 from gateway.pruning.policy import STRATEGIES
-from gateway.pruning.vocabulary import Action, Mode, Strategy
+from gateway.pruning.vocabulary import Action, Cohort, Mode, Strategy
 from gateway.telemetry.metrics import FailOpen
 from gateway.wire.chat import MAX_COMPLETION_TOKENS, WireLimits
 from gateway.wire.formats.view import WireFormat
@@ -235,6 +235,8 @@ class PruneReport(Wire):
     request_id: str = Field(pattern=REQUEST_ID)
     fail_open: FailOpen | None = Field(description="Why the request would be forwarded unpruned (a store or "
                                               "pruning failure), else null.")
+    cohort: Cohort = Field(description="The conversation's cohort: `pruned`, `control` (never pruned: "
+                                       "`control_share`) or `shadow` (a shadow policy: forwarded as sent).")
     format: WireFormat = Field(description="The body's wire format (`x-sieve-format`); the per-message entries "
                                            "count the messages of its chat view (a tool result each).")
     mode: Mode

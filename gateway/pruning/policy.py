@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from gateway.pruning.vocabulary import Strategy
+from gateway.pruning.vocabulary import PolicyMode, Strategy
 
 STRATEGIES = tuple(Strategy)  # what a policy file or x-sieve-strategy may name
 SCORERS = ("local", "llm", "hybrid")
 SCORER_FALLBACKS = ("local", "keep")
+POLICY_MODES = tuple(PolicyMode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,13 @@ class Policy:
     # questions) that stands in the marker's place, frozen like every decision.
     summaries: bool = False
     summary_max_tokens: int = 300
+    # Proving the savings on the org's own traffic (gateway.pruning.cohort). "shadow":
+    # every request is decided (frozen plans and all) but forwarded as it came; the
+    # decision is measured after the response. control_share: the share of
+    # conversations (by a hash of the conversation key) that is never pruned, the
+    # baseline the pruned (or shadow) cohort is compared with.
+    mode: PolicyMode = PolicyMode.PRUNE
+    control_share: float = 0.0
 
     def with_overrides(self, **changes) -> "Policy":
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -47,3 +47,18 @@ class Strategy(StrEnum):
     NONE = "none"            # prune nothing
     WINDOW = "window"        # the recent window, then older units newest first as room allows
     RELEVANCE = "relevance"  # score the older units and keep what matters to the task
+
+
+class PolicyMode(StrEnum):
+    """What a policy does with its decision (policy field ``mode``)."""
+
+    PRUNE = "prune"    # forward the decision
+    SHADOW = "shadow"  # forward the request as it came; the decision is only measured
+
+
+class Cohort(StrEnum):
+    """Which comparison group a conversation belongs to (``gateway.pruning.cohort``)."""
+
+    PRUNED = "pruned"    # its decisions are forwarded
+    CONTROL = "control"  # the policy's control share: never pruned, forwarded whole
+    SHADOW = "shadow"    # a shadow policy: decided, measured, forwarded whole

@@ -16,7 +16,18 @@ A line looks like (keys always present; ``request`` only with content)::
      "cost": {"priced": true, "counterfactual_usd": ..., "actual_usd": ..., "scorer_usd": ...,
               "net_usd": ..., ...token figures...} | null,
      "timings": {"prune_ms": 1.2, "scorer_ms": 0.0, "upstream_ms": 350.0, "overhead_ms": 2.0},
+     "cohort": "pruned" | "control" | "shadow" | null,
+     "shadow": {"mode": "epoch", "forwarded_tokens": 400, "saved_tokens": 500, "prefix_changed": true,
+                "priced": true, "billed_usd": ..., "would_be_usd": ..., "scorer_usd": ..., "net_usd": ...,
+                "would_be_prompt_tokens": ..., "would_be_cached_tokens": ...,
+                "would_be_cache_write_tokens": ...} | null,
      "request": {...original body...}}
+
+Under a shadow policy the request went out as it came: ``tokens`` are what was
+forwarded (nothing saved), ``decisions`` what the shadow decision would have
+done to each message, and ``shadow`` what it would have forwarded and saved
+(``gateway.telemetry.savings.shadow_savings``); ``sieve replay`` sums these
+lines without any content.
 
 Secrets never reach the file. Nothing in an ``AuditEntry`` holds headers,
 and before a line is written every mapping key that names a credential
@@ -50,7 +61,7 @@ from typing import Any, BinaryIO, Iterable, Mapping, Sequence
 import orjson
 
 from gateway.telemetry.redaction import redact
-from gateway.telemetry.savings import SavingsRecord
+from gateway.telemetry.savings import SavingsRecord, ShadowSavings
 
 __all__ = ["AuditEntry", "AuditLog", "MessageDecision", "Timings", "audit_record", "redact"]
 
@@ -92,6 +103,9 @@ class AuditEntry:
     include_content: bool = False  # the policy's opt-in
     secrets: Sequence[str] = ()  # literals to scrub (the client's key); never written
     route: str | None = None  # the route template it came by
+    cohort: str | None = None
+    shadow: ShadowSavings | None = None
+    shadow_mode: str | None = None  # the shadow decision's prune mode (epoch, frozen, ...)
 
 
 def audit_record(entry: AuditEntry) -> dict[str, Any]:
@@ -122,6 +136,8 @@ def audit_record(entry: AuditEntry) -> dict[str, Any]:
             "overhead_ms": entry.timings.overhead_ms,
         },
     }
+    record["cohort"] = entry.cohort
+    record["shadow"] = _shadow(entry.shadow, entry.shadow_mode)
     if entry.include_content and entry.request_body is not None:
         record["request"] = entry.request_body
     return record
@@ -185,6 +201,18 @@ def _cost(s: SavingsRecord | None) -> dict[str, Any] | None:
         "counterfactual_prompt_tokens": s.counterfactual_prompt_tokens,
         "counterfactual_cached_tokens": s.counterfactual_cached_tokens,
         "counterfactual_cache_write_tokens": s.counterfactual_cache_write_tokens,
+    }
+
+
+def _shadow(s: ShadowSavings | None, mode: str | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "mode": mode, "forwarded_tokens": s.forwarded_tokens, "saved_tokens": s.saved_tokens,
+        "prefix_changed": s.prefix_changed, "priced": s.priced, "billed_usd": s.billed_usd,
+        "would_be_usd": s.would_be_usd, "scorer_usd": s.scorer_usd, "net_usd": s.net_usd,
+        "would_be_prompt_tokens": s.would_be_prompt_tokens, "would_be_cached_tokens": s.would_be_cached_tokens,
+        "would_be_cache_write_tokens": s.would_be_cache_write_tokens,
     }
 
 

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gateway.pruning.vocabulary import Action
+from gateway.pruning.vocabulary import Action, Cohort
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -59,6 +59,12 @@ class UsageAnomaly(StrEnum):
 # sieve_units_total{action}: pruning's actions, and "summarised", which the dashboard shows beside them.
 UNIT_ACTIONS = (*(a.value for a in Action), "summarised")
 COST_KINDS = ("counterfactual", "actual", "scorer")
+# sieve_cohort_prompt_tokens_total{kind}: message tokens as received and as forwarded (Sieve's
+# count), prompt tokens the provider billed and, of those, read from its cache (its usage).
+COHORT_TOKEN_KINDS = ("original", "forwarded", "billed", "cached")
+COHORTS = tuple(Cohort)
+# Steps of a conversation (assistant turns in its history): 0 is a conversation's first request.
+STEP_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class Metrics:
@@ -116,6 +122,42 @@ class Metrics:
         self.usage_anomalies = Counter("sieve_usage_anomalies_total",
                                        "Provider usage figures charged as the reservation's estimate "
                                        "instead (junk or absurd).", ["reason"], registry=r)
+        self._cohort_metrics(r)
         self.budget_remaining = Gauge("sieve_budget_remaining_tokens",
                                       "Tokens left in a budget window, as last seen.",
                                       ["org", "window"], registry=r)
+
+    def _cohort_metrics(self, r: CollectorRegistry) -> None:
+        """Does pruning work? The same figures per cohort (pruned / control / shadow), and what
+        a shadow policy's decisions would have saved. Labels: org and cohort only (3 values)."""
+        self.cohort_requests = Counter("sieve_cohort_requests_total",
+                                       "Forwarded requests by cohort and outcome.",
+                                       ["org", "cohort", "outcome"], registry=r)
+        self.cohort_prompt_tokens = Counter(
+            "sieve_cohort_prompt_tokens_total",
+            "Prompt tokens by cohort: original, forwarded (message tokens), billed, cached (provider usage).",
+            ["org", "cohort", "kind"], registry=r)
+        self.cohort_cost_usd = Counter("sieve_cohort_cost_usd_total",
+                                       "Dollars billed by the provider (priced requests), by cohort.",
+                                       ["org", "cohort"], registry=r)
+        self.conversation_steps = Histogram(
+            "sieve_conversation_steps", "Assistant turns in each request's history (0: a conversation's first).",
+            ["org", "cohort"], buckets=STEP_BUCKETS, registry=r)
+        self.tool_calls = Counter("sieve_tool_calls_total",
+                                  "Tool calls of the model's newest turn in each request's history.",
+                                  ["org", "cohort"], registry=r)
+        self.repeat_tool_calls = Counter(
+            "sieve_repeat_tool_calls_total",
+            "Of those, calls with the same name and arguments as an earlier call of the conversation.",
+            ["org", "cohort"], registry=r)
+        self.shadow_prompt_tokens = Counter(
+            "sieve_shadow_prompt_tokens_total",
+            "Message tokens a shadow policy's decisions would have forwarded.", ["org", "model"], registry=r)
+        self.shadow_cost_usd = Counter(
+            "sieve_shadow_cost_usd_total",
+            "Dollars the shadow decisions' requests would have been billed (priced requests, cache pricing).",
+            ["org", "model"], registry=r)
+        self.shadow_prefix_changes = Counter(
+            "sieve_shadow_prefix_changes_total",
+            "Shadow decisions that would have changed the conversation's cached prefix.",
+            ["org"], registry=r)

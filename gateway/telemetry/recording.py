@@ -37,10 +37,13 @@ from typing import Any, Iterable, Mapping
 
 from gateway.errors import BodyTooLarge, BudgetExceeded, Forbidden, InvalidRequest, SieveError, StoreUnavailable, \
     TooManyAuthFailures, Unauthorized
+from gateway.pruning.vocabulary import Cohort
+from gateway.telemetry.conversation_signals import ConversationSignals
 from gateway.telemetry.metrics import OUTCOMES, UNIT_ACTIONS, Metrics, Outcome
-from gateway.telemetry.savings import SavingsRecord
+from gateway.telemetry.savings import SavingsRecord, ShadowSavings
 
-__all__ = ["OTHER", "NOT_FORWARDED", "LabelBounds", "RequestFigures", "RequestRecorder", "record_request"]
+__all__ = ["OTHER", "NOT_FORWARDED", "CohortFigures", "LabelBounds", "RequestFigures", "RequestRecorder",
+           "record_request"]
 
 OTHER = "other"
 NOT_FORWARDED = frozenset({Outcome.CLIENT_ERROR, Outcome.BUDGET_REJECTED, Outcome.FAIL_CLOSED,
@@ -92,6 +95,19 @@ class _Bounded:
 
 
 @dataclass(slots=True)
+class CohortFigures:
+    """What a forwarded request adds to its cohort's comparison (``sieve_cohort_*``, steps,
+    tool calls) and, under a shadow policy, what its decision would have saved."""
+
+    cohort: Cohort
+    signals: ConversationSignals = field(default_factory=ConversationSignals)
+    billed_prompt_tokens: int = 0   # the provider's usage (0 without one)
+    cached_tokens: int = 0
+    billed_usd: float | None = None  # None: not priced
+    shadow: ShadowSavings | None = None
+
+
+@dataclass(slots=True)
 class RequestFigures:
     """What one request moves on the metrics (label values unbounded yet)."""
 
@@ -107,6 +123,7 @@ class RequestFigures:
     scorer_s: float | None = None
     upstream_s: float | None = None
     overhead_s: float | None = None
+    cohort: CohortFigures | None = None  # a forwarded request's cohort figures
 
 
 class RequestRecorder:
@@ -162,6 +179,30 @@ def record_request(metrics: Metrics, bounds: LabelBounds, figures: RequestFigure
                                (metrics.overhead_seconds, figures.overhead_s)):
         if seconds is not None:
             histogram.observe(max(seconds, 0.0))
+    if figures.cohort is not None and figures.outcome not in NOT_FORWARDED:
+        _record_cohort(metrics, org, model, figures)
+
+
+def _record_cohort(metrics: Metrics, org: str, model: str, figures: RequestFigures) -> None:
+    c = figures.cohort
+    assert c is not None
+    cohort = Cohort(c.cohort)  # a label outside the vocabulary is a bug: ValueError
+    metrics.cohort_requests.labels(org=org, cohort=cohort, outcome=figures.outcome).inc()
+    for kind, tokens in (("original", figures.original_tokens), ("forwarded", figures.forwarded_tokens),
+                         ("billed", c.billed_prompt_tokens), ("cached", c.cached_tokens)):
+        metrics.cohort_prompt_tokens.labels(org=org, cohort=cohort, kind=kind).inc(max(tokens, 0))
+    if c.billed_usd is not None:
+        metrics.cohort_cost_usd.labels(org=org, cohort=cohort).inc(max(c.billed_usd, 0.0))
+    metrics.conversation_steps.labels(org=org, cohort=cohort).observe(c.signals.steps)
+    metrics.tool_calls.labels(org=org, cohort=cohort).inc(c.signals.tool_calls)
+    metrics.repeat_tool_calls.labels(org=org, cohort=cohort).inc(c.signals.repeated_tool_calls)
+    shadow = c.shadow
+    if shadow is not None:
+        metrics.shadow_prompt_tokens.labels(org=org, model=model).inc(max(shadow.forwarded_tokens, 0))
+        if shadow.priced:
+            metrics.shadow_cost_usd.labels(org=org, model=model).inc(max(shadow.would_be_usd, 0.0))
+        if shadow.prefix_changed:
+            metrics.shadow_prefix_changes.labels(org=org).inc()
 
 
 def _record_costs(metrics: Metrics, org: str, model: str, savings: SavingsRecord) -> None:

@@ -56,7 +56,8 @@ from typing import Sequence
 from gateway.telemetry.pricing import PriceBook, price_usage
 from gateway.telemetry.usage import Usage
 
-__all__ = ["OriginalPrompt", "SavingsRecord", "cached_prefix_messages", "savings_for_request"]
+__all__ = ["OriginalPrompt", "SavingsRecord", "ShadowSavings", "cached_prefix_messages", "savings_for_request",
+           "shadow_savings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,3 +182,70 @@ def _unpriced(model: str, original_tokens: int, forwarded_tokens: int, usage: Us
         counterfactual_prompt_tokens=0, counterfactual_cached_tokens=0,
         counterfactual_cache_write_tokens=0, counterfactual_usd=0.0, actual_usd=0.0,
         scorer_usd=scorer_usd, net_usd=-scorer_usd)
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowSavings:
+    """What a shadow decision would have saved on a request forwarded as it came.
+
+    The request really billed (``billed_usd``) is the unpruned one; ``would_be_usd`` is
+    the pruned request's bill derived from that usage (``shadow_savings`` states how),
+    so ``net_usd = billed − would_be − scorer`` is the saving pruning would have made."""
+
+    priced: bool
+    forwarded_tokens: int   # message tokens the decision would have forwarded
+    saved_tokens: int
+    prefix_changed: bool    # the decision rewrote history the previous forward had sent
+    billed_usd: float
+    would_be_usd: float
+    scorer_usd: float
+    would_be_prompt_tokens: int
+    would_be_cached_tokens: int
+    would_be_cache_write_tokens: int
+
+    @property
+    def net_usd(self) -> float:
+        return self.billed_usd - self.would_be_usd - self.scorer_usd
+
+
+def shadow_savings(prices: PriceBook, *, model: str, original_tokens: int, forwarded_tokens: int,
+                   usage: Usage | None, prefix_changed: bool, scorer_usd: float = 0.0) -> ShadowSavings:
+    """The pruned request's bill, derived from the unpruned request's real usage.
+
+    The mirror of the counterfactual above, and like it leaning against pruning, so the
+    saving is a lower bound:
+
+    - prompt = the billed prompt less the tokens the decision removes;
+    - cache reads = none when the decision changed the cached prefix (an epoch: the
+      provider's cache of the previous forward stops at the first changed message,
+      so the system prompt's hit is not counted either); otherwise the real reads less
+      every removed token, as if all of them came out of the cached part;
+    - cache writes (only when the client caches, i.e. the real request wrote some) =
+      the real writes plus the reads the pruned request loses, at most its uncached part;
+      long-lived writes as many as the real request's;
+    - completion = the real completion (same answer assumed).
+    """
+    saved = max(original_tokens - forwarded_tokens, 0)
+    scorer_usd = max(float(scorer_usd), 0.0)
+    price = prices.lookup(model)
+    if price is None or usage is None:
+        return ShadowSavings(False, forwarded_tokens, saved, prefix_changed, 0.0, 0.0, scorer_usd, 0, 0, 0)
+    would_be = _pruned_usage(usage, saved, prefix_changed)
+    return ShadowSavings(
+        priced=True, forwarded_tokens=forwarded_tokens, saved_tokens=saved, prefix_changed=prefix_changed,
+        billed_usd=price_usage(price, usage).total_usd, would_be_usd=price_usage(price, would_be).total_usd,
+        scorer_usd=scorer_usd, would_be_prompt_tokens=would_be.prompt_tokens,
+        would_be_cached_tokens=would_be.cached_read_tokens, would_be_cache_write_tokens=would_be.cache_write_tokens)
+
+
+def _pruned_usage(usage: Usage, saved: int, prefix_changed: bool) -> Usage:
+    """The usage of the request the decision would have forwarded (rules in ``shadow_savings``)."""
+    prompt = max(usage.prompt_tokens - saved, 0)
+    cached = 0 if prefix_changed else min(max(usage.cached_read_tokens - saved, 0), prompt)
+    write = 0
+    if usage.cache_write_tokens > 0:
+        write = min(usage.cache_write_tokens + usage.cached_read_tokens - cached, prompt - cached)
+    hour = min(usage.cache_write_1h_tokens, write)
+    half_day = min(usage.cache_write_12h_tokens, write - hour)
+    return Usage(prompt_tokens=prompt, completion_tokens=usage.completion_tokens, cached_read_tokens=cached,
+                 cache_write_tokens=write, cache_write_1h_tokens=hour, cache_write_12h_tokens=half_day)
