@@ -178,8 +178,9 @@ def _restore_masked(d: _Decision, room: int) -> bool:
     Selection masks bulky output that would fit, and shedding the window masks
     whole units until the excess is gone, overshooting by up to one unit: the
     room left over is tokens the client allowed and nothing uses. A masked output
-    is exact text the next step may copy (a line, a number), so it goes back
-    whole, best scored and newest first. Only units decided now: earlier epochs'
+    is exact text the next step may copy (a line, a number), so it goes back whole,
+    in selection's order (best scored, most relevant, newest first; the window's
+    units, which carry no score, first). Only units decided now: earlier epochs'
     masks and the settled prefix stay as the provider cached them. Markers do not
     move (a masked unit has none). Only when the budget is the target itself: below
     a low-water mark the room is headroom the next steps grow into before another
@@ -189,7 +190,8 @@ def _restore_masked(d: _Decision, room: int) -> bool:
     conv, forced = d.task.conversation, d.forced
     masked = [i for i, a in d.actions.items() if a == MASKED and i not in forced and i in d.protection.masked_cost
               and not (i == d.protection.last and d.protection.squeezed_tokens is not None)]
-    masked.sort(key=lambda i: (-(d.scores[i].score if i in d.scores else 5), -i))
+    window = UnitScore(5, 1.0, "")
+    masked.sort(key=lambda i: (-d.scores.get(i, window).score, -d.scores.get(i, window).relevance, -i))
     restored = False
     for i in masked:
         extra = conv.units[i].tokens - d.protection.masked_cost[i]
