@@ -11,7 +11,9 @@ full form if it fits, else masked if it can be and that fits, else dropped:
    later steps reuse), other units only when ``fill_budget`` leaves room.
 
 Old bulky tool outputs below the keep threshold are masked even when they would
-fit: the cheapest big win on agent traffic.
+fit: the cheapest big win on agent traffic. (A one-shot decision gives them back
+whole afterwards while the target's leftover room holds them:
+``decision._restore_masked``.)
 """
 
 from __future__ import annotations
