@@ -52,6 +52,8 @@ from gateway.wire.sse import SSEUsageTap
 
 log = logging.getLogger("sieve.proxy")
 WRITE_FAILED = "the pruned body could not be written back in its format: forwarded as sent"
+# Far below any provider's time to answer, above the loop turns a request takes to be written.
+SHADOW_HEAD_START_S = 0.002
 SHADOW = "shadow mode: forwarded as sent; the decision is measured, not applied"
 
 
@@ -198,6 +200,9 @@ class ChatProxy:
         plan read and saved as for a pruned request, so the shadow's own cache stability is
         what gets measured); None when it failed (the request is accounted as a passthrough)."""
         try:
+            # The forward's body is written by a task aiohttp schedules after this one, and a
+            # decision is milliseconds of CPU: let the request reach the wire first.
+            await asyncio.sleep(SHADOW_HEAD_START_S)
             return await self._pruner.prune(call, await self._budget_target(call))
         except Exception as exc:  # noqa: BLE001 - the request is served; only the measurement is lost
             log.exception("shadow decision failed (%s); accounted as a plain passthrough", type(exc).__name__)
