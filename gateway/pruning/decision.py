@@ -160,44 +160,8 @@ def _forwarded(d: _Decision) -> Assembled:
         markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded, room,
                                    request.counter)
         done = _assembled(d, markers)
-    if d.task.budget >= request.target_tokens:
-        before = dict(d.actions)
-        if _restore_masked(d, d.task.budget - done.target_rule_tokens):
-            restored = _assembled(d, markers)
-            if restored.target_rule_tokens <= d.task.budget:
-                done = restored
-            else:  # a count that does not add up per unit: the masks stand
-                d.actions = before
     check_no_new_problems(d.task.conversation.messages, done.forwarded)
     return done
-
-
-def _restore_masked(d: _Decision, room: int) -> bool:
-    """Masked units given back whole while the room the budget leaves holds them.
-
-    Selection masks bulky output that would fit, and shedding the window masks
-    whole units until the excess is gone, overshooting by up to one unit: the
-    room left over is tokens the client allowed and nothing uses. A masked output
-    is exact text the next step may copy (a line, a number), so it goes back whole,
-    in selection's order (best scored, most relevant, newest first; the window's
-    units, which carry no score, first). Only units decided now: earlier epochs'
-    masks and the settled prefix stay as the provider cached them. Markers do not
-    move (a masked unit has none). Only when the budget is the target itself: below
-    a low-water mark the room is headroom the next steps grow into before another
-    epoch, and filling it would bring that epoch (and a cache break) sooner."""
-    if room <= 0:
-        return False
-    conv, forced = d.task.conversation, d.forced
-    masked = [i for i, a in d.actions.items() if a == MASKED and i not in forced and i in d.protection.masked_cost
-              and not (i == d.protection.last and d.protection.squeezed_tokens is not None)]
-    window = UnitScore(5, 1.0, "")
-    masked.sort(key=lambda i: (-d.scores.get(i, window).score, -d.scores.get(i, window).relevance, -i))
-    restored = False
-    for i in masked:
-        extra = conv.units[i].tokens - d.protection.masked_cost[i]
-        if extra <= room:
-            d.actions[i], room, restored = KEPT, room - extra, True
-    return restored
 
 
 def _markers(d: _Decision) -> tuple[dict[int, dict[str, Any]], list[int]]:

@@ -11,9 +11,7 @@ full form if it fits, else masked if it can be and that fits, else dropped:
    later steps reuse), other units only when ``fill_budget`` leaves room.
 
 Old bulky tool outputs below the keep threshold are masked even when they would
-fit: the cheapest big win on agent traffic. (A one-shot decision gives them back
-whole afterwards while the target's leftover room holds them:
-``decision._restore_masked``.)
+fit: the cheapest big win on agent traffic.
 """
 
 from __future__ import annotations
