@@ -1,0 +1,216 @@
+"""Reversible pruning through the real gateway: the model calls ``sieve_expand`` with a ref from a
+marker, Sieve answers it from the client's history and asks the fake provider again; the client
+gets the final answer only, budgets and savings count every round, and the exchange stays pinned
+in the conversation's later requests.
+
+The fake provider is a real aiohttp server (tests.fake_providers) scripted with the tool call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.pruning.expansion import NOT_AVAILABLE, TOOL_NAME
+from gateway.pruning.messages import fingerprint
+from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost, price_usage
+from gateway.telemetry.usage import usage_from_provider
+from tests.conversations import agent_history
+from tests.fake_providers import FakeProviders, Reply
+from tests.gateway_server import GatewayServer
+from tests.integration.budget_helpers import ADMIN_KEY, admin_headers, org_counter
+from tests.integration.conftest import format_settings
+from tests.support import openai_client, read_jsonl
+
+MODEL = "gpt-4o-mini"
+PRUNING = "strategy: window\nmin_prompt_tokens: 0\nmin_messages: 0\ntarget_tokens: 1500\n"
+KEYS = ({"key": "sk-expand", "org": "expand"}, {"key": "sk-plain", "org": "plain"})
+BUDGETS = {"orgs": {"expand": {"day": 10_000_000}, "plain": {"day": 10_000_000}}}
+ROUND_1 = {"prompt_tokens": 1500, "completion_tokens": 20, "total_tokens": 1520}
+ROUND_2 = {"prompt_tokens": 2600, "completion_tokens": 40, "total_tokens": 2640}
+REF = re.compile(r"ref ([0-9a-f]{8})")
+
+
+@pytest.fixture(scope="module")
+def gateway(providers_server: FakeProviders, tmp_path_factory) -> Iterator[GatewayServer]:
+    folder = tmp_path_factory.mktemp("policies")
+    (folder / "default.yaml").write_text(PRUNING)
+    (folder / "expand.yaml").write_text(PRUNING + "expand_tool: true\nexpand_max_rounds: 2\n")
+    audit = tmp_path_factory.mktemp("audit") / "audit.jsonl"
+    settings = format_settings(providers_server, policies_dir=folder, org_policies={"expand": "expand"},
+                               admin_key=ADMIN_KEY, budgets=BUDGETS, virtual_keys=KEYS, audit_log=str(audit))
+    with GatewayServer(settings) as gw:
+        gw.audit_path = audit
+        yield gw
+
+
+def metric(gw: GatewayServer, name: str, **labels: str) -> float:
+    gw.wait_idle()
+    text = httpx.get(gw.base_url + "/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return s.value
+    return 0.0
+
+
+def day_used(gw: GatewayServer, org: str) -> int:
+    gw.wait_idle()
+    response = gw.get(f"/admin/usage/{org}", headers=admin_headers())
+    assert response.status_code == 200, response.text
+    return int(org_counter(response.json()["counters"], f"org:{org}:day")["used"])
+
+
+def expand_call(ref: str, call_id: str = "call_sieve_1") -> dict[str, Any]:
+    return {"id": call_id, "type": "function",
+            "function": {"name": TOOL_NAME, "arguments": json.dumps({"refs": [ref]})}}
+
+
+def omission_ref(forwarded: dict[str, Any], history: list[dict[str, Any]]) -> tuple[str, list[dict]]:
+    """The ref an omission marker of the forwarded body names, and the original message it starts at."""
+    for m in forwarded["messages"]:
+        content = m.get("content")
+        if isinstance(content, str) and content.startswith("[sieve: some earlier messages omitted"):
+            ref = REF.search(content).group(1)
+            return ref, [h for h in history if fingerprint(h).startswith(ref)]
+    raise AssertionError("no omission marker forwarded")
+
+
+def first_round(gw: GatewayServer, providers: FakeProviders, conversation: str,
+                history: list[dict[str, Any]]) -> tuple[str, dict]:
+    """A pruned request (plain answer); the ref of its omission marker and the original it starts at."""
+    providers.enqueue(Reply(content="ok"))
+    openai_client(gw, "sk-expand", headers={"x-sieve-conversation-id": conversation}).chat.completions.create(
+        model=MODEL, messages=history)
+    forwarded = providers.requests[-1].json
+    assert forwarded["tools"][-1]["function"]["name"] == TOOL_NAME
+    ref, originals = omission_ref(forwarded, history)
+    assert len(originals) == 1
+    return ref, originals[0]
+
+
+def continued(history: list[dict[str, Any]], *turns: str) -> list[dict[str, Any]]:
+    out = list(history)
+    for answer in turns:
+        out += [{"role": "assistant", "content": answer}, {"role": "user", "content": "and then?"}]
+    return out
+
+
+def test_chat_expand_round_answers_from_the_history_and_the_client_sees_the_final_answer(gateway, providers):
+    history = agent_history(12)
+    ref, original = first_round(gateway, providers, "chat-json", history)
+    assert original["role"] == "assistant" and original["tool_calls"]  # the span starts at a call
+    used_before, expanded_before = day_used(gateway, "expand"), metric(gateway, "sieve_expand_total",
+                                                                        outcome="expanded")
+    n_before = len(providers.requests)
+    providers.enqueue(Reply(tool_calls=[expand_call(ref)], usage=ROUND_1),
+                      Reply(content="The lamp is sku 700001.", usage=ROUND_2))
+    second = continued(history, "ok")
+    answer = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-json"}) \
+        .chat.completions.create(model=MODEL, messages=second)
+    assert answer.choices[0].message.content == "The lamp is sku 700001."
+    assert not answer.choices[0].message.tool_calls and answer.choices[0].finish_reason == "stop"
+    asked = [r.json for r in providers.requests[n_before:]]
+    assert len(asked) == 2
+    call_turn, result = asked[1]["messages"][-2:]
+    assert asked[1]["messages"][:-2] == asked[0]["messages"]  # the round appends, never rewrites
+    assert call_turn["tool_calls"][0]["function"]["name"] == TOOL_NAME
+    assert result["role"] == "tool" and result["tool_call_id"] == "call_sieve_1"
+    # The original content of the omitted span: the call that started it and its output.
+    order_id = json.loads(original["tool_calls"][0]["function"]["arguments"])["order_id"]
+    assert order_id in result["content"] and "notes lorem ipsum" in result["content"]
+    assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
+    assert metric(gateway, "sieve_expand_total", outcome="expanded") == expanded_before + 1
+    line = read_jsonl(gateway.audit_path)[-1]
+    assert line["expand"] == {"refs": [ref], "rounds": 1}
+    price = PriceBook(load_litellm_model_cost()).lookup(MODEL)
+    both = sum(price_usage(price, usage_from_provider(u)).total_usd for u in (ROUND_1, ROUND_2))
+    assert line["cost"]["actual_usd"] == pytest.approx(both, rel=1e-9)
+
+    # Pinned: the next request carries the exchange where it was made, before the final answer.
+    providers.enqueue(Reply(content="done"))
+    third = continued(history, "ok", "The lamp is sku 700001.")
+    openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-json"}).chat.completions.create(
+        model=MODEL, messages=third)
+    forwarded = providers.requests[-1].json["messages"]
+    at = next(i for i, m in enumerate(forwarded) if m.get("content") == "The lamp is sku 700001.")
+    assert forwarded[at - 2:at] == [call_turn, result]
+    assert forwarded[:at] == asked[1]["messages"]  # the provider's cached prefix of round 2 holds
+
+
+def test_unknown_ref_gets_not_available_and_a_policy_without_the_tool_forwards_none(gateway, providers):
+    history = agent_history(12)
+    first_round(gateway, providers, "chat-unknown", history)
+    before = metric(gateway, "sieve_expand_total", outcome="not_available")
+    n_before = len(providers.requests)
+    providers.enqueue(Reply(tool_calls=[expand_call("deadbeef")]), Reply(content="fine"))
+    answer = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-unknown"}) \
+        .chat.completions.create(model=MODEL, messages=continued(history, "ok"))
+    assert answer.choices[0].message.content == "fine"
+    assert NOT_AVAILABLE in providers.requests[-1].json["messages"][-1]["content"]
+    assert len(providers.requests) - n_before == 2
+    assert metric(gateway, "sieve_expand_total", outcome="not_available") == before + 1
+
+    providers.enqueue(Reply(content="ok"))
+    openai_client(gateway, "sk-plain").chat.completions.create(model=MODEL, messages=history)
+    plain = providers.requests[-1].json
+    assert "tools" not in plain
+    markers = [m["content"] for m in plain["messages"] if str(m.get("content")).startswith("[sieve: some")]
+    assert markers and all("ref " not in m for m in markers)  # marker text as without the tool
+
+
+def test_rounds_are_bounded_and_the_last_call_is_removed_from_the_answer(gateway, providers):
+    history = agent_history(12)
+    ref, _ = first_round(gateway, providers, "chat-limit", history)
+    before = metric(gateway, "sieve_expand_total", outcome="limit")
+    n_before = len(providers.requests)
+    client_call = {"id": "call_client", "type": "function",
+                   "function": {"name": "get_order_details", "arguments": "{}"}}
+    providers.enqueue(*(Reply(tool_calls=[expand_call(ref, f"call_s{i}")]) for i in range(2)),
+                      Reply(tool_calls=[expand_call(ref, "call_s9"), client_call]))
+    answer = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-limit"}) \
+        .chat.completions.create(model=MODEL, messages=continued(history, "ok"))
+    assert len(providers.requests) - n_before == 3  # the first answer and two more rounds
+    calls = answer.choices[0].message.tool_calls
+    assert [c.id for c in calls] == ["call_client"] and answer.choices[0].finish_reason == "tool_calls"
+    assert metric(gateway, "sieve_expand_total", outcome="limit") == before + 1
+
+
+def test_chat_stream_holds_the_expand_round_and_relays_the_final_one(gateway, providers):
+    history = agent_history(12)
+    ref, original = first_round(gateway, providers, "chat-stream", history)
+    used_before = day_used(gateway, "expand")
+    n_before = len(providers.requests)
+    providers.enqueue(Reply(tool_calls=[expand_call(ref)], usage=ROUND_1),
+                      Reply(content="streamed final", chunks=["streamed ", "final"], usage=ROUND_2))
+    client = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-stream"})
+    chunks = list(client.chat.completions.create(model=MODEL, messages=continued(history, "ok"), stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "streamed final"
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    asked = [r.json for r in providers.requests[n_before:]]
+    assert len(asked) == 2 and asked[1]["stream"] is True
+    order_id = json.loads(original["tool_calls"][0]["function"]["arguments"])["order_id"]
+    assert order_id in asked[1]["messages"][-1]["content"]
+    assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
+    assert read_jsonl(gateway.audit_path)[-1]["expand"] == {"refs": [ref], "rounds": 1}
+
+
+def test_chat_stream_without_the_tool_call_is_relayed_as_it_came(gateway, providers):
+    history = agent_history(12)
+    first_round(gateway, providers, "chat-stream-plain", history)
+    client_call = {"id": "call_client", "type": "function",
+                   "function": {"name": "get_order_details", "arguments": "{\"order_id\": \"#W1\"}"}}
+    providers.enqueue(Reply(tool_calls=[client_call]))
+    client = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-stream-plain"})
+    n_before = len(providers.requests)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=continued(history, "ok"), stream=True))
+    names = [tc.function.name for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or ()
+             if tc.function and tc.function.name]
+    assert names == ["get_order_details"] and len(providers.requests) - n_before == 1
