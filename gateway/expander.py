@@ -45,17 +45,16 @@ from gateway.accounting import RequestRecord
 from gateway.budget_guard import BudgetGuard
 from gateway.errors import BudgetExceeded
 from gateway.pruner import PruneOutcome
-from gateway.pruning.expansion import TOOL_NAME, Expandable, expandable, refs_of_call, restore
+from gateway.pruning.expansion import Expandable, expandable, refs_of_call, restore
 from gateway.pruning.tokens import TokenCounters
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import ExpandOutcome, Metrics
 from gateway.upstream.base import UpstreamResponse
 from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
-from gateway.wire.expand_tool import CHAT_TOOL, ChatAnswer, chat_answer, chat_exchange, chat_stream_frames, \
-    with_tool, without_expand_calls
+from gateway.telemetry.usage import usage_from_provider
+from gateway.wire.expand_tool import CODECS, Codec, EventReader, ToolAnswer, tool_definition, with_tool
 from gateway.wire.formats import WireFormat
-from gateway.wire.sse import SSEUsageTap
 
 log = logging.getLogger("sieve.expander")
 KEY_SUFFIX = "|expand"
@@ -89,7 +88,7 @@ class Expander:
     async def open(self, call: ChatCall, outcome: PruneOutcome) -> Session | None:
         """The request's session, its markers decorated and its pins put back (module
         docstring); None when the tool is off or has no place in this request."""
-        if not call.policy.expand_tool or call.format is not WireFormat.CHAT or outcome.unpruned_reason:
+        if not call.policy.expand_tool or outcome.unpruned_reason:
             return None
         result = outcome.result
         found = expandable(result)
@@ -100,9 +99,11 @@ class Expander:
         session = Session(call, outcome, found, key, list(record.get("pins") or ()), bool(record.get("tool")))
         counter = self._counters.for_model(call.body["model"])
         before = sum(counter.model_tokens(m) for m in result.request.get("messages") or ())
-        messages = _with_pins(found.messages, result.sources, result.state.fingerprints, session.pins)
+        messages = found.messages
+        if call.format is WireFormat.CHAT:  # the other formats' adapters write no pinned exchange yet
+            messages = _with_pins(messages, result.sources, result.state.fingerprints, session.pins)
         result.request = {**result.request, "messages": messages}
-        tool_tokens = counter.count_text(orjson.dumps(CHAT_TOOL).decode())
+        tool_tokens = counter.count_text(orjson.dumps(tool_definition(call.format)).decode())
         result.forwarded_tokens += sum(counter.model_tokens(m) for m in messages) - before + tool_tokens
         if not session.had_tool:
             await self._save(session)
@@ -117,61 +118,57 @@ class Expander:
         """The answer the client gets: the provider's, after Sieve's own rounds (module docstring)."""
         if session is None:
             return response
+        codec = CODECS[session.call.format]
         rounds = 0
         while response.status == 200:
-            response, answer, usage = await _read_answer(response)
-            if answer is None or not answer.expand_calls:
+            response, answer = await _read_answer(codec, response)
+            if answer is None or not answer.calls:
                 break
             if rounds >= session.call.policy.expand_max_rounds:
-                return self._removed(answer, usage, response, ExpandOutcome.LIMIT)
-            await self._settle_round(record, usage)
-            body = {**body, "messages": [*body["messages"], *self._exchange(session, answer)]}
+                return self._removed(codec, answer, response, ExpandOutcome.LIMIT)
+            await self._settle_round(record, answer.payload)
+            body = codec.exchange(body, answer, self._results(session, answer))
             try:
                 record.hold = await self._budgets.reserve(session.call, 0, body, session.call.format)
             except BudgetExceeded:
                 record.hold = None
-                return self._removed(answer, None, response, ExpandOutcome.BUDGET)
+                return self._removed(codec, answer, response, ExpandOutcome.BUDGET)
             rounds += 1
             response = await send(body)
         record.expand_refs = list(session.refs_asked)
-        if rounds:
+        if rounds and session.call.format is WireFormat.CHAT:
             await self._pin(session, body)
         return response
 
-    def _exchange(self, session: Session, answer: ChatAnswer) -> list[dict[str, Any]]:
-        """The call and its results, answered from the client's history."""
+    def _results(self, session: Session, answer: ToolAnswer) -> list[str]:
+        """The calls' results, answered from the client's history."""
         results = []
-        for call in answer.expand_calls:
-            refs = refs_of_call((call.get("function") or {}).get("arguments"))
+        for call in answer.calls:
+            refs = refs_of_call(call.arguments)
             session.refs_asked.extend(refs)
             text, found = restore(refs, session.expandable.refs, session.call.body["messages"])
             outcome = ExpandOutcome.EXPANDED if refs and found == len(refs) else ExpandOutcome.NOT_AVAILABLE
             self._metrics.expand.labels(outcome=outcome).inc()
             results.append(text)
-        return chat_exchange(answer, results)
+        return results
 
-    def _removed(self, answer: ChatAnswer, payload: dict[str, Any] | None, response: UpstreamResponse,
+    def _removed(self, codec: Codec, answer: ToolAnswer, response: UpstreamResponse,
                  outcome: ExpandOutcome) -> UpstreamResponse:
-        """The answer with Sieve's calls taken out (no further round is possible)."""
-        self._metrics.expand.labels(outcome=outcome).inc(len(answer.expand_calls))
-        stream = response.chunks is not None
-        whole = payload if payload is not None and not stream else {
-            "choices": [{"index": 0, "message": answer.message, "finish_reason": "tool_calls"}]}
-        body = without_expand_calls(whole)
-        if not stream:
-            return UpstreamResponse(response.status, response.headers, body=body)
-        usage = payload.get("usage") if isinstance(payload, dict) else None
-        return UpstreamResponse(response.status, response.headers, chunks=_replay(chat_stream_frames(body, usage),
-                                                                                  _nothing()))
+        """The answer with Sieve's calls taken out (no further round is possible); a held
+        stream is sent as the events of that whole answer."""
+        self._metrics.expand.labels(outcome=outcome).inc(len(answer.calls))
+        payload = codec.without(answer.payload)
+        if response.chunks is None:
+            return UpstreamResponse(response.status, response.headers, body=orjson.dumps(payload))
+        return UpstreamResponse(response.status, response.headers, chunks=_replay(codec.frames(payload), _nothing()))
 
-    async def _settle_round(self, record: RequestRecord, payload: dict[str, Any] | None) -> None:
+    async def _settle_round(self, record: RequestRecord, payload: dict[str, Any]) -> None:
         """The round just answered, settled at its usage (its estimate when it reported none)."""
-        usage = payload.get("usage") if isinstance(payload, dict) else None
-        tokens = None
-        if isinstance(usage, dict) and usage_is_readable(usage):
-            tokens = int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
-            record.expand_usage.append(usage)
-        await self._budgets.settle(record.hold, tokens)
+        raw = payload.get("usage")
+        usage = usage_from_provider(raw) if usage_is_readable(raw) else None
+        if usage is not None:
+            record.expand_usage.append(raw)
+        await self._budgets.settle(record.hold, usage.prompt_tokens + usage.completion_tokens if usage else None)
 
     async def _pin(self, session: Session, body: dict[str, Any]) -> None:
         """Keep this request's expansion exchanges for the conversation's later requests."""
@@ -219,49 +216,37 @@ def _with_pins(messages: list[dict[str, Any]], sources: list[int], fingerprints:
     return out
 
 
-async def _read_answer(response: UpstreamResponse) -> tuple[UpstreamResponse, ChatAnswer | None, Any]:
+async def _read_answer(codec: Codec, response: UpstreamResponse) -> tuple[UpstreamResponse, ToolAnswer | None]:
     """The answer's calls: a whole body parsed; a stream read up to its first telling event
-    (Sieve's call named first: read to the end). Returns the response to go on with
-    (a stream's bytes read so far put back in front), the answer (None: not Sieve's call)
-    and its payload (the body, or the usage a held stream reported)."""
+    (Sieve's call named first: read to the end). Returns the response to go on with (a
+    stream's bytes read so far put back in front) and the answer (None: not Sieve's call)."""
     if response.chunks is None:
         try:
-            payload = orjson.loads(response.body or b"")
+            return response, codec.answer(orjson.loads(response.body or b""))
         except orjson.JSONDecodeError:
-            return response, None, None
-        return response, chat_answer(payload), payload
-    return await _read_stream(response)
-
-
-async def _read_stream(response: UpstreamResponse) -> tuple[UpstreamResponse, ChatAnswer | None, Any]:
-    assert response.chunks is not None
+            return response, None
     chunks = response.chunks.__aiter__()
     held: list[bytes] = []
-    reader = _ChatDeltas()
-    async for chunk in _until(chunks, held, reader):
+    events = EventReader(codec.stream())
+    async for chunk in _until(chunks, events):
         held.append(chunk)
-    if reader.decided is not True:
+    if events.reader.decided is not True:
         return UpstreamResponse(response.status, response.headers, chunks=_replay(held, chunks),
-                                release=response.release), None, None
-    tap = SSEUsageTap(strip_usage_chunk=False)
-    for chunk in held:
-        tap.feed(chunk)
+                                release=response.release), None
     async for chunk in chunks:
-        reader.feed(chunk)
-        tap.feed(chunk)
-    tap.flush()
+        events.feed(chunk)
     _release(response)
-    return response, reader.answer(), {"usage": tap.usage} if tap.usage else None
+    return response, codec.answer(events.reader.payload())
 
 
-async def _until(chunks: AsyncIterator[bytes], held: list[bytes], reader: "_ChatDeltas") -> AsyncIterator[bytes]:
+async def _until(chunks: AsyncIterator[bytes], events: EventReader) -> AsyncIterator[bytes]:
     """The stream's chunks up to (and with) the one that decides whose answer it is."""
-    while reader.decided is None:
+    while events.reader.decided is None:
         try:
             chunk = await chunks.__anext__()
         except StopAsyncIteration:
             return
-        reader.feed(chunk)
+        events.feed(chunk)
         yield chunk
 
 
@@ -283,48 +268,3 @@ def _release(response: UpstreamResponse) -> None:
             response.release.release()
         except Exception:  # noqa: BLE001 - closing a finished connection
             pass
-
-
-class _ChatDeltas:
-    """A Chat Completions stream's first choice, assembled from its deltas; ``decided``:
-    None until an event names a tool or carries text, then whether Sieve's tool came first."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-        self.decided: bool | None = None
-        self.content = ""
-        self.calls: dict[int, dict[str, Any]] = {}
-
-    def feed(self, chunk: bytes) -> None:
-        self._buffer += chunk.replace(b"\r\n", b"\n")
-        while b"\n\n" in self._buffer:
-            event, self._buffer = self._buffer.split(b"\n\n", 1)
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:") and line[5:].strip() not in (b"", b"[DONE]"):
-                    self._delta(line[5:].strip())
-
-    def _delta(self, data: bytes) -> None:
-        try:
-            payload = orjson.loads(data)
-            delta = payload["choices"][0]["delta"]
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-            return
-        if isinstance(delta.get("content"), str) and delta["content"]:
-            self.content += delta["content"]
-            if self.decided is None:
-                self.decided = False
-        for call in delta.get("tool_calls") or ():
-            slot = self.calls.setdefault(int(call.get("index", 0)), {"id": None, "name": "", "arguments": ""})
-            function = call.get("function") or {}
-            slot["id"] = call.get("id") or slot["id"]
-            slot["name"] += function.get("name") or ""
-            slot["arguments"] += function.get("arguments") or ""
-            if self.decided is None and slot["name"]:
-                self.decided = slot["name"] == TOOL_NAME
-
-    def answer(self) -> ChatAnswer:
-        calls = [{"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                 for _, c in sorted(self.calls.items())]
-        mine = [c for c in calls if c["function"]["name"] == TOOL_NAME]
-        message = {"role": "assistant", "content": self.content or None, "tool_calls": calls}
-        return ChatAnswer(message, mine, [c for c in calls if c not in mine])

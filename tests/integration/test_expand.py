@@ -13,7 +13,9 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
+import anthropic
 import httpx
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -23,6 +25,7 @@ from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost, price_
 from gateway.telemetry.usage import usage_from_provider
 from tests.conversations import agent_history
 from tests.fake_providers import FakeProviders, Reply
+from tests.formats_support import chat_to_messages, chat_to_responses
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, admin_headers, org_counter
 from tests.integration.conftest import format_settings
@@ -214,3 +217,81 @@ def test_chat_stream_without_the_tool_call_is_relayed_as_it_came(gateway, provid
     names = [tc.function.name for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or ()
              if tc.function and tc.function.name]
     assert names == ["get_order_details"] and len(providers.requests) - n_before == 1
+
+
+# -- Anthropic Messages and OpenAI Responses ----------------------------------------------------------
+
+CLAUDE = "claude-sonnet-4-5"
+OMITTED_REF = re.compile(r"some earlier messages omitted, ref ([0-9a-f]{8})")
+MESSAGES_USAGE = ({"input_tokens": 1500, "output_tokens": 20, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 0},
+                  {"input_tokens": 2600, "output_tokens": 40, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 0})
+RESPONSES_USAGE = tuple({"input_tokens": u["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0},
+                         "output_tokens": u["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
+                         "total_tokens": u["total_tokens"]} for u in (ROUND_1, ROUND_2))
+
+
+def claude_answer(gw: GatewayServer, body: dict[str, Any], conversation: str, stream: bool) -> str:
+    client = anthropic.Anthropic(base_url=gw.base_url, api_key="sk-expand", max_retries=0, timeout=30,
+                                 default_headers={"x-sieve-conversation-id": conversation})
+    if stream:
+        with client.messages.stream(**body) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**body)
+    assert not any(b.type == "tool_use" for b in message.content)
+    return "".join(b.text for b in message.content if b.type == "text")
+
+
+def responses_answer(gw: GatewayServer, body: dict[str, Any], conversation: str, stream: bool) -> str:
+    client = openai_client(gw, "sk-expand", headers={"x-sieve-conversation-id": conversation})
+    if stream:
+        events = list(client.responses.create(**body, stream=True))
+        assert not any(e.type == "response.output_item.added" and e.item.type == "function_call" for e in events)
+        response = next(e.response for e in events if e.type == "response.completed")
+    else:
+        response = client.responses.create(**body)
+    assert not any(item.type == "function_call" for item in response.output)
+    return response.output_text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("fmt", ["messages", "responses"])
+def test_expand_round_in_messages_and_responses(gateway, providers, fmt, stream):
+    chat = {"model": CLAUDE if fmt == "messages" else MODEL, "messages": agent_history(12)}
+    body = chat_to_messages(chat) if fmt == "messages" else chat_to_responses(chat)
+    if fmt == "messages":
+        body["max_tokens"] = 500
+    ask = claude_answer if fmt == "messages" else responses_answer
+    conversation = f"{fmt}-{stream}"
+    providers.enqueue(Reply(content="ok"))
+    ask(gateway, body, conversation, stream)
+    first = providers.requests[-1].json
+    tool = first["tools"][-1]
+    assert tool["name"] == TOOL_NAME
+    ref = OMITTED_REF.search(orjson.dumps(first).decode()).group(1)
+    used_before, n_before = day_used(gateway, "expand"), len(providers.requests)
+    usages = MESSAGES_USAGE if fmt == "messages" else RESPONSES_USAGE
+    providers.enqueue(Reply(tool_calls=[expand_call(ref)], usage=usages[0]),
+                      Reply(content="final", chunks=["fi", "nal"], usage=usages[1]))
+    assert ask(gateway, body, conversation, stream) == "final"
+    asked = [r.json for r in providers.requests[n_before:]]
+    assert len(asked) == 2
+    restored = _last_tool_result(asked[1], fmt)
+    assert f"ref {ref}:" in restored
+    # Content the first forward left out is back, word for word.
+    lines = [line for line in restored.splitlines() if line.startswith("item ")]
+    assert lines and not any(line in orjson.dumps(first).decode() for line in lines)
+    assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
+    assert read_jsonl(gateway.audit_path)[-1]["expand"] == {"refs": [ref], "rounds": 1}
+
+
+def _last_tool_result(body: dict[str, Any], fmt: str) -> str:
+    if fmt == "messages":
+        block = body["messages"][-1]["content"][-1]
+        assert block["type"] == "tool_result"
+        return block["content"]
+    item = body["input"][-1]
+    assert item["type"] == "function_call_output"
+    return item["output"]
