@@ -5,10 +5,11 @@ The proxy calls this at two points of one request:
 * ``open`` after the prune: with the policy's ``expand_tool`` on, when the forward
   masks or omits anything (or the conversation had the tool before: adding or
   removing a tool rewrites the provider's cached prefix, so once there it stays),
-  the omission markers name their refs (``gateway.pruning.expansion``), the
-  expansions answered earlier in the conversation go back in at the place they were
-  made (pinned: the model asked for that content, and the frozen prefix grows rather
-  than breaks), and ``with_tool`` puts the tool after the client's own.
+  the omission markers name their refs (``gateway.pruning.expansion``);
+  ``body_for`` then puts the expansions answered earlier in the conversation back
+  where they were made, after the client turn they followed (pinned: the model asked
+  for that content, and the provider's cached prefix of that round grows rather than
+  breaks), and the tool after the client's own.
 * ``answer`` once the provider answered: while the answer calls ``sieve_expand``,
   Sieve answers the call from the client's own history (the refs' originals),
   appends the call and its result, and asks again, up to ``expand_max_rounds``
@@ -24,8 +25,8 @@ Budgets: every round holds its own reservation. Before asking again, the round
 just answered is settled at its usage and the next round reserved
 (``record.hold`` is then the new round's, settled by the accounting as usual);
 ``record.expand_usage`` keeps the earlier rounds' usage, which the savings count as
-cost. Only Chat Completions is handled so far (stream and not); the other formats
-forward no tool.
+cost. Every format (``gateway.wire.expand_tool``: Chat Completions, Anthropic
+Messages, OpenAI Responses), stream and not.
 
 Streams: the first event that names a tool or carries text decides. Sieve's tool
 named first: the stream is read to its end (held back, never relayed) and another
@@ -53,7 +54,8 @@ from gateway.upstream.base import UpstreamResponse
 from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
 from gateway.telemetry.usage import usage_from_provider
-from gateway.wire.expand_tool import CODECS, Codec, EventReader, ToolAnswer, tool_definition, with_tool
+from gateway.wire.expand_tool import CODECS, Codec, EventReader, ToolAnswer, history_of, make_pin, tool_definition, \
+    with_pins, with_tool
 from gateway.wire.formats import WireFormat
 
 log = logging.getLogger("sieve.expander")
@@ -74,6 +76,7 @@ class Session:
     key: str
     pins: list[dict[str, Any]] = field(default_factory=list)
     had_tool: bool = False
+    forwarded_turns: int = 0  # turns (or items) of the first forward: what a round appends comes after
     refs_asked: list[str] = field(default_factory=list)
 
 
@@ -100,8 +103,6 @@ class Expander:
         counter = self._counters.for_model(call.body["model"])
         before = sum(counter.model_tokens(m) for m in result.request.get("messages") or ())
         messages = found.messages
-        if call.format is WireFormat.CHAT:  # the other formats' adapters write no pinned exchange yet
-            messages = _with_pins(messages, result.sources, result.state.fingerprints, session.pins)
         result.request = {**result.request, "messages": messages}
         tool_tokens = counter.count_text(orjson.dumps(tool_definition(call.format)).decode())
         result.forwarded_tokens += sum(counter.model_tokens(m) for m in messages) - before + tool_tokens
@@ -109,9 +110,18 @@ class Expander:
             await self._save(session)
         return session
 
-    @staticmethod
-    def with_tool(session: Session | None, body: dict[str, Any]) -> dict[str, Any]:
-        return body if session is None else with_tool(body, session.call.format)
+    def body_for(self, session: Session | None, forwarded: dict[str, Any]) -> dict[str, Any]:
+        """The forwarded body in the client's format with the conversation's pinned exchanges
+        put back and the tool after the client's own."""
+        if session is None:
+            return forwarded
+        call = session.call
+        body, added = with_pins(forwarded, call.sent_body, call.format, session.pins)
+        if added:
+            counter = self._counters.for_model(call.body["model"])
+            session.outcome.result.forwarded_tokens += counter.count_text(orjson.dumps(added).decode())
+        session.forwarded_turns = len(history_of(body, call.format) or ())
+        return with_tool(body, call.format)
 
     async def answer(self, session: Session | None, record: RequestRecord, body: dict[str, Any],
                      response: UpstreamResponse, send: Send) -> UpstreamResponse:
@@ -136,7 +146,7 @@ class Expander:
             rounds += 1
             response = await send(body)
         record.expand_refs = list(session.refs_asked)
-        if rounds and session.call.format is WireFormat.CHAT:
+        if rounds:
             await self._pin(session, body)
         return response
 
@@ -170,15 +180,12 @@ class Expander:
             record.expand_usage.append(raw)
         await self._budgets.settle(record.hold, usage.prompt_tokens + usage.completion_tokens if usage else None)
 
-    async def _pin(self, session: Session, body: dict[str, Any]) -> None:
-        """Keep this request's expansion exchanges for the conversation's later requests."""
-        forwarded = len(session.outcome.result.request.get("messages") or ())
-        fps = session.outcome.result.state.fingerprints
-        at = len(session.call.body["messages"])
-        if not fps or at == 0:
+    async def _pin(self, session: Session, asked: dict[str, Any]) -> None:
+        """Keep this request's expansion exchange for the conversation's later requests."""
+        pin = make_pin(session.call.sent_body, session.forwarded_turns, asked, session.call.format)
+        if pin is None:
             return
-        pin = {"at": at, "after": fps[at - 1], "messages": body["messages"][forwarded:]}
-        session.pins = [*(p for p in session.pins if p.get("at") != at), pin][-MAX_PINS:]
+        session.pins = [*(p for p in session.pins if p.get("at") != pin["at"]), pin][-MAX_PINS:]
         await self._save(session)
 
     async def _load(self, key: str) -> dict[str, Any]:
@@ -198,22 +205,6 @@ class Expander:
             await self._store.put(session.key, raw, session.call.policy.state_ttl_s)
         except Exception as exc:  # noqa: BLE001
             log.warning("expansion record not saved (%s)", exc)
-
-
-def _with_pins(messages: list[dict[str, Any]], sources: list[int], fingerprints: list[str],
-               pins: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with each pin's exchange back after the original message it followed
-    (when the history still holds that message, and something after it)."""
-    out = list(messages)
-    for pin in sorted(pins, key=lambda p: -int(p.get("at", 0))):
-        at = int(pin.get("at", 0))
-        if not 0 < at < len(fingerprints) or fingerprints[at - 1] != pin.get("after"):
-            continue
-        if at - 1 not in sources:
-            continue
-        place = sources.index(at - 1) + 1
-        out[place:place] = list(pin.get("messages") or ())
-    return out
 
 
 async def _read_answer(codec: Codec, response: UpstreamResponse) -> tuple[UpstreamResponse, ToolAnswer | None]:

@@ -92,7 +92,8 @@ class ChatProxy:
         expansion = await self._expander.open(call, outcome) if self._expander is not None else None
         try:
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
-            forwarded = Expander.with_tool(expansion, forwarded)
+            if self._expander is not None:
+                forwarded = self._expander.body_for(expansion, forwarded)
         except Exception as exc:  # noqa: BLE001 - a bug writing the format back must not fail the request
             log.exception("writing the pruned %s body failed (%s); forwarding it as sent", call.format,
                           type(exc).__name__)

@@ -22,6 +22,7 @@ non-stream call would have given); anything else is relayed as it came.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -375,3 +376,63 @@ class EventReader:
             for data in event_data(event):
                 if isinstance(data, dict):
                     self.reader.event(None, data)
+
+
+# -- pins: a conversation's expansion exchanges, back where they were made ----------------------------
+
+def history_of(body: Mapping[str, Any], fmt: WireFormat) -> list[Any] | None:
+    """The body's list of turns or items (None: a Responses ``input`` given as one string)."""
+    turns = body.get("input" if fmt is WireFormat.RESPONSES else "messages")
+    return turns if isinstance(turns, list) else None
+
+
+def digest(item: Any) -> str:
+    return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
+
+
+def make_pin(sent: Mapping[str, Any], forwarded_before: int, asked: Mapping[str, Any],
+             fmt: WireFormat) -> dict[str, Any] | None:
+    """The exchange a request's rounds appended (``asked``'s turns past ``forwarded_before``),
+    to go after the client's last turn of that request (``sent``)."""
+    history, turns = history_of(sent, fmt), history_of(asked, fmt)
+    if not history or turns is None:
+        return None
+    return {"at": len(history), "after": digest(history[-1]), "items": turns[forwarded_before:]}
+
+
+def with_pins(forwarded: dict[str, Any], sent: Mapping[str, Any], fmt: WireFormat,
+              pins: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
+    """``forwarded`` with each pin's exchange back after the client turn it followed, when the
+    client's history still holds that turn (same place, same bytes) and something after it,
+    and the forward kept the turn as it is; and the items put back."""
+    history, turns = history_of(sent, fmt), history_of(forwarded, fmt)
+    if not history or turns is None:
+        return forwarded, []
+    out, added = list(turns), []
+    for pin in sorted(pins, key=lambda p: -int(p.get("at", 0))):
+        at = int(pin.get("at", 0))
+        if not 0 < at < len(history) or digest(history[at - 1]) != pin.get("after"):
+            continue
+        place = _kept_at(out, history, at - 1)
+        if place is None:
+            continue
+        items = list(pin.get("items") or ())
+        out[place + 1:place + 1] = items
+        added += items
+    key = "input" if fmt is WireFormat.RESPONSES else "messages"
+    return ({**forwarded, key: out} if added else forwarded), added
+
+
+def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
+    """Where the client's turn ``history[index]`` is in the forwarded ``turns``, when it was kept
+    as it is with the turn after it: counted from the end (a later turn equal to it, a repeated
+    "continue", is told apart by how many equal ones follow), the newest turns being the ones a
+    prune keeps."""
+    item, following = history[index], history[index + 1]
+    nth = sum(1 for h in history[index:] if h == item)
+    for i in range(len(turns) - 1, -1, -1):
+        if turns[i] == item:
+            nth -= 1
+            if nth == 0:
+                return i if i + 1 < len(turns) and turns[i + 1] == following else None
+    return None

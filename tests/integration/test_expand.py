@@ -286,6 +286,20 @@ def test_expand_round_in_messages_and_responses(gateway, providers, fmt, stream)
     assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
     assert read_jsonl(gateway.audit_path)[-1]["expand"] == {"refs": [ref], "rounds": 1}
 
+    # Pinned: the next request carries the exchange where it was made, before the final answer.
+    key = "messages" if fmt == "messages" else "input"
+    exchange = asked[1][key][len(asked[0][key]):]
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "final"}]} if fmt == "messages" else \
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "final"}]}
+    third = {**body, key: [*body[key], answer, {"role": "user", "content": "and then?"}]}
+    providers.enqueue(Reply(content="done"))
+    ask(gateway, third, conversation, stream)
+    forwarded = providers.requests[-1].json[key]
+    at = forwarded.index(answer)
+    assert forwarded[at - len(exchange):at] == exchange and len(exchange) == 2
+    # (This request is over the target: a new epoch may rewrite what follows the frozen prefix,
+    # so only the exchange's place is checked here; the chat test checks a frozen replay.)
+
 
 def _last_tool_result(body: dict[str, Any], fmt: str) -> str:
     if fmt == "messages":
