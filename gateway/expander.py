@@ -54,7 +54,7 @@ from gateway.upstream.base import UpstreamResponse
 from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
 from gateway.telemetry.usage import usage_from_provider
-from gateway.wire.expand_tool import CODECS, Codec, EventReader, ToolAnswer, history_of, make_pin, tool_definition, \
+from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, ToolAnswer, history_of, make_pin, tool_definition, \
     with_pins, with_tool
 from gateway.wire.formats import WireFormat
 
@@ -135,20 +135,42 @@ class Expander:
             if answer is None or not answer.calls:
                 break
             if rounds >= session.call.policy.expand_max_rounds:
-                return self._removed(codec, answer, response, ExpandOutcome.LIMIT)
+                response = self._removed(codec, answer, response, ExpandOutcome.LIMIT)
+                break
             await self._settle_round(record, answer.payload)
             body = codec.exchange(body, answer, self._results(session, answer))
             try:
                 record.hold = await self._budgets.reserve(session.call, 0, body, session.call.format)
             except BudgetExceeded:
-                record.hold = None
-                return self._removed(codec, answer, response, ExpandOutcome.BUDGET)
+                record.hold = None  # the round answered is settled; nothing more is held
+                if record.expand_usage and record.expand_usage[-1] is answer.payload.get("usage"):
+                    record.expand_usage.pop()  # the accounting reads it from the answer relayed
+                response = self._removed(codec, answer, response, ExpandOutcome.BUDGET)
+                break
             rounds += 1
             response = await send(body)
+        if response.status == 200 and response.chunks is not None:
+            response.chunks = self._filtered(response.chunks, session.call.format)
         record.expand_refs = list(session.refs_asked)
         if rounds:
             await self._pin(session, body)
         return response
+
+    async def _filtered(self, chunks: AsyncIterator[bytes], fmt: WireFormat) -> AsyncIterator[bytes]:
+        """A relayed stream without Sieve's calls (``CallFilter``): one that names the tool only
+        after text or a client call went out; counted ``unhandled``."""
+        calls = CallFilter(fmt)
+        try:
+            async for chunk in chunks:
+                out = calls.feed(chunk)
+                if out:
+                    yield out
+            tail = calls.flush()
+            if tail:
+                yield tail
+        finally:
+            if calls.removed:
+                self._metrics.expand.labels(outcome=ExpandOutcome.UNHANDLED).inc(calls.removed)
 
     def _results(self, session: Session, answer: ToolAnswer) -> list[str]:
         """The calls' results, answered from the client's history."""

@@ -309,3 +309,31 @@ def _last_tool_result(body: dict[str, Any], fmt: str) -> str:
     item = body["input"][-1]
     assert item["type"] == "function_call_output"
     return item["output"]
+
+
+@pytest.mark.parametrize("fmt", ["chat", "messages", "responses"])
+def test_a_stream_naming_the_tool_after_text_is_relayed_without_the_call(gateway, providers, fmt):
+    """Text went out first: no round can follow, the call is taken out of the relayed events."""
+    chat = {"model": CLAUDE if fmt == "messages" else MODEL, "messages": agent_history(12)}
+    body = chat if fmt == "chat" else chat_to_messages(chat) if fmt == "messages" else chat_to_responses(chat)
+    if fmt == "messages":
+        body["max_tokens"] = 500
+    conversation = f"text-first-{fmt}"
+    providers.enqueue(Reply(content="ok"))
+    openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": conversation}).chat.completions.create(
+        **chat) if fmt == "chat" else (claude_answer if fmt == "messages" else responses_answer)(
+        gateway, body, conversation, False)
+    ref = OMITTED_REF.search(orjson.dumps(providers.requests[-1].json).decode()).group(1)
+    before, n_before = metric(gateway, "sieve_expand_total", outcome="unhandled"), len(providers.requests)
+    providers.enqueue(Reply(content="Let me look that up.", tool_calls=[expand_call(ref)]))
+    if fmt == "chat":
+        client = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": conversation})
+        chunks = list(client.chat.completions.create(**chat, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    else:
+        text = (claude_answer if fmt == "messages" else responses_answer)(gateway, body, conversation, True)
+    assert text == "Let me look that up."
+    assert len(providers.requests) - n_before == 1
+    assert metric(gateway, "sieve_expand_total", outcome="unhandled") == before + 1
