@@ -1,0 +1,127 @@
+"""A relayed stream that names ``sieve_expand`` after text or a client call: the call taken out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.pruning.expansion import TOOL_NAME
+from gateway.wire.expand_codecs import _is_mine
+from gateway.wire.formats import WireFormat
+from gateway.wire.sse import event_data, split_events
+
+
+class CallFilter:
+    """Whole events in, whole events out, with Sieve's calls removed (a stream relayed because
+    text or a client call came first; a ``sieve_expand`` call after that is not the client's
+    to see, and no round can follow what was already sent). Events that cannot concern a
+    call go out byte for byte; ``removed`` counts the calls taken out."""
+
+    def __init__(self, fmt: WireFormat) -> None:
+        self._fmt = fmt
+        self._buffer = b""
+        self.removed = 0
+        self._mine: set[Any] = set()      # Sieve's calls: chat indices, block indices, item ids
+        self._shift: dict[int, int] = {}  # a kept index -> its index once Sieve's are gone
+        self._kept_calls = 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        self._buffer += chunk
+        cut = self._buffer.rfind(b"\n\n")
+        if cut < 0:
+            return b""
+        whole, self._buffer = self._buffer[:cut + 2], self._buffer[cut + 2:]
+        return b"".join(self._event(e) for e in split_events(whole, True))
+
+    def flush(self) -> bytes:
+        rest, self._buffer = self._buffer, b""
+        return rest
+
+    def _event(self, event: bytes) -> bytes:
+        if not self._mine and TOOL_NAME.encode() not in event:
+            self._count_client_calls(event)
+            return event
+        data = event_data(event)
+        if len(data) != 1 or not isinstance(data[0], dict):
+            return event
+        out = {WireFormat.CHAT: self._chat, WireFormat.MESSAGES: self._messages,
+               WireFormat.RESPONSES: self._responses}[self._fmt](data[0])
+        if out is None:
+            return b""
+        name = next((line[6:].strip() for line in event.split(b"\n") if line.startswith(b"event:")), None)
+        return (b"event: " + name + b"\n" if name else b"") + b"data: " + orjson.dumps(out) + b"\n\n"
+
+    def _count_client_calls(self, event: bytes) -> None:
+        """The client's calls, counted as they pass (a finish that names calls stays then)."""
+        if self._fmt is WireFormat.MESSAGES and b'"tool_use"' in event and b"content_block_start" in event:
+            self._kept_calls += 1
+        if self._fmt is not WireFormat.CHAT or b'"tool_calls"' not in event:
+            return
+        for data in event_data(event):
+            for choice in data.get("choices") or () if isinstance(data, dict) else ():
+                for call in (choice.get("delta") or {}).get("tool_calls") or ():
+                    if (call.get("function") or {}).get("name"):
+                        self._kept_calls += 1
+
+    def _chat(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        choices = data.get("choices") or ()
+        if not choices or not isinstance(choices[0], dict):
+            return data
+        delta = choices[0].get("delta") or {}
+        kept = []
+        for call in delta.get("tool_calls") or ():
+            index = int(call.get("index", 0))
+            if _is_mine((call.get("function") or {}).get("name")):
+                self._mine.add(index)
+                self.removed += 1
+            elif index not in self._mine:
+                if (call.get("function") or {}).get("name"):
+                    self._kept_calls += 1
+                kept.append({**call, "index": index - sum(1 for m in self._mine if m < index)})
+        choice = dict(choices[0])
+        if "tool_calls" in delta:
+            delta = {k: v for k, v in delta.items() if k != "tool_calls"} | ({"tool_calls": kept} if kept else {})
+            choice["delta"] = delta
+        if choice.get("finish_reason") == "tool_calls" and not self._kept_calls:
+            choice["finish_reason"] = "stop"
+        if not delta and choice.get("finish_reason") is None and not data.get("usage"):
+            return None
+        return {**data, "choices": [choice, *choices[1:]]}
+
+    def _messages(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        kind, index = data.get("type"), data.get("index")
+        block = data.get("content_block") or {}
+        if kind == "content_block_start" and block.get("type") == "tool_use":
+            if _is_mine(block.get("name")):
+                self._mine.add(index)
+                self.removed += 1
+                return None
+            self._kept_calls += 1
+        if index in self._mine:
+            return None
+        if isinstance(index, int):
+            return {**data, "index": index - sum(1 for m in self._mine if m < index)}
+        delta = data.get("delta") or {}
+        if kind == "message_delta" and delta.get("stop_reason") == "tool_use" and not self._kept_calls:
+            return {**data, "delta": {**delta, "stop_reason": "end_turn"}}
+        return data
+
+    def _responses(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        item = data.get("item") or {}
+        if data.get("type") == "response.output_item.added" and item.get("type") == "function_call" \
+                and _is_mine(item.get("name")):
+            self._mine.update((item.get("id"), data.get("output_index")))
+            self.removed += 1
+            return None
+        if data.get("item_id") in self._mine or item.get("id") in self._mine:
+            return None
+        if isinstance(data.get("response"), dict):
+            response = data["response"]
+            output = [i for i in response.get("output") or ()
+                      if not (i.get("type") == "function_call" and _is_mine(i.get("name")))]
+            return {**data, "response": {**response, "output": output}}
+        index = data.get("output_index")
+        if isinstance(index, int):
+            return {**data, "output_index": index - sum(1 for m in self._mine if isinstance(m, int) and m < index)}
+        return data
