@@ -94,7 +94,7 @@ class Expander:
         if not call.policy.expand_tool or outcome.unpruned_reason:
             return None
         result = outcome.result
-        found = expandable(result)
+        found = expandable(result, call.body["messages"])
         key = outcome.conversation_key + KEY_SUFFIX
         record = await self._load(key)
         if not found.removed and not record.get("tool"):

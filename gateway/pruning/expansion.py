@@ -6,12 +6,15 @@ tools), and its omission markers name a ref; a mask names one already
 (``ref <fingerprint8>``). The model can call the tool with a few refs; Sieve answers
 the call itself (``gateway.expander``) and asks the provider again.
 
-A ref is the first 8 hex digits of an original message's fingerprint:
+A ref is 8 hex digits:
 
-* a masked tool result: its own message (the ref its mask shows);
-* an omission marker: the first message of the span it stands for (the marker is
-  placed at that message), and the ref restores every message of the span that is
-  omitted.
+* a masked tool result: its message's fingerprint (the ref its mask shows);
+* an omission marker: a hash of the fingerprint of the span's first message (the
+  marker is placed at that message); the ref restores every message of the span
+  that is omitted, or, for a span too long to show whole, lists its units;
+* a unit of a span (a call and its results, or one message): its first message's
+  fingerprint, named in that list, so any omitted fact is two rounds away at most;
+* anything else a call names (an id a marker lists): the omitted units holding it.
 
 Both depend only on the history the decision was taken on, which the frozen prefix
 keeps, so the bytes of a decorated marker are the same on every replay: the
@@ -26,13 +29,14 @@ messages are no longer in the request (an edited history, an expired plan) gets 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import orjson
 
 from gateway.pruning.compression import MASKED_PREFIX, OMITTED_PREFIX, is_omission_marker
-from gateway.pruning.messages import content_text
+from gateway.pruning.messages import content_text, fingerprint
 from gateway.pruning.result import PruneResult
 from gateway.pruning.vocabulary import DROPPED, MASKED
 
@@ -40,14 +44,11 @@ TOOL_NAME = "sieve_expand"
 MAX_REFS_PER_CALL = 4
 REF_CHARS = 8
 TOOL_DESCRIPTION = (
-    "Restore content that was left out of this conversation to save space. Markers such as "
-    "'[sieve: masked ..., ref 1a2b3c4d ...]' or '[sieve: some earlier messages omitted, ref 1a2b3c4d ...]' "
-    f"name a ref; call this with up to {MAX_REFS_PER_CALL} refs to read the original messages. "
-    "Use it only when the content is needed for the task.")
+    "Read back content Sieve left out of this conversation to save space: pass the refs that markers "
+    f"such as '[sieve: masked ..., ref 1a2b3c4d]' name (at most {MAX_REFS_PER_CALL}). Only when it is needed.")
 TOOL_PARAMETERS: dict[str, Any] = {
     "type": "object",
-    "properties": {"refs": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_REFS_PER_CALL,
-                            "description": "refs named in Sieve's markers"}},
+    "properties": {"refs": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_REFS_PER_CALL}},
     "required": ["refs"],
 }
 # The short line an omission marker gains when the tool is on (a mask already shows its ref).
@@ -59,6 +60,12 @@ MAX_RESULT_CHARS = 32_000
 
 def ref_of(fingerprint: str) -> str:
     return fingerprint[:REF_CHARS]
+
+
+def span_ref(first: str) -> str:
+    """The ref of an omitted span, from the fingerprint of the message it starts at (the
+    span's first unit has that message's own ref: the two must differ)."""
+    return ref_of(hashlib.blake2b(b"span\x00" + first.encode(), digest_size=12).hexdigest())
 
 
 @dataclass(slots=True)
@@ -74,9 +81,11 @@ class Expandable:
         return bool(self.refs)
 
 
-def expandable(result: PruneResult) -> Expandable:
+def expandable(result: PruneResult, messages: Sequence[Mapping[str, Any]]) -> Expandable:
     """``result``'s forwarded messages, each omission marker naming the ref of its span,
-    and the index of every ref (masked messages and marker spans)."""
+    and the index of every ref: masked messages, marker spans, and each unit of a span
+    (a call with its results, or one message), which a span too long to show whole
+    lists (``restore``). ``messages``: the original ones."""
     forwarded = list(result.request.get("messages") or ())
     plan, actions = result.state, result.message_actions
     refs: dict[str, list[int]] = {}
@@ -90,7 +99,9 @@ def expandable(result: PruneResult) -> Expandable:
         span = [j for j in range(pos, end) if actions[j] == DROPPED]
         if not span or pos >= len(plan.fingerprints):
             continue
-        ref = ref_of(plan.fingerprints[pos])
+        ref = span_ref(plan.fingerprints[pos])
+        for unit in units_of(span, messages):
+            refs.setdefault(ref_of(plan.fingerprints[unit[0]]), unit)
         refs[ref] = span
         decorated[marker["content"]] = with_ref(marker, ref)
     inserted = [i for i, src in enumerate(result.sources) if src < 0]
@@ -99,6 +110,17 @@ def expandable(result: PruneResult) -> Expandable:
         if isinstance(content, str) and content in decorated:
             forwarded[i] = decorated[content]
     return Expandable(forwarded, refs)
+
+
+def units_of(indices: Sequence[int], messages: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """``indices`` (in order) grouped into units: a tool result goes with the call before it."""
+    units: list[list[int]] = []
+    for j in indices:
+        if units and messages[j].get("role") in ("tool", "function") and units[-1][-1] == j - 1:
+            units[-1].append(j)
+        else:
+            units.append([j])
+    return units
 
 
 def with_ref(marker: Mapping[str, Any], ref: str) -> dict[str, Any]:
@@ -128,20 +150,55 @@ def refs_of_call(arguments: Any) -> list[str]:
 
 def restore(refs: Iterable[str], index: Mapping[str, Sequence[int]],
             messages: Sequence[Mapping[str, Any]]) -> tuple[str, int]:
-    """The tool result for ``refs``: each ref's original messages as text, or "not available";
-    and how many refs were found."""
+    """The tool result for ``refs``: each ref's original messages as text; a span too long
+    to show whole, the list of its units with their own refs and first words (the model
+    asks for those next); an id the markers list (anything else), the omitted units that
+    hold it, newest first; else "not available". Also how many refs were found."""
+    refs = list(refs)
     parts, found = [], 0
+    room = MAX_RESULT_CHARS // max(1, len(refs))
     for ref in refs:
-        indices = index.get(ref[:REF_CHARS].lower())
-        if not indices or any(j >= len(messages) for j in indices):
-            parts.append(f"ref {ref}: {NOT_AVAILABLE}")
-            continue
-        found += 1
-        parts.append(f"ref {ref}:\n" + "\n".join(_as_text(messages[j]) for j in indices))
+        text = _restored(ref, index, messages, room)
+        found += text is not None
+        parts.append(f"ref {ref}:\n{text}" if text is not None else f"ref {ref}: {NOT_AVAILABLE}")
     text = "\n\n".join(parts) or f"no refs given: {NOT_AVAILABLE}"
     if len(text) > MAX_RESULT_CHARS:
         text = text[:MAX_RESULT_CHARS] + "\n[sieve: cut]"
     return text, found
+
+
+def _restored(ref: str, index: Mapping[str, Sequence[int]], messages: Sequence[Mapping[str, Any]],
+              room: int) -> str | None:
+    indices = index.get(ref.strip().lower().removeprefix("ref ").strip())
+    if indices is not None:
+        if any(j >= len(messages) for j in indices):
+            return None
+        text = "\n".join(_as_text(messages[j]) for j in indices)
+        return text if len(text) <= room else _unit_list(indices, messages, room)
+    if len(ref.strip()) < 3:
+        return None
+    # An id a marker lists: the omitted or masked units that hold it, newest first.
+    omitted = sorted({j for js in index.values() for j in js if j < len(messages)})
+    holding = [u for u in units_of(omitted, messages) if any(ref in _as_text(messages[j]) for j in u)]
+    if not holding:
+        return None
+    out: list[str] = []
+    for unit in reversed(holding):
+        text = "\n".join(_as_text(messages[j]) for j in unit)
+        if out and sum(map(len, out)) + len(text) > room:
+            break
+        out.append(text[:room])
+    return "\n".join(reversed(out))
+
+
+def _unit_list(indices: Sequence[int], messages: Sequence[Mapping[str, Any]], room: int) -> str:
+    """A span too long to show whole: its units, each with its ref and first words."""
+    lines = [f"too long to show whole ({len(indices)} messages); its parts, to ask for by ref:"]
+    for unit in units_of(indices, messages):
+        gist = " ".join(_as_text(messages[unit[0]]).split())[:100]
+        lines.append(f"ref {ref_of(fingerprint(messages[unit[0]]))}: {gist}")
+    text = "\n".join(lines)
+    return text if len(text) <= room else text[:room] + "\n[sieve: cut]"
 
 
 def _as_text(message: Mapping[str, Any]) -> str:

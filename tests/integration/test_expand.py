@@ -19,7 +19,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.pruning.expansion import NOT_AVAILABLE, TOOL_NAME
+from gateway.pruning.expansion import NOT_AVAILABLE, TOOL_NAME, ref_of, span_ref
 from gateway.pruning.messages import fingerprint
 from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost, price_usage
 from gateway.telemetry.usage import usage_from_provider
@@ -37,6 +37,7 @@ KEYS = ({"key": "sk-expand", "org": "expand"}, {"key": "sk-plain", "org": "plain
 BUDGETS = {"orgs": {"expand": {"day": 10_000_000}, "plain": {"day": 10_000_000}}}
 ROUND_1 = {"prompt_tokens": 1500, "completion_tokens": 20, "total_tokens": 1520}
 ROUND_2 = {"prompt_tokens": 2600, "completion_tokens": 40, "total_tokens": 2640}
+ROUND_3 = {"prompt_tokens": 3100, "completion_tokens": 30, "total_tokens": 3130}
 REF = re.compile(r"ref ([0-9a-f]{8})")
 
 
@@ -81,7 +82,7 @@ def omission_ref(forwarded: dict[str, Any], history: list[dict[str, Any]]) -> tu
         content = m.get("content")
         if isinstance(content, str) and content.startswith("[sieve: some earlier messages omitted"):
             ref = REF.search(content).group(1)
-            return ref, [h for h in history if fingerprint(h).startswith(ref)]
+            return ref, [h for h in history if span_ref(fingerprint(h)) == ref]
     raise AssertionError("no omission marker forwarded")
 
 
@@ -105,46 +106,65 @@ def continued(history: list[dict[str, Any]], *turns: str) -> list[dict[str, Any]
     return out
 
 
-def test_chat_expand_round_answers_from_the_history_and_the_client_sees_the_final_answer(gateway, providers):
+def test_chat_expand_rounds_answer_from_the_history_and_the_client_sees_the_final_answer(gateway, providers):
+    """The marker's ref names a span too long to show whole: its unit list comes back, the model
+    asks for one unit by the ref the list names, and gets its original messages."""
     history = agent_history(12)
     ref, original = first_round(gateway, providers, "chat-json", history)
     assert original["role"] == "assistant" and original["tool_calls"]  # the span starts at a call
+    unit = ref_of(fingerprint(original))
     used_before, expanded_before = day_used(gateway, "expand"), metric(gateway, "sieve_expand_total",
                                                                         outcome="expanded")
     n_before = len(providers.requests)
     providers.enqueue(Reply(tool_calls=[expand_call(ref)], usage=ROUND_1),
-                      Reply(content="The lamp is sku 700001.", usage=ROUND_2))
+                      Reply(tool_calls=[expand_call(unit, "call_sieve_2")], usage=ROUND_2),
+                      Reply(content="The lamp is sku 700001.", usage=ROUND_3))
     second = continued(history, "ok")
     answer = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-json"}) \
         .chat.completions.create(model=MODEL, messages=second)
     assert answer.choices[0].message.content == "The lamp is sku 700001."
     assert not answer.choices[0].message.tool_calls and answer.choices[0].finish_reason == "stop"
     asked = [r.json for r in providers.requests[n_before:]]
-    assert len(asked) == 2
-    call_turn, result = asked[1]["messages"][-2:]
-    assert asked[1]["messages"][:-2] == asked[0]["messages"]  # the round appends, never rewrites
-    assert call_turn["tool_calls"][0]["function"]["name"] == TOOL_NAME
-    assert result["role"] == "tool" and result["tool_call_id"] == "call_sieve_1"
-    # The original content of the omitted span: the call that started it and its output.
+    assert len(asked) == 3
+    assert asked[2]["messages"][:-2] == asked[1]["messages"] and asked[1]["messages"][:-2] == asked[0]["messages"]
+    listing, result = asked[1]["messages"][-1], asked[2]["messages"][-1]
+    assert asked[1]["messages"][-2]["tool_calls"][0]["function"]["name"] == TOOL_NAME
+    assert f"ref {unit}:" in listing["content"] and "notes lorem ipsum" not in listing["content"]
+    assert result["role"] == "tool" and result["tool_call_id"] == "call_sieve_2"
+    # The original content of the unit: the call that started the span and its output.
     order_id = json.loads(original["tool_calls"][0]["function"]["arguments"])["order_id"]
     assert order_id in result["content"] and "notes lorem ipsum" in result["content"]
-    assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
-    assert metric(gateway, "sieve_expand_total", outcome="expanded") == expanded_before + 1
+    lines = [line for line in result["content"].splitlines() if line.startswith("item ")]
+    assert lines and not any(line in orjson.dumps(asked[0]).decode() for line in lines)  # left out, now back
+    spent = ROUND_1["total_tokens"] + ROUND_2["total_tokens"] + ROUND_3["total_tokens"]
+    assert day_used(gateway, "expand") - used_before == spent
+    assert metric(gateway, "sieve_expand_total", outcome="expanded") == expanded_before + 2
     line = read_jsonl(gateway.audit_path)[-1]
-    assert line["expand"] == {"refs": [ref], "rounds": 1}
+    assert line["expand"] == {"refs": [ref, unit], "rounds": 2}
     price = PriceBook(load_litellm_model_cost()).lookup(MODEL)
-    both = sum(price_usage(price, usage_from_provider(u)).total_usd for u in (ROUND_1, ROUND_2))
-    assert line["cost"]["actual_usd"] == pytest.approx(both, rel=1e-9)
+    every = sum(price_usage(price, usage_from_provider(u)).total_usd for u in (ROUND_1, ROUND_2, ROUND_3))
+    assert line["cost"]["actual_usd"] == pytest.approx(every, rel=1e-9)
+    # The counterfactual is one unpruned request: the first round's prompt plus what was
+    # removed, with the final answer's completion; the rounds' cost is netted out.
+    # (its cached part is the conversation's previous request's prefix, as for any request).
+    removed = line["tokens"]["original"] - line["tokens"]["forwarded"]
+    cost = line["cost"]
+    assert cost["counterfactual_prompt_tokens"] == ROUND_1["prompt_tokens"] + removed
+    once = {"prompt_tokens": cost["counterfactual_prompt_tokens"], "completion_tokens": ROUND_3["completion_tokens"],
+            "prompt_tokens_details": {"cached_tokens": cost["counterfactual_cached_tokens"]}}
+    assert cost["counterfactual_usd"] == pytest.approx(price_usage(price, usage_from_provider(once)).total_usd,
+                                                       rel=1e-9)
+    assert cost["net_usd"] == pytest.approx(cost["counterfactual_usd"] - every, rel=1e-9)
 
-    # Pinned: the next request carries the exchange where it was made, before the final answer.
+    # Pinned: the next request carries the exchanges where they were made, before the final answer.
     providers.enqueue(Reply(content="done"))
     third = continued(history, "ok", "The lamp is sku 700001.")
     openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-json"}).chat.completions.create(
         model=MODEL, messages=third)
     forwarded = providers.requests[-1].json["messages"]
     at = next(i for i, m in enumerate(forwarded) if m.get("content") == "The lamp is sku 700001.")
-    assert forwarded[at - 2:at] == [call_turn, result]
-    assert forwarded[:at] == asked[1]["messages"]  # the provider's cached prefix of round 2 holds
+    assert forwarded[at - 4:at] == asked[2]["messages"][-4:]
+    assert forwarded[:at] == asked[2]["messages"]  # the provider's cached prefix of the last round holds
 
 
 def test_unknown_ref_gets_not_available_and_a_policy_without_the_tool_forwards_none(gateway, providers):
@@ -199,8 +219,7 @@ def test_chat_stream_holds_the_expand_round_and_relays_the_final_one(gateway, pr
     assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
     asked = [r.json for r in providers.requests[n_before:]]
     assert len(asked) == 2 and asked[1]["stream"] is True
-    order_id = json.loads(original["tool_calls"][0]["function"]["arguments"])["order_id"]
-    assert order_id in asked[1]["messages"][-1]["content"]
+    assert f"ref {ref_of(fingerprint(original))}:" in asked[1]["messages"][-1]["content"]  # the span's list
     assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
     assert read_jsonl(gateway.audit_path)[-1]["expand"] == {"refs": [ref], "rounds": 1}
 
@@ -223,6 +242,7 @@ def test_chat_stream_without_the_tool_call_is_relayed_as_it_came(gateway, provid
 
 CLAUDE = "claude-sonnet-4-5"
 OMITTED_REF = re.compile(r"some earlier messages omitted, ref ([0-9a-f]{8})")
+OMITTED_MARKER = re.compile(r"some earlier messages omitted, ref ([0-9a-f]{8})[^;\]]*; ids: ([^\]]+)\]")
 MESSAGES_USAGE = ({"input_tokens": 1500, "output_tokens": 20, "cache_creation_input_tokens": 0,
                    "cache_read_input_tokens": 0},
                   {"input_tokens": 2600, "output_tokens": 40, "cache_creation_input_tokens": 0,
@@ -270,7 +290,8 @@ def test_expand_round_in_messages_and_responses(gateway, providers, fmt, stream)
     first = providers.requests[-1].json
     tool = first["tools"][-1]
     assert tool["name"] == TOOL_NAME
-    ref = OMITTED_REF.search(orjson.dumps(first).decode()).group(1)
+    marker = OMITTED_MARKER.search(orjson.dumps(first).decode())
+    ref = marker.group(2).split()[0]  # an id the marker lists: the omitted units holding it come back
     used_before, n_before = day_used(gateway, "expand"), len(providers.requests)
     usages = MESSAGES_USAGE if fmt == "messages" else RESPONSES_USAGE
     providers.enqueue(Reply(tool_calls=[expand_call(ref)], usage=usages[0]),

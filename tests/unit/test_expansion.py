@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.pruning.compression import dropped_marker, is_omission_marker, marker_ids
 from gateway.pruning.expansion import MAX_REFS_PER_CALL, NOT_AVAILABLE, expandable, refs_of_call, restore, \
-    with_ref
+    span_ref, with_ref
 from gateway.pruning.messages import fingerprint
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
@@ -35,16 +35,26 @@ def test_every_ref_forwarded_restores_what_it_stands_for():
     policy = Policy(min_prompt_tokens=0, min_messages=0, target_tokens=1500)
     result = prune({"model": "gpt-4o-mini", "messages": history}, policy, scorer=LocalScorer(), counter=counter,
                    steering=Steering())
-    found = expandable(result)
+    found = expandable(result, history)
     assert found.removed
     forwarded_text = " ".join(str(m.get("content")) for m in found.messages)
+    named = [ref for ref in found.refs if f"ref {ref}" in forwarded_text]
+    assert named
+    lists = "".join(restore([ref], found.refs, history)[0] for ref in named)
     for ref, indices in found.refs.items():
-        assert f"ref {ref}" in forwarded_text  # every ref is named in the forward
+        # Named in the forward, or in the list of a span too long to show whole.
+        assert ref in named or f"ref {ref}:" in lists
         assert all(result.message_actions[j] in (MASKED, DROPPED) for j in indices)
-        assert fingerprint(history[indices[0]]).startswith(ref)
+        first = fingerprint(history[indices[0]])
+        assert first.startswith(ref) or span_ref(first) == ref
         text, n = restore([ref], found.refs, history)
         assert n == 1 and NOT_AVAILABLE not in text
     text, n = restore(["deadbeef"], found.refs, history)
     assert n == 0 and NOT_AVAILABLE in text
+    # An id a marker lists restores the omitted units that hold it.
+    marker = next(m["content"] for m in found.messages if is_omission_marker(m))
+    some_id = marker_ids({"role": "user", "content": marker})[0]
+    text, n = restore([some_id], found.refs, history)
+    assert n == 1 and some_id in text and text.count("[tool]") >= 1
     # The plan stores the markers as they were: the decoration is never frozen.
     assert all("ref " not in m["content"] for _, m in result.state.inserts if is_omission_marker(m))
