@@ -33,8 +33,10 @@ from tests.support import openai_client, read_jsonl
 
 MODEL = "gpt-4o-mini"
 PRUNING = "strategy: window\nmin_prompt_tokens: 0\nmin_messages: 0\ntarget_tokens: 1500\n"
-KEYS = ({"key": "sk-expand", "org": "expand"}, {"key": "sk-plain", "org": "plain"})
-BUDGETS = {"orgs": {"expand": {"day": 10_000_000}, "plain": {"day": 10_000_000}}}
+KEYS = ({"key": "sk-expand", "org": "expand"}, {"key": "sk-plain", "org": "plain"},
+        {"key": "sk-lean", "org": "lean"})
+LEAN_DAY = 5_500  # one round of the requests below fits (reserved ~4,600), two do not
+BUDGETS = {"orgs": {"expand": {"day": 10_000_000}, "plain": {"day": 10_000_000}, "lean": {"day": LEAN_DAY}}}
 ROUND_1 = {"prompt_tokens": 1500, "completion_tokens": 20, "total_tokens": 1520}
 ROUND_2 = {"prompt_tokens": 2600, "completion_tokens": 40, "total_tokens": 2640}
 ROUND_3 = {"prompt_tokens": 3100, "completion_tokens": 30, "total_tokens": 3130}
@@ -47,7 +49,7 @@ def gateway(providers_server: FakeProviders, tmp_path_factory) -> Iterator[Gatew
     (folder / "default.yaml").write_text(PRUNING)
     (folder / "expand.yaml").write_text(PRUNING + "expand_tool: true\nexpand_max_rounds: 2\n")
     audit = tmp_path_factory.mktemp("audit") / "audit.jsonl"
-    settings = format_settings(providers_server, policies_dir=folder, org_policies={"expand": "expand"},
+    settings = format_settings(providers_server, policies_dir=folder, org_policies={"expand": "expand", "lean": "expand"},
                                admin_key=ADMIN_KEY, budgets=BUDGETS, virtual_keys=KEYS, audit_log=str(audit))
     with GatewayServer(settings) as gw:
         gw.audit_path = audit
@@ -203,6 +205,21 @@ def test_rounds_are_bounded_and_the_last_call_is_removed_from_the_answer(gateway
     calls = answer.choices[0].message.tool_calls
     assert [c.id for c in calls] == ["call_client"] and answer.choices[0].finish_reason == "tool_calls"
     assert metric(gateway, "sieve_expand_total", outcome="limit") == before + 1
+
+
+def test_no_budget_for_another_round_returns_the_answer_without_the_call(gateway, providers):
+    history = agent_history(12)
+    ref, _ = first_round(gateway, providers, "chat-budget", history)
+    before = metric(gateway, "sieve_expand_total", outcome="budget")
+    n_before = len(providers.requests)
+    providers.enqueue(Reply(content="Checking.", tool_calls=[expand_call(ref)], usage=ROUND_1))
+    answer = openai_client(gateway, "sk-lean", headers={"x-sieve-conversation-id": "chat-budget-lean"}) \
+        .chat.completions.create(model=MODEL, messages=continued(history, "ok"), max_tokens=3000)
+    assert answer.choices[0].message.content == "Checking." and not answer.choices[0].message.tool_calls
+    assert answer.choices[0].finish_reason == "stop"
+    assert len(providers.requests) - n_before == 1
+    assert metric(gateway, "sieve_expand_total", outcome="budget") == before + 1
+    assert day_used(gateway, "lean") == ROUND_1["total_tokens"]  # the round answered, charged once
 
 
 def test_chat_stream_holds_the_expand_round_and_relays_the_final_one(gateway, providers):
