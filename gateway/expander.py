@@ -151,6 +151,8 @@ class Expander:
             response = await send(body)
         if response.status == 200 and response.chunks is not None:
             response.chunks = self._filtered(response.chunks, session.call.format)
+        elif response.status == 200 and session.call.format is WireFormat.RESPONSES:
+            response = _without_tool(response)
         record.expand_refs = list(session.refs_asked)
         if rounds:
             await self._pin(session, body)
@@ -261,6 +263,18 @@ async def _until(chunks: AsyncIterator[bytes], events: EventReader) -> AsyncIter
             return
         events.feed(chunk)
         yield chunk
+
+
+def _without_tool(response: UpstreamResponse) -> UpstreamResponse:
+    """A whole Responses answer without Sieve's tool in the ``tools`` it echoes."""
+    try:
+        payload = orjson.loads(response.body or b"")
+    except orjson.JSONDecodeError:
+        return response
+    if not isinstance(payload, dict):
+        return response
+    body = orjson.dumps(CODECS[WireFormat.RESPONSES].without(payload))
+    return UpstreamResponse(response.status, response.headers, body=body, release=response.release)
 
 
 async def _nothing() -> AsyncIterator[bytes]:

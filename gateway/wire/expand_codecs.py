@@ -258,9 +258,13 @@ def responses_exchange(body: Mapping[str, Any], answer: ToolAnswer, results: lis
 
 
 def responses_without(payload: dict[str, Any]) -> dict[str, Any]:
+    """The response without Sieve's calls, and without its tool in the ``tools`` a response
+    echoes (the client never offered it)."""
     out = orjson.loads(orjson.dumps(payload))
     out["output"] = [item for item in out.get("output") or ()
                      if not (item.get("type") == "function_call" and _is_mine(item.get("name")))]
+    if isinstance(out.get("tools"), list):
+        out["tools"] = [t for t in out["tools"] if not (isinstance(t, dict) and _is_mine(t.get("name")))]
     return out
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from gateway.pruning.expansion import TOOL_NAME
-from gateway.wire.expand_codecs import _is_mine
+from gateway.wire.expand_codecs import _is_mine, responses_without
 from gateway.wire.formats import WireFormat
 from gateway.wire.sse import event_data, split_events
 
@@ -117,10 +117,7 @@ class CallFilter:
         if data.get("item_id") in self._mine or item.get("id") in self._mine:
             return None
         if isinstance(data.get("response"), dict):
-            response = data["response"]
-            output = [i for i in response.get("output") or ()
-                      if not (i.get("type") == "function_call" and _is_mine(i.get("name")))]
-            return {**data, "response": {**response, "output": output}}
+            return {**data, "response": responses_without(data["response"])}
         index = data.get("output_index")
         if isinstance(index, int):
             return {**data, "output_index": index - sum(1 for m in self._mine if isinstance(m, int) and m < index)}

@@ -290,6 +290,7 @@ def responses_answer(gw: GatewayServer, body: dict[str, Any], conversation: str,
     else:
         response = client.responses.create(**body)
     assert not any(item.type == "function_call" for item in response.output)
+    assert not any(getattr(t, "name", None) == TOOL_NAME for t in response.tools)  # the echo too
     return response.output_text
 
 
