@@ -197,12 +197,19 @@ class Expander:
         return UpstreamResponse(response.status, response.headers, chunks=_replay(codec.frames(payload), _nothing()))
 
     async def _settle_round(self, record: RequestRecord, payload: dict[str, Any]) -> None:
-        """The round just answered, settled at its usage (its estimate when it reported none)."""
+        """The round just answered, settled at its usage; without one, as the accounting settles
+        a whole answer without usage: the forwarded prompt plus the answer's characters / 4
+        (a usage that is there but unreadable is junk: the reservation's estimate is charged)."""
         raw = payload.get("usage")
         usage = usage_from_provider(raw) if usage_is_readable(raw) else None
         if usage is not None:
             record.expand_usage.append(raw)
-        await self._budgets.settle(record.hold, usage.prompt_tokens + usage.completion_tokens if usage else None)
+            tokens: int | None = usage.prompt_tokens + usage.completion_tokens
+        elif raw is None:
+            tokens = record.outcome.result.forwarded_tokens + len(orjson.dumps(payload)) // 4
+        else:
+            tokens = None
+        await self._budgets.settle(record.hold, tokens)
 
     async def _pin(self, session: Session, asked: dict[str, Any]) -> None:
         """Keep this request's expansion exchange for the conversation's later requests."""

@@ -222,6 +222,23 @@ def test_no_budget_for_another_round_returns_the_answer_without_the_call(gateway
     assert day_used(gateway, "lean") == ROUND_1["total_tokens"]  # the round answered, charged once
 
 
+def test_a_round_without_usage_is_settled_at_its_estimate_not_as_junk(gateway, providers):
+    history = agent_history(12)
+    ref, _ = first_round(gateway, providers, "chat-no-usage", history)
+    round_1 = {"id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": MODEL, "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [expand_call(ref)]},
+         "finish_reason": "tool_calls"}]}
+    junk_before = metric(gateway, "sieve_usage_anomalies_total", reason="junk")
+    used_before = day_used(gateway, "expand")
+    providers.enqueue(Reply(json_body=round_1), Reply(content="fine", usage=ROUND_2))
+    raw = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-no-usage"}) \
+        .chat.completions.with_raw_response.create(model=MODEL, messages=continued(history, "ok"))
+    assert raw.parse().choices[0].message.content == "fine"
+    estimate = int(raw.headers["x-sieve-forwarded-tokens"]) + len(orjson.dumps(round_1)) // 4
+    assert day_used(gateway, "expand") - used_before == estimate + ROUND_2["total_tokens"]
+    assert metric(gateway, "sieve_usage_anomalies_total", reason="junk") == junk_before
+
+
 def test_chat_stream_holds_the_expand_round_and_relays_the_final_one(gateway, providers):
     history = agent_history(12)
     ref, original = first_round(gateway, providers, "chat-stream", history)
