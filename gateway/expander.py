@@ -89,23 +89,27 @@ class Expander:
         self._counters = counters
 
     async def open(self, call: ChatCall, outcome: PruneOutcome) -> Session | None:
-        """The request's session, its markers decorated and its pins put back (module
-        docstring); None when the tool is off or has no place in this request."""
+        """The request's session, its markers decorated (module docstring); None when the tool
+        is off or has no place in this request, or on a bug (the request goes without it)."""
         if not call.policy.expand_tool or outcome.unpruned_reason:
             return None
         result = outcome.result
-        found = expandable(result, call.body["messages"])
+        try:
+            found = expandable(result, call.body["messages"])
+            counter = self._counters.for_model(call.body["model"])
+            added = sum(counter.model_tokens(m) for m in found.messages) \
+                - sum(counter.model_tokens(m) for m in result.request.get("messages") or ()) \
+                + counter.count_text(orjson.dumps(tool_definition(call.format)).decode())
+        except Exception as exc:  # noqa: BLE001 - a bug here must not fail the request
+            log.exception("sieve_expand left out of this request (%s)", type(exc).__name__)
+            return None
         key = outcome.conversation_key + KEY_SUFFIX
         record = await self._load(key)
         if not found.removed and not record.get("tool"):
             return None
         session = Session(call, outcome, found, key, list(record.get("pins") or ()), bool(record.get("tool")))
-        counter = self._counters.for_model(call.body["model"])
-        before = sum(counter.model_tokens(m) for m in result.request.get("messages") or ())
-        messages = found.messages
-        result.request = {**result.request, "messages": messages}
-        tool_tokens = counter.count_text(orjson.dumps(tool_definition(call.format)).decode())
-        result.forwarded_tokens += sum(counter.model_tokens(m) for m in messages) - before + tool_tokens
+        result.request = {**result.request, "messages": found.messages}
+        result.forwarded_tokens += added
         if not session.had_tool:
             await self._save(session)
         return session
