@@ -158,7 +158,7 @@ class Expander:
         elif response.status == 200 and session.call.format is WireFormat.RESPONSES:
             response = _without_tool(response)
         record.expand_refs = list(session.refs_asked)
-        if rounds:
+        if rounds and response.status == 200:  # an exchange the client's next turn can follow
             await self._pin(session, body)
         return response
 
