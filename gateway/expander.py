@@ -30,8 +30,11 @@ Messages, OpenAI Responses), stream and not.
 
 Streams: the first event that names a tool or carries text decides. Sieve's tool
 named first: the stream is read to its end (held back, never relayed) and another
-round is asked. Anything else: relayed from its start as it came (a ``sieve_expand``
-call after text is then the client's to see; counted ``unhandled``).
+round is asked. Anything else: relayed from its start as it came. A ``sieve_expand``
+call later in it: in Anthropic Messages (text, then the tool, is Claude's habit) the
+round is read to its end at the call, answered, and the next round's blocks follow
+the ones already sent in the same message; in the other formats it is taken out of
+the events (counted ``unhandled``).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from gateway.upstream.base import UpstreamResponse
 from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
 from gateway.telemetry.usage import usage_from_provider
-from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, ToolAnswer, history_of, make_pin, tool_definition, \
+from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, continued_blocks, message_end, ToolAnswer, history_of, make_pin, tool_definition, \
     with_pins, with_tool
 from gateway.wire.formats import WireFormat
 
@@ -154,7 +157,8 @@ class Expander:
             rounds += 1
             response = await send(body)
         if response.status == 200 and response.chunks is not None:
-            response.chunks = self._filtered(response.chunks, session.call.format)
+            splice = session.call.format is WireFormat.MESSAGES and rounds < session.call.policy.expand_max_rounds
+            response.chunks = self._relayed(session, record, body, response.chunks, send if splice else None)
         elif response.status == 200 and session.call.format is WireFormat.RESPONSES:
             response = _without_tool(response)
         record.expand_refs = list(session.refs_asked)
@@ -162,19 +166,73 @@ class Expander:
             await self._pin(session, body)
         return response
 
-    async def _filtered(self, chunks: AsyncIterator[bytes], fmt: WireFormat) -> AsyncIterator[bytes]:
+    async def _relayed(self, session: Session, record: RequestRecord, body: dict[str, Any],
+                       chunks: AsyncIterator[bytes], send: Send | None) -> AsyncIterator[bytes]:
         """A relayed stream without Sieve's calls (``CallFilter``): one that names the tool only
-        after text or a client call went out; counted ``unhandled``."""
-        calls = CallFilter(fmt)
+        after text or a client call went out. Messages, with a round left (``send``): at the
+        call, the round is read to its end, answered, and the next round's blocks follow the
+        ones already sent, in the same message (``_spliced``); otherwise the call is taken out,
+        counted ``unhandled``."""
+        fmt = session.call.format
+        calls = CallFilter(fmt, splice=send is not None)
+        events = EventReader(CODECS[fmt].stream())
         try:
             async for chunk in chunks:
+                events.feed(chunk)
                 out = calls.feed(chunk)
                 if out:
                     yield out
+                if calls.held:
+                    break
+            if not calls.held:
+                tail = calls.flush()
+                if tail:
+                    yield tail
+                return
+            async for chunk in chunks:  # the rest of the round: Sieve's call, read whole
+                events.feed(chunk)
+            assert send is not None
+            async for out in self._spliced(session, record, body, events.reader.payload(), calls.blocks_sent, send):
+                yield out
+        finally:
+            if calls.removed:
+                self._metrics.expand.labels(outcome=ExpandOutcome.UNHANDLED).inc(calls.removed)
+
+    async def _spliced(self, session: Session, record: RequestRecord, body: dict[str, Any], payload: dict[str, Any],
+                       blocks_sent: int, send: Send) -> AsyncIterator[bytes]:
+        """A Messages round answered mid-stream: the next round's blocks relayed after the
+        ``blocks_sent`` ones, its usage in the closing ``message_delta`` (the tap settles the
+        round it belongs to); no budget or no answer for it: the message ends there."""
+        codec = CODECS[WireFormat.MESSAGES]
+        answer = codec.answer(payload)
+        assert answer is not None
+        await self._settle_round(record, payload)
+        body = codec.exchange(body, answer, self._results(session, answer))
+        try:
+            record.hold = await self._budgets.reserve(session.call, 0, body, session.call.format)
+        except BudgetExceeded:
+            record.hold = None
+            self._metrics.expand.labels(outcome=ExpandOutcome.BUDGET).inc(len(answer.calls))
+            yield message_end({"output_tokens": 0})
+            return
+        record.expand_refs = list(session.refs_asked)
+        response = await send(body)
+        if response.status != 200 or response.chunks is None:
+            log.warning("a spliced sieve_expand round answered %s: the message ends there", response.status)
+            _release(response)
+            yield message_end({"output_tokens": 0})
+            return
+        calls = CallFilter(WireFormat.MESSAGES)
+        try:
+            async for out in continued_blocks(response.chunks, blocks_sent):
+                relayed = calls.feed(out)
+                if relayed:
+                    yield relayed
             tail = calls.flush()
             if tail:
                 yield tail
         finally:
+            _release(response)
             if calls.removed:
                 self._metrics.expand.labels(outcome=ExpandOutcome.UNHANDLED).inc(calls.removed)
 

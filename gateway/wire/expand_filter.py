@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, AsyncIterator
 
 import orjson
 
@@ -18,10 +18,16 @@ class CallFilter:
     to see, and no round can follow what was already sent). Events that cannot concern a
     call go out byte for byte; ``removed`` counts the calls taken out."""
 
-    def __init__(self, fmt: WireFormat) -> None:
+    def __init__(self, fmt: WireFormat, splice: bool = False) -> None:
         self._fmt = fmt
         self._buffer = b""
         self.removed = 0
+        # Messages with ``splice``: at Sieve's call nothing more goes out (``held``); the caller
+        # reads the round to its end, asks again and relays the next round's blocks after the
+        # ``blocks_sent`` already relayed (``gateway.expander``).
+        self._splice = splice
+        self.held = False
+        self.blocks_sent = 0
         self._mine: set[Any] = set()      # Sieve's calls: chat indices, block indices, item ids
         self._shift: dict[int, int] = {}  # a kept index -> its index once Sieve's are gone
         self._kept_calls = 0
@@ -39,6 +45,12 @@ class CallFilter:
         return rest
 
     def _event(self, event: bytes) -> bytes:
+        if self.held:
+            return b""
+        if self._fmt is WireFormat.MESSAGES and b"content_block_start" in event:
+            self._count_block(event)
+            if self.held:
+                return b""
         if not self._mine and TOOL_NAME.encode() not in event:
             self._count_client_calls(event)
             return event
@@ -51,6 +63,17 @@ class CallFilter:
             return b""
         name = next((line[6:].strip() for line in event.split(b"\n") if line.startswith(b"event:")), None)
         return (b"event: " + name + b"\n" if name else b"") + b"data: " + orjson.dumps(out) + b"\n\n"
+
+    def _count_block(self, event: bytes) -> None:
+        """A Messages block starting: Sieve's call (held, when splicing), or one more block sent."""
+        for data in event_data(event):
+            block = data.get("content_block") if isinstance(data, dict) else None
+            if not isinstance(block, dict):
+                continue
+            if self._splice and block.get("type") == "tool_use" and _is_mine(block.get("name")):
+                self.held = True
+            elif not (block.get("type") == "tool_use" and _is_mine(block.get("name"))):
+                self.blocks_sent += 1
 
     def _count_client_calls(self, event: bytes) -> None:
         """The client's calls, counted as they pass (a finish that names calls stays then)."""
@@ -122,3 +145,42 @@ class CallFilter:
         if isinstance(index, int):
             return {**data, "output_index": index - sum(1 for m in self._mine if isinstance(m, int) and m < index)}
         return data
+
+
+async def continued_blocks(chunks: AsyncIterator[bytes], offset: int) -> AsyncIterator[bytes]:
+    """A Messages stream continuing one already under way: its ``message_start`` and pings
+    left out, its blocks numbered after the ``offset`` already sent, and its
+    ``message_delta`` usage carrying its own input figures too (what the client's tap reads
+    for the round)."""
+    buffer, usage = b"", {}
+    async for chunk in chunks:
+        buffer += chunk.replace(b"\r\n", b"\n")
+        cut = buffer.rfind(b"\n\n")
+        if cut < 0:
+            continue
+        whole, buffer = buffer[:cut + 2], buffer[cut + 2:]
+        out = []
+        for event in split_events(whole, True):
+            for data in event_data(event):
+                kind = data.get("type") if isinstance(data, dict) else None
+                if kind == "message_start":
+                    usage = dict((data.get("message") or {}).get("usage") or {})
+                elif kind in ("content_block_start", "content_block_delta", "content_block_stop"):
+                    out.append(_event(kind, {**data, "index": int(data.get("index", 0)) + offset}))
+                elif kind == "message_delta":
+                    out.append(_event(kind, {**data, "usage": {**usage, **(data.get("usage") or {})}}))
+                elif kind is not None and kind != "ping":
+                    out.append(_event(kind, data))
+        if out:
+            yield b"".join(out)
+
+
+def message_end(usage: dict[str, Any]) -> bytes:
+    """The end of a Messages stream Sieve closes itself."""
+    return _event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn",
+                                                                     "stop_sequence": None}, "usage": usage}) \
+        + _event("message_stop", {"type": "message_stop"})
+
+
+def _event(kind: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"

@@ -367,7 +367,7 @@ def _last_tool_result(body: dict[str, Any], fmt: str) -> str:
     return item["output"]
 
 
-@pytest.mark.parametrize("fmt", ["chat", "messages", "responses"])
+@pytest.mark.parametrize("fmt", ["chat", "responses"])
 def test_a_stream_naming_the_tool_after_text_is_relayed_without_the_call(gateway, providers, fmt):
     """Text went out first: no round can follow, the call is taken out of the relayed events."""
     chat = {"model": CLAUDE if fmt == "messages" else MODEL, "messages": agent_history(12)}
@@ -393,3 +393,31 @@ def test_a_stream_naming_the_tool_after_text_is_relayed_without_the_call(gateway
     assert text == "Let me look that up."
     assert len(providers.requests) - n_before == 1
     assert metric(gateway, "sieve_expand_total", outcome="unhandled") == before + 1
+
+
+def test_a_messages_stream_naming_the_tool_after_text_goes_on_with_the_next_round(gateway, providers):
+    """Claude's habit: text, then the tool. The text went out; at the call Sieve reads the round
+    to its end, answers it, and the next round's blocks follow in the same message."""
+    body = chat_to_messages({"model": CLAUDE, "messages": agent_history(12)})
+    body["max_tokens"] = 500
+    providers.enqueue(Reply(content="ok"))
+    claude_answer(gateway, body, "splice", False)
+    marker = OMITTED_MARKER.search(orjson.dumps(providers.requests[-1].json).decode())
+    some_id = marker.group(2).split()[0]
+    used_before, n_before = day_used(gateway, "expand"), len(providers.requests)
+    unhandled = metric(gateway, "sieve_expand_total", outcome="unhandled")
+    providers.enqueue(Reply(content="Let me look that up. ", tool_calls=[expand_call(some_id)], usage=MESSAGES_USAGE[0]),
+                      Reply(content="It is sku 700001.", usage=MESSAGES_USAGE[1]))
+    client = anthropic.Anthropic(base_url=gateway.base_url, api_key="sk-expand", max_retries=0, timeout=30,
+                                 default_headers={"x-sieve-conversation-id": "splice"})
+    with client.messages.stream(**body) as events:
+        message = events.get_final_message()
+    assert [b.type for b in message.content] == ["text", "text"]
+    assert "".join(b.text for b in message.content) == "Let me look that up. It is sku 700001."
+    assert message.stop_reason == "end_turn"
+    asked = [r.json for r in providers.requests[n_before:]]
+    assert len(asked) == 2
+    assert some_id in _last_tool_result(asked[1], "messages")
+    assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
+    assert metric(gateway, "sieve_expand_total", outcome="unhandled") == unhandled
+    assert read_jsonl(gateway.audit_path)[-1]["expand"] == {"refs": [some_id], "rounds": 1}
