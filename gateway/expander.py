@@ -31,10 +31,11 @@ Messages, OpenAI Responses), stream and not.
 Streams: the first event that names a tool or carries text decides. Sieve's tool
 named first: the stream is read to its end (held back, never relayed) and another
 round is asked. Anything else: relayed from its start as it came. A ``sieve_expand``
-call later in it: in Anthropic Messages (text, then the tool, is Claude's habit) the
-round is read to its end at the call, answered, and the next round's blocks follow
-the ones already sent in the same message; in the other formats it is taken out of
-the events (counted ``unhandled``).
+call later in it: in Anthropic Messages and Chat Completions (text, then the tool, is
+Claude's habit) the round is read to its end at the call, answered, and the next
+round follows what was already sent, in the same message (Messages blocks numbered
+on, chat calls numbered on); in Responses it is taken out of the events (counted
+``unhandled``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ from gateway.upstream.base import UpstreamResponse
 from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
 from gateway.telemetry.usage import usage_from_provider
-from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, continued_blocks, message_end, ToolAnswer, history_of, make_pin, tool_definition, \
+from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
+    continued_chunks, message_end, ToolAnswer, history_of, make_pin, tool_definition, \
     with_pins, with_tool
 from gateway.wire.formats import WireFormat
 
@@ -67,6 +69,10 @@ MAX_PINS = 16            # expansions kept per conversation (the oldest go first
 MAX_RECORD_BYTES = 256 * 1024
 
 Send = Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]
+# The formats whose relayed stream goes on with the next round when it names Sieve's tool after
+# text: how Sieve ends such a stream itself, and how the next round's stream continues it.
+SPLICED = {WireFormat.CHAT: (lambda: chat_end(), continued_chunks),
+           WireFormat.MESSAGES: (lambda: message_end({"output_tokens": 0}), continued_blocks)}
 
 
 @dataclass(slots=True)
@@ -157,7 +163,7 @@ class Expander:
             rounds += 1
             response = await send(body)
         if response.status == 200 and response.chunks is not None:
-            splice = session.call.format is WireFormat.MESSAGES and rounds < session.call.policy.expand_max_rounds
+            splice = session.call.format in SPLICED and rounds < session.call.policy.expand_max_rounds
             response.chunks = self._relayed(session, record, body, response.chunks, send if splice else None)
         elif response.status == 200 and session.call.format is WireFormat.RESPONSES:
             response = _without_tool(response)
@@ -192,39 +198,41 @@ class Expander:
             async for chunk in chunks:  # the rest of the round: Sieve's call, read whole
                 events.feed(chunk)
             assert send is not None
-            async for out in self._spliced(session, record, body, events.reader.payload(), calls.blocks_sent, send):
+            sent = calls.blocks_sent if fmt is WireFormat.MESSAGES else calls.calls_sent
+            async for out in self._spliced(session, record, body, events.reader.payload(), sent, send):
                 yield out
         finally:
             if calls.removed:
                 self._metrics.expand.labels(outcome=ExpandOutcome.UNHANDLED).inc(calls.removed)
 
     async def _spliced(self, session: Session, record: RequestRecord, body: dict[str, Any], payload: dict[str, Any],
-                       blocks_sent: int, send: Send) -> AsyncIterator[bytes]:
-        """A Messages round answered mid-stream: the next round's blocks relayed after the
-        ``blocks_sent`` ones, its usage in the closing ``message_delta`` (the tap settles the
-        round it belongs to); no budget or no answer for it: the message ends there."""
-        codec = CODECS[WireFormat.MESSAGES]
+                       sent: int, send: Send) -> AsyncIterator[bytes]:
+        """A round answered mid-stream: the next round relayed after what was (``sent``: Messages
+        blocks, chat calls), its usage where the client's tap reads it for that round; no budget
+        or no answer for it: the stream ends there."""
+        fmt = session.call.format
+        codec, end, continued = CODECS[fmt], *SPLICED[fmt]
         answer = codec.answer(payload)
         assert answer is not None
         await self._settle_round(record, payload)
         body = codec.exchange(body, answer, self._results(session, answer))
         try:
-            record.hold = await self._budgets.reserve(session.call, 0, body, session.call.format)
+            record.hold = await self._budgets.reserve(session.call, 0, body, fmt)
         except BudgetExceeded:
             record.hold = None
             self._metrics.expand.labels(outcome=ExpandOutcome.BUDGET).inc(len(answer.calls))
-            yield message_end({"output_tokens": 0})
+            yield end()
             return
         record.expand_refs = list(session.refs_asked)
         response = await send(body)
         if response.status != 200 or response.chunks is None:
-            log.warning("a spliced sieve_expand round answered %s: the message ends there", response.status)
+            log.warning("a spliced sieve_expand round answered %s: the stream ends there", response.status)
             _release(response)
-            yield message_end({"output_tokens": 0})
+            yield end()
             return
-        calls = CallFilter(WireFormat.MESSAGES)
+        calls = CallFilter(fmt)
         try:
-            async for out in continued_blocks(response.chunks, blocks_sent):
+            async for out in continued(response.chunks, sent):
                 relayed = calls.feed(out)
                 if relayed:
                     yield relayed

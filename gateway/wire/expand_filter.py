@@ -22,9 +22,9 @@ class CallFilter:
         self._fmt = fmt
         self._buffer = b""
         self.removed = 0
-        # Messages with ``splice``: at Sieve's call nothing more goes out (``held``); the caller
-        # reads the round to its end, asks again and relays the next round's blocks after the
-        # ``blocks_sent`` already relayed (``gateway.expander``).
+        # With ``splice`` (Chat, Messages): at Sieve's call nothing more goes out (``held``); the
+        # caller reads the round to its end, asks again and relays the next round after what was
+        # relayed: Messages blocks after the ``blocks_sent``, chat calls after ``calls_sent``.
         self._splice = splice
         self.held = False
         self.blocks_sent = 0
@@ -64,6 +64,10 @@ class CallFilter:
         name = next((line[6:].strip() for line in event.split(b"\n") if line.startswith(b"event:")), None)
         return (b"event: " + name + b"\n" if name else b"") + b"data: " + orjson.dumps(out) + b"\n\n"
 
+    @property
+    def calls_sent(self) -> int:
+        return self._kept_calls
+
     def _count_block(self, event: bytes) -> None:
         """A Messages block starting: Sieve's call (held, when splicing), or one more block sent."""
         for data in event_data(event):
@@ -95,6 +99,9 @@ class CallFilter:
         kept = []
         for call in delta.get("tool_calls") or ():
             index = int(call.get("index", 0))
+            if _is_mine((call.get("function") or {}).get("name")) and self._splice:
+                self.held = True  # (its chunk goes no further: the round is Sieve's to answer)
+                return None
             if _is_mine((call.get("function") or {}).get("name")):
                 self._mine.add(index)
                 self.removed += 1
@@ -184,3 +191,38 @@ def message_end(usage: dict[str, Any]) -> bytes:
 
 def _event(kind: str, data: dict[str, Any]) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+async def continued_chunks(chunks: AsyncIterator[bytes], offset: int) -> AsyncIterator[bytes]:
+    """A chat stream continuing one already under way: its tool calls numbered after the
+    ``offset`` already sent; everything else (its usage chunk and ``[DONE]`` included) as it came."""
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk.replace(b"\r\n", b"\n")
+        cut = buffer.rfind(b"\n\n")
+        if cut < 0:
+            continue
+        whole, buffer = buffer[:cut + 2], buffer[cut + 2:]
+        if not offset or b'"tool_calls"' not in whole:
+            yield whole
+            continue
+        out = []
+        for event in split_events(whole, True):
+            data = event_data(event)
+            if b'"tool_calls"' not in event or len(data) != 1 or not isinstance(data[0], dict):
+                out.append(event)
+                continue
+            choices = [dict(c) for c in data[0].get("choices") or ()]
+            for c in choices:
+                delta = dict(c.get("delta") or {})
+                if delta.get("tool_calls"):
+                    delta["tool_calls"] = [{**t, "index": int(t.get("index", 0)) + offset} for t in delta["tool_calls"]]
+                c["delta"] = delta
+            out.append(b"data: " + orjson.dumps({**data[0], "choices": choices}) + b"\n\n")
+        yield b"".join(out)
+
+
+def chat_end() -> bytes:
+    """The end of a chat stream Sieve closes itself."""
+    chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    return b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"

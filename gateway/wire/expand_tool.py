@@ -30,7 +30,7 @@ import orjson
 
 from gateway.pruning.expansion import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETERS
 from gateway.wire.expand_codecs import CODECS, Codec, EventReader, ToolAnswer
-from gateway.wire.expand_filter import CallFilter, continued_blocks, message_end
+from gateway.wire.expand_filter import CallFilter, chat_end, continued_blocks, continued_chunks, message_end
 from gateway.wire.formats import WireFormat
 
 CHAT_TOOL: dict[str, Any] = {"type": "function", "function": {
@@ -120,5 +120,6 @@ def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
     return None
 
 
-__all__ = ["CODECS", "CallFilter", "Codec", "EventReader", "ToolAnswer", "continued_blocks", "digest", "history_of",
-           "make_pin", "message_end", "tool_definition", "with_pins", "with_tool"]
+__all__ = ["CODECS", "CallFilter", "Codec", "EventReader", "ToolAnswer", "chat_end", "continued_blocks",
+           "continued_chunks", "digest", "history_of", "make_pin", "message_end", "tool_definition", "with_pins",
+           "with_tool"]

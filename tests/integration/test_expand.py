@@ -367,7 +367,7 @@ def _last_tool_result(body: dict[str, Any], fmt: str) -> str:
     return item["output"]
 
 
-@pytest.mark.parametrize("fmt", ["chat", "responses"])
+@pytest.mark.parametrize("fmt", ["responses"])
 def test_a_stream_naming_the_tool_after_text_is_relayed_without_the_call(gateway, providers, fmt):
     """Text went out first: no round can follow, the call is taken out of the relayed events."""
     chat = {"model": CLAUDE if fmt == "messages" else MODEL, "messages": agent_history(12)}
@@ -421,3 +421,22 @@ def test_a_messages_stream_naming_the_tool_after_text_goes_on_with_the_next_roun
     assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
     assert metric(gateway, "sieve_expand_total", outcome="unhandled") == unhandled
     assert read_jsonl(gateway.audit_path)[-1]["expand"] == {"refs": [some_id], "rounds": 1}
+
+
+def test_a_chat_stream_naming_the_tool_after_text_goes_on_with_the_next_round(gateway, providers):
+    """Chat models served through the chat route (Claude's among them) write text before a call too."""
+    history = agent_history(12)
+    ref, original = first_round(gateway, providers, "chat-splice", history)
+    used_before, n_before = day_used(gateway, "expand"), len(providers.requests)
+    providers.enqueue(Reply(content="Let me look that up. ", tool_calls=[expand_call(ref)], usage=ROUND_1),
+                      Reply(content="It is sku 700001.", chunks=["It is ", "sku 700001."], usage=ROUND_2))
+    client = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-splice"})
+    chunks = list(client.chat.completions.create(model=MODEL, messages=continued(history, "ok"), stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Let me look that up. It is sku 700001."
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    asked = [r.json for r in providers.requests[n_before:]]
+    assert len(asked) == 2 and asked[1]["messages"][-2]["content"] == "Let me look that up. "
+    assert f"ref {ref_of(fingerprint(original))}:" in asked[1]["messages"][-1]["content"]  # the span's list
+    assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
