@@ -31,11 +31,11 @@ Messages, OpenAI Responses), stream and not.
 Streams: the first event that names a tool or carries text decides. Sieve's tool
 named first: the stream is read to its end (held back, never relayed) and another
 round is asked. Anything else: relayed from its start as it came. A ``sieve_expand``
-call later in it: in Anthropic Messages and Chat Completions (text, then the tool, is
-Claude's habit) the round is read to its end at the call, answered, and the next
-round follows what was already sent, in the same message (Messages blocks numbered
-on, chat calls numbered on); in Responses it is taken out of the events (counted
-``unhandled``).
+call later in it (text, then the tool, is Claude's habit): with a round left, the
+round is read to its end at the call, answered, and the next round follows what was
+already sent, in the same message (Messages blocks, chat calls, Responses items and
+sequence numbers numbered on); with none left, the call is taken out of the events
+(counted ``unhandled``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
 from gateway.telemetry.usage import usage_from_provider
 from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
-    continued_chunks, message_end, ToolAnswer, history_of, make_pin, tool_definition, \
+    continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, make_pin, tool_definition, \
     with_pins, with_tool
 from gateway.wire.formats import WireFormat
 
@@ -71,8 +71,9 @@ MAX_RECORD_BYTES = 256 * 1024
 Send = Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]
 # The formats whose relayed stream goes on with the next round when it names Sieve's tool after
 # text: how Sieve ends such a stream itself, and how the next round's stream continues it.
-SPLICED = {WireFormat.CHAT: (lambda: chat_end(), continued_chunks),
-           WireFormat.MESSAGES: (lambda: message_end({"output_tokens": 0}), continued_blocks)}
+SPLICED = {WireFormat.CHAT: (lambda payload, sent: chat_end(), continued_chunks),
+           WireFormat.MESSAGES: (lambda payload, sent: message_end({"output_tokens": 0}), continued_blocks),
+           WireFormat.RESPONSES: (responses_end, continued_items)}
 
 
 @dataclass(slots=True)
@@ -198,18 +199,17 @@ class Expander:
             async for chunk in chunks:  # the rest of the round: Sieve's call, read whole
                 events.feed(chunk)
             assert send is not None
-            sent = calls.blocks_sent if fmt is WireFormat.MESSAGES else calls.calls_sent
-            async for out in self._spliced(session, record, body, events.reader.payload(), sent, send):
+            async for out in self._spliced(session, record, body, events.reader.payload(), calls, send):
                 yield out
         finally:
             if calls.removed:
                 self._metrics.expand.labels(outcome=ExpandOutcome.UNHANDLED).inc(calls.removed)
 
     async def _spliced(self, session: Session, record: RequestRecord, body: dict[str, Any], payload: dict[str, Any],
-                       sent: int, send: Send) -> AsyncIterator[bytes]:
+                       sent: CallFilter, send: Send) -> AsyncIterator[bytes]:
         """A round answered mid-stream: the next round relayed after what was (``sent``: Messages
-        blocks, chat calls), its usage where the client's tap reads it for that round; no budget
-        or no answer for it: the stream ends there."""
+        blocks, chat calls, Responses items and events), its usage where the client's tap reads it
+        for that round; no budget or no answer for it: the stream ends there."""
         fmt = session.call.format
         codec, end, continued = CODECS[fmt], *SPLICED[fmt]
         answer = codec.answer(payload)
@@ -221,18 +221,18 @@ class Expander:
         except BudgetExceeded:
             record.hold = None
             self._metrics.expand.labels(outcome=ExpandOutcome.BUDGET).inc(len(answer.calls))
-            yield end()
+            yield end(payload, sent)
             return
         record.expand_refs = list(session.refs_asked)
         response = await send(body)
         if response.status != 200 or response.chunks is None:
             log.warning("a spliced sieve_expand round answered %s: the stream ends there", response.status)
             _release(response)
-            yield end()
+            yield end(payload, sent)
             return
         calls = CallFilter(fmt)
         try:
-            async for out in continued(response.chunks, sent):
+            async for out in continued(response.chunks, sent, payload):
                 relayed = calls.feed(out)
                 if relayed:
                     yield relayed

@@ -28,6 +28,8 @@ class CallFilter:
         self._splice = splice
         self.held = False
         self.blocks_sent = 0
+        self.items_sent = 0   # Responses: output items relayed, and events (their sequence numbers)
+        self.events_sent = 0
         self._mine: set[Any] = set()      # Sieve's calls: chat indices, block indices, item ids
         self._shift: dict[int, int] = {}  # a kept index -> its index once Sieve's are gone
         self._kept_calls = 0
@@ -45,6 +47,13 @@ class CallFilter:
         return rest
 
     def _event(self, event: bytes) -> bytes:
+        out = self._filtered(event)
+        if out and self._fmt is WireFormat.RESPONSES:
+            self.events_sent += 1
+            self.items_sent += b'"response.output_item.added"' in out
+        return out
+
+    def _filtered(self, event: bytes) -> bytes:
         if self.held:
             return b""
         if self._fmt is WireFormat.MESSAGES and b"content_block_start" in event:
@@ -141,6 +150,9 @@ class CallFilter:
         item = data.get("item") or {}
         if data.get("type") == "response.output_item.added" and item.get("type") == "function_call" \
                 and _is_mine(item.get("name")):
+            if self._splice:
+                self.held = True
+                return None
             self._mine.update((item.get("id"), data.get("output_index")))
             self.removed += 1
             return None
@@ -154,12 +166,13 @@ class CallFilter:
         return data
 
 
-async def continued_blocks(chunks: AsyncIterator[bytes], offset: int) -> AsyncIterator[bytes]:
+async def continued_blocks(chunks: AsyncIterator[bytes], sent: "CallFilter",
+                           payload: dict[str, Any]) -> AsyncIterator[bytes]:
     """A Messages stream continuing one already under way: its ``message_start`` and pings
     left out, its blocks numbered after the ``offset`` already sent, and its
     ``message_delta`` usage carrying its own input figures too (what the client's tap reads
     for the round)."""
-    buffer, usage = b"", {}
+    buffer, usage, offset = b"", {}, sent.blocks_sent
     async for chunk in chunks:
         buffer += chunk.replace(b"\r\n", b"\n")
         cut = buffer.rfind(b"\n\n")
@@ -193,10 +206,11 @@ def _event(kind: str, data: dict[str, Any]) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-async def continued_chunks(chunks: AsyncIterator[bytes], offset: int) -> AsyncIterator[bytes]:
+async def continued_chunks(chunks: AsyncIterator[bytes], sent: "CallFilter",
+                           payload: dict[str, Any]) -> AsyncIterator[bytes]:
     """A chat stream continuing one already under way: its tool calls numbered after the
-    ``offset`` already sent; everything else (its usage chunk and ``[DONE]`` included) as it came."""
-    buffer = b""
+    ones already sent; everything else (its usage chunk and ``[DONE]`` included) as it came."""
+    buffer, offset = b"", sent.calls_sent
     async for chunk in chunks:
         buffer += chunk.replace(b"\r\n", b"\n")
         cut = buffer.rfind(b"\n\n")
@@ -226,3 +240,44 @@ def chat_end() -> bytes:
     """The end of a chat stream Sieve closes itself."""
     chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
     return b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"
+
+
+async def continued_items(chunks: AsyncIterator[bytes], sent: CallFilter,
+                          payload: dict[str, Any]) -> AsyncIterator[bytes]:
+    """A Responses stream continuing one already under way: its ``response.created`` and
+    ``.in_progress`` left out, its items numbered after the ones sent, its events after
+    theirs, and the response it completes with holding the items sent before its own."""
+    before = [item for item in payload.get("output") or ()
+              if not (item.get("type") == "function_call" and _is_mine(item.get("name")))][:sent.items_sent]
+    buffer, n = b"", sent.events_sent
+    async for chunk in chunks:
+        buffer += chunk.replace(b"\r\n", b"\n")
+        cut = buffer.rfind(b"\n\n")
+        if cut < 0:
+            continue
+        whole, buffer = buffer[:cut + 2], buffer[cut + 2:]
+        out = []
+        for event in split_events(whole, True):
+            for data in event_data(event):
+                kind = data.get("type") if isinstance(data, dict) else None
+                if kind is None or kind in ("response.created", "response.in_progress"):
+                    continue
+                data = {**data, "sequence_number": n}
+                n += 1
+                if isinstance(data.get("output_index"), int):
+                    data["output_index"] += len(before)
+                if isinstance(data.get("response"), dict):
+                    response = data["response"]
+                    data["response"] = {**response, "output": [*before, *(response.get("output") or ())]}
+                out.append(_event(kind, data))
+        if out:
+            yield b"".join(out)
+
+
+def responses_end(payload: dict[str, Any], sent: CallFilter) -> bytes:
+    """The end of a Responses stream Sieve closes itself: the round's response, completed
+    with the items that were sent."""
+    output = [item for item in payload.get("output") or ()
+              if not (item.get("type") == "function_call" and _is_mine(item.get("name")))][:sent.items_sent]
+    return _event("response.completed", {"type": "response.completed", "sequence_number": sent.events_sent,
+                                         "response": responses_without({**payload, "output": output, "usage": None})})

@@ -30,7 +30,8 @@ import orjson
 
 from gateway.pruning.expansion import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETERS
 from gateway.wire.expand_codecs import CODECS, Codec, EventReader, ToolAnswer
-from gateway.wire.expand_filter import CallFilter, chat_end, continued_blocks, continued_chunks, message_end
+from gateway.wire.expand_filter import CallFilter, chat_end, continued_blocks, continued_chunks, continued_items, \
+    message_end, responses_end
 from gateway.wire.formats import WireFormat
 
 CHAT_TOOL: dict[str, Any] = {"type": "function", "function": {
@@ -121,5 +122,5 @@ def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
 
 
 __all__ = ["CODECS", "CallFilter", "Codec", "EventReader", "ToolAnswer", "chat_end", "continued_blocks",
-           "continued_chunks", "digest", "history_of", "make_pin", "message_end", "tool_definition", "with_pins",
+           "continued_chunks", "continued_items", "digest", "history_of", "make_pin", "message_end", "responses_end", "tool_definition", "with_pins",
            "with_tool"]

@@ -367,9 +367,9 @@ def _last_tool_result(body: dict[str, Any], fmt: str) -> str:
     return item["output"]
 
 
-@pytest.mark.parametrize("fmt", ["responses"])
-def test_a_stream_naming_the_tool_after_text_is_relayed_without_the_call(gateway, providers, fmt):
-    """Text went out first: no round can follow, the call is taken out of the relayed events."""
+@pytest.mark.parametrize("fmt", ["chat", "messages", "responses"])
+def test_with_the_rounds_used_up_a_call_after_text_is_taken_out_of_the_stream(gateway, providers, fmt):
+    """Text went out first and no round is left: the call is taken out of the relayed events."""
     chat = {"model": CLAUDE if fmt == "messages" else MODEL, "messages": agent_history(12)}
     body = chat if fmt == "chat" else chat_to_messages(chat) if fmt == "messages" else chat_to_responses(chat)
     if fmt == "messages":
@@ -381,7 +381,8 @@ def test_a_stream_naming_the_tool_after_text_is_relayed_without_the_call(gateway
         gateway, body, conversation, False)
     ref = OMITTED_REF.search(orjson.dumps(providers.requests[-1].json).decode()).group(1)
     before, n_before = metric(gateway, "sieve_expand_total", outcome="unhandled"), len(providers.requests)
-    providers.enqueue(Reply(content="Let me look that up.", tool_calls=[expand_call(ref)]))
+    providers.enqueue(Reply(tool_calls=[expand_call(ref, "call_s1")]), Reply(tool_calls=[expand_call(ref, "call_s2")]),
+                      Reply(content="Let me look that up.", tool_calls=[expand_call(ref, "call_s3")]))
     if fmt == "chat":
         client = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": conversation})
         chunks = list(client.chat.completions.create(**chat, stream=True))
@@ -391,7 +392,7 @@ def test_a_stream_naming_the_tool_after_text_is_relayed_without_the_call(gateway
     else:
         text = (claude_answer if fmt == "messages" else responses_answer)(gateway, body, conversation, True)
     assert text == "Let me look that up."
-    assert len(providers.requests) - n_before == 1
+    assert len(providers.requests) - n_before == 3  # the answer and the two rounds the policy allows
     assert metric(gateway, "sieve_expand_total", outcome="unhandled") == before + 1
 
 
@@ -439,4 +440,26 @@ def test_a_chat_stream_naming_the_tool_after_text_goes_on_with_the_next_round(ga
     asked = [r.json for r in providers.requests[n_before:]]
     assert len(asked) == 2 and asked[1]["messages"][-2]["content"] == "Let me look that up. "
     assert f"ref {ref_of(fingerprint(original))}:" in asked[1]["messages"][-1]["content"]  # the span's list
+    assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
+
+
+def test_a_responses_stream_naming_the_tool_after_text_goes_on_with_the_next_round(gateway, providers):
+    body = chat_to_responses({"model": MODEL, "messages": agent_history(12)})
+    providers.enqueue(Reply(content="ok"))
+    responses_answer(gateway, body, "responses-splice", False)
+    marker = OMITTED_MARKER.search(orjson.dumps(providers.requests[-1].json).decode())
+    some_id = marker.group(2).split()[0]
+    used_before, n_before = day_used(gateway, "expand"), len(providers.requests)
+    providers.enqueue(Reply(content="Let me look that up. ", tool_calls=[expand_call(some_id)],
+                            usage=RESPONSES_USAGE[0]),
+                      Reply(content="It is sku 700001.", usage=RESPONSES_USAGE[1]))
+    client = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "responses-splice"})
+    events = list(client.responses.create(**body, stream=True))
+    numbers = [e.sequence_number for e in events]
+    assert numbers == list(range(len(numbers)))  # one stream, numbered on
+    response = next(e.response for e in events if e.type == "response.completed")
+    assert response.output_text == "Let me look that up. It is sku 700001."
+    assert [item.type for item in response.output] == ["message", "message"]
+    asked = [r.json for r in providers.requests[n_before:]]
+    assert len(asked) == 2 and some_id in _last_tool_result(asked[1], "responses")
     assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
