@@ -176,16 +176,17 @@ class Expander:
     async def _relayed(self, session: Session, record: RequestRecord, body: dict[str, Any],
                        chunks: AsyncIterator[bytes], send: Send | None) -> AsyncIterator[bytes]:
         """A relayed stream without Sieve's calls (``CallFilter``): one that names the tool only
-        after text or a client call went out. Messages, with a round left (``send``): at the
-        call, the round is read to its end, answered, and the next round's blocks follow the
-        ones already sent, in the same message (``_spliced``); otherwise the call is taken out,
-        counted ``unhandled``."""
+        after text or a client call went out. With a round left (``send``): at the call, the
+        round is read to its end, answered, and the next round follows what was already sent,
+        in the same message (``_spliced``); otherwise the call is taken out, counted
+        ``unhandled``. The bytes relayed are kept (not parsed) until a call needs them."""
         fmt = session.call.format
         calls = CallFilter(fmt, splice=send is not None)
-        events = EventReader(CODECS[fmt].stream())
+        seen: list[bytes] = []
         try:
             async for chunk in chunks:
-                events.feed(chunk)
+                if send is not None:
+                    seen.append(chunk)
                 out = calls.feed(chunk)
                 if out:
                     yield out
@@ -196,6 +197,9 @@ class Expander:
                 if tail:
                     yield tail
                 return
+            events = EventReader(CODECS[fmt].stream())
+            for chunk in seen:
+                events.feed(chunk)
             async for chunk in chunks:  # the rest of the round: Sieve's call, read whole
                 events.feed(chunk)
             assert send is not None
