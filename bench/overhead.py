@@ -13,6 +13,8 @@ Starts the fake upstream (``python -m tests.fake_upstream``; ``tests.scripted_pr
     python bench/overhead.py --route messages        # Anthropic Messages (/v1/messages), or --route responses
     python bench/overhead.py --targets direct,sieve-none,sieve-shadow --repeats 3
                                                      # shadow mode beside passthrough
+    python bench/overhead.py --targets sieve-prune,sieve-expand --repeats 3
+                                                     # the sieve_expand tool on, beside it off
 
 Every figure is the median over ``--repeats`` runs; ratios compare targets of the
 same run. See bench/README.md.
@@ -56,6 +58,10 @@ AGAINST_TARGETS = ("base-none", "base-prune")  # the same two, served by the --a
 # Sieve under a shadow policy (this tree's policies/default.yaml plus ``mode: shadow``), sent the
 # sieve-prune headers: forwarded as it came, the same decision made after each response.
 SHADOW_TARGET = "sieve-shadow"
+# Sieve with the sieve_expand tool on (policies/default.yaml plus ``expand_tool: true``), sent the
+# sieve-prune headers: the same decision, its markers decorated and the tool added; the fake
+# upstream never calls the tool, so this is what the tool costs a request that does not use it.
+EXPAND_TARGET = "sieve-expand"
 
 
 # -- processes --------------------------------------------------------------
@@ -144,10 +150,10 @@ def start_upstream(a: argparse.Namespace) -> Server:
     return Server("fake-upstream", route.upstream_argv(port, a), port, route.ready_path)
 
 
-def shadow_policies() -> Path:
-    """A policies folder whose default policy is this tree's, in shadow mode."""
-    folder = Path(tempfile.mkdtemp(prefix="sieve-shadow-policies-"))
-    (folder / "default.yaml").write_text((ROOT / "policies" / "default.yaml").read_text() + "\nmode: shadow\n")
+def shadow_policies(extra: str = "mode: shadow") -> Path:
+    """A policies folder whose default policy is this tree's plus ``extra`` (shadow mode)."""
+    folder = Path(tempfile.mkdtemp(prefix="sieve-bench-policies-"))
+    (folder / "default.yaml").write_text((ROOT / "policies" / "default.yaml").read_text() + f"\n{extra}\n")
     return folder
 
 
@@ -456,6 +462,7 @@ async def run_overhead(a: argparse.Namespace, servers: dict[str, Server]) -> dic
         "litellm": (servers.get("litellm"), {}),
     }
     plan[SHADOW_TARGET] = (servers.get("shadow"), plan["sieve-prune"][1])
+    plan[EXPAND_TARGET] = (servers.get("expand"), plan["sieve-prune"][1])
     plan["base-none"] = (servers.get("base"), plan["sieve-none"][1])
     plan["base-prune"] = (servers.get("base"), plan["sieve-prune"][1])
     runs: dict[tuple, list[Cell]] = {}
@@ -559,12 +566,16 @@ async def amain(a: argparse.Namespace, against: Path | None) -> dict:
     try:
         servers["upstream"] = start_upstream(a)
         await servers["upstream"].wait_ready(30)
-        want_sieve = a.memory or any(t.startswith("sieve") and t != SHADOW_TARGET for t in a.targets)
+        want_sieve = a.memory or any(t.startswith("sieve") and t not in (SHADOW_TARGET, EXPAND_TARGET)
+                                     for t in a.targets)
         if want_sieve and (s := start_sieve(a, servers["upstream"].port)):
             servers["sieve"] = s
         if not a.memory and SHADOW_TARGET in a.targets and \
                 (s := start_sieve(a, servers["upstream"].port, name="shadow", policies=shadow_policies())):
             servers["shadow"] = s
+        if not a.memory and EXPAND_TARGET in a.targets and (s := start_sieve(
+                a, servers["upstream"].port, name="expand", policies=shadow_policies("expand_tool: true"))):
+            servers["expand"] = s
         if against is not None and (s := start_sieve(a, servers["upstream"].port, against, "base")):
             servers["base"] = s
         if not a.memory and "litellm" in a.targets:

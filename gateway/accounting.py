@@ -25,7 +25,7 @@ from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.conversation_signals import conversation_signals
 from gateway.telemetry.recording import CohortFigures, RequestFigures, RequestRecorder
 from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, ShadowSavings, savings_for_request, \
-    shadow_savings
+    shadow_savings, with_expand_rounds
 from gateway.telemetry.usage import Usage, usage_from_provider
 from gateway.usage_bounds import usage_is_readable
 from gateway.upstream.base import ResolvedRoute
@@ -64,6 +64,11 @@ class RequestRecord:
     shadow_decision: "asyncio.Task[PruneOutcome | None] | None" = None
     shadow: PruneOutcome | None = None
     ended: float | None = None
+    # sieve_expand rounds (gateway.expander): the usage of every round before the final
+    # one (each settled on its own reservation; ``hold`` is the final round's), and the
+    # refs the model asked for.
+    expand_usage: list[dict[str, Any]] = field(default_factory=list)
+    expand_refs: list[str] = field(default_factory=list)
 
     def set_response_body(self, body: bytes) -> None:
         if self.status >= 400:
@@ -129,6 +134,9 @@ class Accountant:
                                       scorer_usd=_scorer_usd(record), pruned=result.changed)
         if not savings.priced:
             log.info("model %s has no price: savings not counted in dollars", record.call.body["model"])
+        earlier = [u for u in map(usage_from_provider, record.expand_usage) if u is not None]
+        if earlier:
+            savings = with_expand_rounds(savings, self._prices, earlier[0], earlier, original, usage)
         return savings
 
     def _cohort(self, record: RequestRecord, usage: Usage | None, savings: SavingsRecord | None) -> CohortFigures:
@@ -171,7 +179,8 @@ class Accountant:
             request_body=call.sent_body, include_content=call.policy.audit_include_content,
             secrets=tuple(s for s in (auth[7:].strip(), call.headers.get("x-api-key", "")) if s), route=call.route,
             cohort=record.outcome.cohort, shadow=shadow,
-            shadow_mode=record.shadow.result.mode if record.shadow is not None else None))
+            shadow_mode=record.shadow.result.mode if record.shadow is not None else None,
+            expand_refs=tuple(record.expand_refs), expand_rounds=len(record.expand_usage)))
 
 
 def _scorer_usd(record: RequestRecord) -> float:

@@ -37,6 +37,7 @@ from gateway.accounting import Accountant, RequestRecord
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.deferred import Deferred
 from gateway.errors import SieveError, UpstreamUnavailable
+from gateway.expander import Expander, Session
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.result import PruneResult
 from gateway.pruning.vocabulary import Cohort, PolicyMode
@@ -71,8 +72,9 @@ class Reply:
 
 class ChatProxy:
     def __init__(self, *, router: ModelRouter, pruner: Pruner, accountant: Accountant, budgets: BudgetGuard,
-                 deferred: Deferred) -> None:
+                 deferred: Deferred, expander: Expander | None = None) -> None:
         self._router = router
+        self._expander = expander
         self._pruner = pruner
         self._accountant = accountant
         self._budgets = budgets
@@ -88,13 +90,17 @@ class ChatProxy:
         ingress = INGRESSES[call.format]
         route = self._router.resolve(call.body["model"], call.format)
         outcome = await self._prune(call, ingress)
+        expansion = await self._expander.open(call, outcome) if self._expander is not None else None
         try:
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
+            if self._expander is not None:
+                forwarded = self._expander.body_for(expansion, forwarded)
         except Exception as exc:  # noqa: BLE001 - a bug writing the format back must not fail the request
             log.exception("writing the pruned %s body failed (%s); forwarding it as sent", call.format,
                           type(exc).__name__)
             outcome = await self._pruner.pass_through(call, WRITE_FAILED, FailOpen.PRUNING_ERROR)
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
+            expansion = None
         hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded, call.format)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold,
                                answer_chars=ingress.answer_chars,
@@ -103,6 +109,8 @@ class ChatProxy:
         self._open[id(record)] = record
         headers = sieve_headers(call.request_id, outcome, hold)
         response = await self._forward_then_decide(record, forwarded, headers)
+        if expansion is not None:
+            response = await self._expand(expansion, record, forwarded, response, headers)
         record.status = response.status
         if response.chunks is None:
             record.upstream_s = time.perf_counter() - record.upstream_started
@@ -115,6 +123,19 @@ class ChatProxy:
         return Reply(response.status, {**response.headers, **headers},
                      stream=self._relay(response, record, ingress.tap(strip_usage)),
                      on_close=lambda: self._account(record))
+
+    async def _expand(self, expansion: Session, record: RequestRecord, forwarded: dict[str, Any],
+                      response: UpstreamResponse, headers: Mapping[str, str]) -> UpstreamResponse:
+        """Sieve's own sieve_expand rounds (gateway.expander); the client gets the last answer."""
+        assert self._expander is not None
+        try:
+            return await self._expander.answer(expansion, record, forwarded, response,
+                                               lambda body: self._forward(record, body, headers))
+        except BaseException:
+            record.outcome_label = record.outcome_label or Outcome.UPSTREAM_ERROR
+            record.error_status = record.error_status or 500
+            self._account(record)
+            raise
 
     async def _prune(self, call: ChatCall, ingress: Ingress) -> PruneOutcome:
         reason = ingress.unpruned_reason(call.sent_body)

@@ -24,6 +24,7 @@ from gateway.deferred import Deferred
 from gateway.identity import Authenticator, OpenAccess, authenticator_for
 from gateway.passthrough import PassThrough
 from gateway.policies import PolicyBook
+from gateway.expander import Expander
 from gateway.proxy import ChatProxy
 from gateway.pruner import Pruner
 from gateway.pruning.scoring import LocalScorer
@@ -120,7 +121,8 @@ class Services:
                                              settings.max_upstream_body_bytes)
         router = _router(settings, fast_path)
         proxy = ChatProxy(router=router, pruner=pruner,
-                          accountant=Accountant(recorder, prices, budgets, audit), budgets=budgets, deferred=deferred)
+                          accountant=Accountant(recorder, prices, budgets, audit), budgets=budgets, deferred=deferred,
+                          expander=Expander(stores.conversations, budgets, metrics, counters))
         return cls(settings, policies, authenticator, stores, proxy, PassThrough(router, fast_path, budgets, recorder, audit, deferred),
                    ModelCatalog(settings, session), recorder, budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,

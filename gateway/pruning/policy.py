@@ -104,6 +104,11 @@ class Policy:
     # baseline the pruned (or shadow) cohort is compared with.
     mode: PolicyMode = PolicyMode.PRUNE
     control_share: float = 0.0
+    # Reversible pruning (gateway.pruning.expansion): a forward that masks or omits
+    # anything carries the sieve_expand tool, its markers name refs, and Sieve answers
+    # the model's calls itself, asking the provider again up to expand_max_rounds times.
+    expand_tool: bool = False
+    expand_max_rounds: int = 2
 
     def with_overrides(self, **changes) -> "Policy":
         values = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -106,6 +106,8 @@ class AuditEntry:
     cohort: str | None = None
     shadow: ShadowSavings | None = None
     shadow_mode: str | None = None  # the shadow decision's prune mode (epoch, frozen, ...)
+    expand_refs: Sequence[str] = ()  # the refs the model asked sieve_expand for (gateway.expander)
+    expand_rounds: int = 0           # the provider calls Sieve made for them
 
 
 def audit_record(entry: AuditEntry) -> dict[str, Any]:
@@ -138,6 +140,8 @@ def audit_record(entry: AuditEntry) -> dict[str, Any]:
     }
     record["cohort"] = entry.cohort
     record["shadow"] = _shadow(entry.shadow, entry.shadow_mode)
+    if entry.expand_rounds or entry.expand_refs:
+        record["expand"] = {"refs": list(entry.expand_refs), "rounds": entry.expand_rounds}
     if entry.include_content and entry.request_body is not None:
         record["request"] = entry.request_body
     return record

@@ -56,6 +56,17 @@ class UsageAnomaly(StrEnum):
     ABSURD = "absurd"  # far above what the request could cost: clamped to the estimate
 
 
+class ExpandOutcome(StrEnum):
+    """The ``outcome`` label of ``sieve_expand_total``: one ``sieve_expand`` call the model made
+    (``gateway.expander``)."""
+
+    EXPANDED = "expanded"            # every ref it asked for was restored, and the provider asked again
+    NOT_AVAILABLE = "not_available"  # some ref was unknown or expired: answered "not available"
+    LIMIT = "limit"                  # the rounds were used up: the call was removed from the answer
+    BUDGET = "budget"                # no budget left for another round: the call was removed
+    UNHANDLED = "unhandled"          # seen after the answer was already relayed (a stream's text first)
+
+
 # sieve_units_total{action}: pruning's actions, and "summarised", which the dashboard shows beside them.
 UNIT_ACTIONS = (*(a.value for a in Action), "summarised")
 COST_KINDS = ("counterfactual", "actual", "scorer")
@@ -100,6 +111,9 @@ class Metrics:
                                        "Scorer fallbacks, by reason.", ["reason"], registry=r)
         self.unpriced = Counter("sieve_unpriced_requests_total",
                                 "Requests whose model has no known price.", ["model"], registry=r)
+        self.expand = Counter("sieve_expand_total",
+                              "sieve_expand calls the model made, by how Sieve answered them.",
+                              ["outcome"], registry=r)
         self.fail_open = Counter("sieve_fail_open_total",
                                  "Requests served unpruned or unmetered because a dependency failed.",
                                  ["reason"], registry=r)

@@ -50,6 +50,7 @@ that is what the dashboard's sum of the cost counters shows.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -57,7 +58,7 @@ from gateway.telemetry.pricing import PriceBook, price_usage
 from gateway.telemetry.usage import Usage
 
 __all__ = ["OriginalPrompt", "SavingsRecord", "ShadowSavings", "cached_prefix_messages", "savings_for_request",
-           "shadow_savings"]
+           "shadow_savings", "with_expand_rounds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,27 @@ def savings_for_request(
         counterfactual_cache_write_tokens=counterfactual.cache_write_tokens,
         counterfactual_usd=cf_usd, actual_usd=actual_usd, scorer_usd=scorer_usd,
         net_usd=cf_usd - actual_usd - scorer_usd)
+
+
+def with_expand_rounds(savings: SavingsRecord, prices: PriceBook, first: Usage, earlier: Sequence[Usage],
+                       original: OriginalPrompt, usage: Usage) -> SavingsRecord:
+    """A request that took ``sieve_expand`` rounds (``gateway.expander``): the unpruned request
+    would have been asked once, so its counterfactual is the first round's prompt (before any
+    expansion) with the final answer's completion; the actual cost is every round's.
+    ``savings`` is the record computed on the final round's usage; ``earlier`` the usage of
+    every round before it (``first`` among them)."""
+    price = prices.lookup(savings.model)
+    if price is None or not savings.priced:
+        return savings
+    once = dataclasses.replace(first, completion_tokens=usage.completion_tokens)
+    counterfactual = _counterfactual_usage(original, savings.forwarded_tokens, once, price.has_cached_price)
+    cf_usd = price_usage(price, counterfactual).total_usd
+    actual_usd = savings.actual_usd + sum(price_usage(price, u).total_usd for u in earlier)
+    return dataclasses.replace(
+        savings, counterfactual_prompt_tokens=counterfactual.prompt_tokens,
+        counterfactual_cached_tokens=counterfactual.cached_read_tokens,
+        counterfactual_cache_write_tokens=counterfactual.cache_write_tokens,
+        counterfactual_usd=cf_usd, actual_usd=actual_usd, net_usd=cf_usd - actual_usd - savings.scorer_usd)
 
 
 def _counterfactual_usage(original: OriginalPrompt, forwarded_tokens: int, usage: Usage,

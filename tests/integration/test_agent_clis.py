@@ -39,6 +39,7 @@ from tests.gateway_server import GatewayServer
 from tests.scripted_provider import Script, ScriptedProvider, Task, orphans
 
 pytestmark = pytest.mark.timeout(600)
+ROOT = Path(__file__).resolve().parents[2]
 
 FILES = ("alpha", "beta", "gamma")
 SCRIPT = Script(
@@ -182,4 +183,29 @@ def test_codex_finishes_through_sieve_which_prunes_the_first_task_out(project, p
     bodies = assert_session_reached_provider(provider, "responses")
     assert_pruned(sieve, bodies)
     assert all(r.headers.get("session-id") for r in provider.requests)  # Codex's session header passed through
+    assert trap.attempts == []
+
+
+# -- through Sieve with the sieve_expand tool on --------------------------------------------------------
+
+@pytest.fixture
+def sieve_expand(provider: ScriptedProvider, tmp_path: Path) -> Iterator[GatewayServer]:
+    """Sieve as above, its default policy with ``expand_tool: true``: every pruned forward carries
+    the tool and markers with refs (the scripted provider never calls it)."""
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / "default.yaml").write_text((ROOT / "policies" / "default.yaml").read_text() + "\nexpand_tool: true\n")
+    settings = Settings(upstream_base_url=provider.base_url, anthropic_base_url=provider.root, policies_dir=folder)
+    with GatewayServer(settings) as gateway:
+        yield gateway
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex"])
+def test_the_clis_finish_through_sieve_with_the_expand_tool_on(project, provider, sieve_expand, trap, cli):
+    headers = {"x-sieve-target-tokens": TARGET_TOKENS}
+    run_session(ClaudeCode(project, base_url=sieve_expand.base_url, trap=trap, headers=headers) if cli == "claude"
+                else CodexCli(project, base_url=sieve_expand.base_url + "/v1", trap=trap, headers=headers))
+    bodies = assert_session_reached_provider(provider, "messages" if cli == "claude" else "responses")
+    assert_pruned(sieve_expand, bodies)
+    assert "sieve_expand" in json.dumps(bodies[-1]["tools"]) and "ref " in json.dumps(bodies[-1])
     assert trap.attempts == []

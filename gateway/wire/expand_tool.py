@@ -1,0 +1,126 @@
+"""The ``sieve_expand`` tool in each wire format: its definition, its calls in an answer,
+the round Sieve appends, and an answer without the tool's calls.
+
+The definition is fixed text placed after the client's own tools (their cached
+prefix stays whole). What the tool does is ``gateway.pruning.expansion``; the rounds
+are ``gateway.expander``. One :class:`Codec` per format (``gateway.wire.expand_codecs``;
+``gateway.wire.expand_filter`` takes the calls out of a stream already relayed):
+
+==============  ======================  ============================  ===========================
+                Chat Completions        Anthropic Messages            OpenAI Responses
+==============  ======================  ============================  ===========================
+a call          ``message.tool_calls``  a ``tool_use`` block          a ``function_call`` item
+a stream names  ``delta.tool_calls[]``  ``content_block_start`` of     ``response.output_item``
+it              ``.function.name``      a ``tool_use``                ``.added`` (function_call)
+the round       assistant turn + tool   assistant turn + user turn    the output items +
+appended        messages                of ``tool_result`` blocks     ``function_call_output``
+==============  ======================  ============================  ===========================
+
+A stream is decided by its first event that names a tool or carries text: Sieve's
+tool first, and the stream is held back (read whole, assembled into the answer a
+non-stream call would have given); anything else is relayed as it came.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping
+
+import orjson
+
+from gateway.pruning.expansion import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETERS
+from gateway.wire.expand_codecs import CODECS, Codec, EventReader, ToolAnswer
+from gateway.wire.expand_filter import CallFilter, chat_end, continued_blocks, continued_chunks, continued_items, \
+    message_end, responses_end
+from gateway.wire.formats import WireFormat
+
+CHAT_TOOL: dict[str, Any] = {"type": "function", "function": {
+    "name": TOOL_NAME, "description": TOOL_DESCRIPTION, "parameters": TOOL_PARAMETERS}}
+MESSAGES_TOOL: dict[str, Any] = {"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "input_schema": TOOL_PARAMETERS}
+RESPONSES_TOOL: dict[str, Any] = {"type": "function", "name": TOOL_NAME, "description": TOOL_DESCRIPTION,
+                                  "parameters": TOOL_PARAMETERS, "strict": False}
+_TOOLS = {WireFormat.CHAT: CHAT_TOOL, WireFormat.MESSAGES: MESSAGES_TOOL, WireFormat.RESPONSES: RESPONSES_TOOL}
+
+
+def tool_definition(fmt: WireFormat) -> dict[str, Any]:
+    return _TOOLS[fmt]
+
+
+def with_tool(body: Mapping[str, Any], fmt: WireFormat) -> dict[str, Any]:
+    """``body`` with the tool after the client's own (once: a body that has it keeps it as is)."""
+    tools = list(body.get("tools") or ())
+    if any(_tool_name(t) == TOOL_NAME for t in tools) or body.get("functions") is not None:
+        return dict(body)  # (legacy ``functions`` cannot go beside ``tools``: no tool then)
+    return {**body, "tools": [*tools, tool_definition(fmt)]}
+
+
+def _tool_name(tool: Any) -> Any:
+    if not isinstance(tool, dict):
+        return None
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, dict) else tool.get("name")
+
+
+# -- pins: a conversation's expansion exchanges, back where they were made ----------------------------
+
+def history_of(body: Mapping[str, Any], fmt: WireFormat) -> list[Any] | None:
+    """The body's list of turns or items (None: a Responses ``input`` given as one string)."""
+    turns = body.get("input" if fmt is WireFormat.RESPONSES else "messages")
+    return turns if isinstance(turns, list) else None
+
+
+def digest(item: Any) -> str:
+    return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
+
+
+def make_pin(sent: Mapping[str, Any], forwarded_before: int, asked: Mapping[str, Any],
+             fmt: WireFormat) -> dict[str, Any] | None:
+    """The exchange a request's rounds appended (``asked``'s turns past ``forwarded_before``),
+    to go after the client's last turn of that request (``sent``)."""
+    history, turns = history_of(sent, fmt), history_of(asked, fmt)
+    if not history or turns is None:
+        return None
+    return {"at": len(history), "after": digest(history[-1]), "items": turns[forwarded_before:]}
+
+
+def with_pins(forwarded: dict[str, Any], sent: Mapping[str, Any], fmt: WireFormat,
+              pins: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
+    """``forwarded`` with each pin's exchange back after the client turn it followed, when the
+    client's history still holds that turn (same place, same bytes) and something after it,
+    and the forward kept the turn as it is; and the items put back."""
+    history, turns = history_of(sent, fmt), history_of(forwarded, fmt)
+    if not history or turns is None:
+        return forwarded, []
+    out, added = list(turns), []
+    for pin in sorted(pins, key=lambda p: -int(p.get("at", 0))):
+        at = int(pin.get("at", 0))
+        if not 0 < at < len(history) or digest(history[at - 1]) != pin.get("after"):
+            continue
+        place = _kept_at(out, history, at - 1)
+        if place is None:
+            continue
+        items = list(pin.get("items") or ())
+        out[place + 1:place + 1] = items
+        added += items
+    key = "input" if fmt is WireFormat.RESPONSES else "messages"
+    return ({**forwarded, key: out} if added else forwarded), added
+
+
+def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
+    """Where the client's turn ``history[index]`` is in the forwarded ``turns``, when it was kept
+    as it is with the turn after it: counted from the end (a later turn equal to it, a repeated
+    "continue", is told apart by how many equal ones follow), the newest turns being the ones a
+    prune keeps."""
+    item, following = history[index], history[index + 1]
+    nth = sum(1 for h in history[index:] if h == item)
+    for i in range(len(turns) - 1, -1, -1):
+        if turns[i] == item:
+            nth -= 1
+            if nth == 0:
+                return i if i + 1 < len(turns) and turns[i + 1] == following else None
+    return None
+
+
+__all__ = ["CODECS", "CallFilter", "Codec", "EventReader", "ToolAnswer", "chat_end", "continued_blocks",
+           "continued_chunks", "continued_items", "digest", "history_of", "make_pin", "message_end", "responses_end", "tool_definition", "with_pins",
+           "with_tool"]

@@ -1,0 +1,60 @@
+"""The pure part of reversible pruning: refs in markers, the refs a call asks for, what they restore."""
+
+from __future__ import annotations
+
+from gateway.pruning.compression import dropped_marker, is_omission_marker, marker_ids
+from gateway.pruning.expansion import MAX_REFS_PER_CALL, NOT_AVAILABLE, expandable, refs_of_call, restore, \
+    span_ref, with_ref
+from gateway.pruning.messages import fingerprint
+from gateway.pruning.pipeline import prune
+from gateway.pruning.policy import Policy, Steering
+from gateway.pruning.scoring import LocalScorer
+from gateway.pruning.tokens import TokenCounters
+from gateway.pruning.vocabulary import DROPPED, MASKED
+from tests.conversations import agent_history
+
+
+def test_a_marker_with_its_ref_keeps_its_ids_and_stays_a_marker():
+    marker = dropped_marker(["#W1000001", "700001"])
+    decorated = with_ref(marker, "1a2b3c4d")
+    assert is_omission_marker(decorated) and marker_ids(decorated) == ["#W1000001", "700001"]
+    assert "ref 1a2b3c4d" in decorated["content"] and "sieve_expand" in decorated["content"]
+    assert is_omission_marker(with_ref(dropped_marker(), "1a2b3c4d"))
+
+
+def test_refs_of_a_call_are_bounded_and_junk_asks_for_nothing():
+    assert refs_of_call('{"refs": ["a", "b", "a"]}') == ["a", "b"]
+    assert refs_of_call({"refs": "a, b c"}) == ["a", "b", "c"]
+    assert len(refs_of_call({"refs": [str(i) for i in range(10)]})) == MAX_REFS_PER_CALL
+    assert refs_of_call("not json") == refs_of_call({"refs": 3}) == refs_of_call(None) == []
+
+
+def test_every_ref_forwarded_restores_what_it_stands_for():
+    history = agent_history(12)
+    counter = TokenCounters().for_model("gpt-4o-mini")
+    policy = Policy(min_prompt_tokens=0, min_messages=0, target_tokens=1500)
+    result = prune({"model": "gpt-4o-mini", "messages": history}, policy, scorer=LocalScorer(), counter=counter,
+                   steering=Steering())
+    found = expandable(result, history)
+    assert found.removed
+    forwarded_text = " ".join(str(m.get("content")) for m in found.messages)
+    named = [ref for ref in found.refs if f"ref {ref}" in forwarded_text]
+    assert named
+    lists = "".join(restore([ref], found.refs, history)[0] for ref in named)
+    for ref, indices in found.refs.items():
+        # Named in the forward, or in the list of a span too long to show whole.
+        assert ref in named or f"ref {ref}:" in lists
+        assert all(result.message_actions[j] in (MASKED, DROPPED) for j in indices)
+        first = fingerprint(history[indices[0]])
+        assert first.startswith(ref) or span_ref(first) == ref
+        text, n = restore([ref], found.refs, history)
+        assert n == 1 and NOT_AVAILABLE not in text
+    text, n = restore(["deadbeef"], found.refs, history)
+    assert n == 0 and NOT_AVAILABLE in text
+    # An id a marker lists restores the omitted units that hold it.
+    marker = next(m["content"] for m in found.messages if is_omission_marker(m))
+    some_id = marker_ids({"role": "user", "content": marker})[0]
+    text, n = restore([some_id], found.refs, history)
+    assert n == 1 and some_id in text and text.count("[tool]") >= 1
+    # The plan stores the markers as they were: the decoration is never frozen.
+    assert all("ref " not in m["content"] for _, m in result.state.inserts if is_omission_marker(m))
