@@ -166,19 +166,26 @@ class CallFilter:
         return data
 
 
+async def _whole_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A continuing round's stream cut at event boundaries: each piece holds whole events only
+    (an event split across chunks waits for its end; a tail without one is not an event)."""
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk.replace(b"\r\n", b"\n")
+        cut = buffer.rfind(b"\n\n")
+        if cut >= 0:
+            whole, buffer = buffer[:cut + 2], buffer[cut + 2:]
+            yield whole
+
+
 async def continued_blocks(chunks: AsyncIterator[bytes], sent: "CallFilter",
                            payload: dict[str, Any]) -> AsyncIterator[bytes]:
     """A Messages stream continuing one already under way: its ``message_start`` and pings
     left out, its blocks numbered after the ``offset`` already sent, and its
     ``message_delta`` usage carrying its own input figures too (what the client's tap reads
     for the round)."""
-    buffer, usage, offset = b"", {}, sent.blocks_sent
-    async for chunk in chunks:
-        buffer += chunk.replace(b"\r\n", b"\n")
-        cut = buffer.rfind(b"\n\n")
-        if cut < 0:
-            continue
-        whole, buffer = buffer[:cut + 2], buffer[cut + 2:]
+    usage, offset = {}, sent.blocks_sent
+    async for whole in _whole_events(chunks):
         out = []
         for event in split_events(whole, True):
             for data in event_data(event):
@@ -210,13 +217,8 @@ async def continued_chunks(chunks: AsyncIterator[bytes], sent: "CallFilter",
                            payload: dict[str, Any]) -> AsyncIterator[bytes]:
     """A chat stream continuing one already under way: its tool calls numbered after the
     ones already sent; everything else (its usage chunk and ``[DONE]`` included) as it came."""
-    buffer, offset = b"", sent.calls_sent
-    async for chunk in chunks:
-        buffer += chunk.replace(b"\r\n", b"\n")
-        cut = buffer.rfind(b"\n\n")
-        if cut < 0:
-            continue
-        whole, buffer = buffer[:cut + 2], buffer[cut + 2:]
+    offset = sent.calls_sent
+    async for whole in _whole_events(chunks):
         if not offset or b'"tool_calls"' not in whole:
             yield whole
             continue
@@ -249,13 +251,8 @@ async def continued_items(chunks: AsyncIterator[bytes], sent: CallFilter,
     theirs, and the response it completes with holding the items sent before its own."""
     before = [item for item in payload.get("output") or ()
               if not (item.get("type") == "function_call" and _is_mine(item.get("name")))][:sent.items_sent]
-    buffer, n = b"", sent.events_sent
-    async for chunk in chunks:
-        buffer += chunk.replace(b"\r\n", b"\n")
-        cut = buffer.rfind(b"\n\n")
-        if cut < 0:
-            continue
-        whole, buffer = buffer[:cut + 2], buffer[cut + 2:]
+    n = sent.events_sent
+    async for whole in _whole_events(chunks):
         out = []
         for event in split_events(whole, True):
             for data in event_data(event):
