@@ -131,7 +131,8 @@ class Accountant:
                                   record.outcome.previous_fingerprints)
         savings = savings_for_request(self._prices, model=record.call.body["model"], original=original,
                                       forwarded_tokens=result.forwarded_tokens, usage=usage,
-                                      scorer_usd=_scorer_usd(record), pruned=result.changed)
+                                      scorer_usd=_scorer_usd(record), pruned=result.changed,
+                                      sieve_tool_tokens=result.tool_tokens)
         if not savings.priced:
             log.info("model %s has no price: savings not counted in dollars", record.call.body["model"])
         earlier = [u for u in map(usage_from_provider, record.expand_usage) if u is not None]

@@ -107,9 +107,9 @@ class Expander:
         try:
             found = expandable(result, call.body["messages"])
             counter = self._counters.for_model(call.body["model"])
-            added = sum(counter.model_tokens(m) for m in found.messages) \
-                - sum(counter.model_tokens(m) for m in result.request.get("messages") or ()) \
-                + counter.count_text(orjson.dumps(tool_definition(call.format)).decode())
+            # The markers' refs are counted already: the pruner held their room under the target
+            # (gateway.pruning.pipeline). The definition is a tool schema: beside the messages.
+            tool_tokens = counter.count_text(orjson.dumps(tool_definition(call.format)).decode())
         except Exception as exc:  # noqa: BLE001 - a bug here must not fail the request
             log.exception("sieve_expand left out of this request (%s)", type(exc).__name__)
             return None
@@ -119,7 +119,7 @@ class Expander:
             return None
         session = Session(call, outcome, found, key, list(record.get("pins") or ()), bool(record.get("tool")))
         result.request = {**result.request, "messages": found.messages}
-        result.forwarded_tokens += added
+        result.tool_tokens = tool_tokens
         if not session.had_tool:
             await self._save(session)
         return session

@@ -20,6 +20,8 @@ Both depend only on the history the decision was taken on, which the frozen pref
 keeps, so the bytes of a decorated marker are the same on every replay: the
 decoration is applied to the forwarded messages after the decision, never stored
 in the plan (a policy that turns the tool off forwards the markers as they were).
+Its room is held under the target all the same: with the tool on, the pipeline
+counts the decorated markers (``gateway.pruning.pipeline``).
 
 The originals are the client's own history: it resends every message on every
 request, and the frozen plan says which of them a ref stands for. A ref whose

@@ -33,11 +33,14 @@ one decision (``gateway.pruning.decision``).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
+from gateway.pruning.assembly import count_forwarded
 from gateway.pruning.conversation import build_conversation
 from gateway.pruning.decision import DecisionTask, decide
 from gateway.pruning.epochs import forced_unit_actions, low_water
+from gateway.pruning.expansion import expandable
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.replay import replay_plan
@@ -91,11 +94,46 @@ def _prune(request: PruneRequest, state: FrozenPlan | None, scorer: Scorer,
     usable = state is not None and state.decided > 0 and state.prefix_matches(request.fingerprints)
     if usable:
         replayed = replay_plan(request, state)
-        if replayed is not None:
+        if replayed is not None and _with_ref_room(request, replayed).target_rule_tokens <= request.target_tokens:
             return replayed
     elif _below_trigger(request):
         return _unchanged(request, Mode.UNDER, _undecided_plan(request, state))
-    return _decided_anew(request, state, usable, scorer, scores, continued)
+    return _decided_with_refs(request, state, usable, scorer, scores, continued)
+
+
+def _with_ref_room(request: PruneRequest, result: PruneResult) -> PruneResult:
+    """With the policy's ``expand_tool`` on, ``result`` counted as it is forwarded: each
+    omission marker naming its ref (``gateway.pruning.expansion``, applied by the expander
+    after the decision; the plan keeps the plain markers, so a policy without the tool
+    forwards them byte for byte). The refs are part of the messages, so the target holds
+    them too. Counts only: the forwarded messages stay as decided."""
+    if not request.policy.expand_tool or not result.changed:
+        return result
+    decorated = expandable(result, request.messages).messages
+    result.target_rule_tokens = count_forwarded(decorated, result.sources, request.tokens,
+                                                request.counter.count_message)
+    result.forwarded_tokens = count_forwarded(decorated, result.sources, request.model_tokens,
+                                              request.counter.model_tokens)
+    return result
+
+
+def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: bool, scorer: Scorer,
+                       scores: Mapping[int, UnitScore] | None, continued: bool) -> PruneResult:
+    """``_decided_anew``; with the tool on, a decision whose markers' refs take it over the
+    target is taken again under the target less the room the refs took (the largest seen:
+    markers change with the decision; at most twice more), then stored under the target
+    in force (the next request replays it)."""
+    deciding, held = request, 0
+    for _ in range(3):
+        result = _decided_anew(deciding, state, usable, scorer, scores, continued)
+        plain = result.target_rule_tokens
+        room = _with_ref_room(request, result).target_rule_tokens - plain
+        if plain + room <= request.target_tokens or room <= 0 or plain > request.target_tokens:
+            break
+        held = max(held, room)
+        deciding = dataclasses.replace(request, target_tokens=request.target_tokens - held)
+    result.target_tokens = result.state.target_tokens = request.target_tokens
+    return result
 
 
 def _below_trigger(request: PruneRequest) -> bool:

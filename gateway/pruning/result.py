@@ -33,6 +33,10 @@ class PruneResult:
     # Per forwarded message, the original message it is (or masks), -1 for an inserted
     # marker: the forwarded count reuses the originals' known counts.
     sources: list[int] = field(default_factory=list, repr=False)
+    # Sieve's own tool definition (``sieve_expand``, policy ``expand_tool``), model encoding:
+    # a tool schema like the client's, so not in forwarded_tokens nor under the target,
+    # but billed: the savings count it as a cost (``gateway.telemetry.savings``).
+    tool_tokens: int = 0
 
     @property
     def changed(self) -> bool:

@@ -202,6 +202,7 @@ def _cost(s: SavingsRecord | None) -> dict[str, Any] | None:
         "cache_write_tokens": s.actual_cache_write_tokens,
         "completion_tokens": s.completion_tokens,
         "overhead_tokens": s.overhead_tokens,
+        "sieve_tool_tokens": s.sieve_tool_tokens,
         "counterfactual_prompt_tokens": s.counterfactual_prompt_tokens,
         "counterfactual_cached_tokens": s.counterfactual_cached_tokens,
         "counterfactual_cache_write_tokens": s.counterfactual_cache_write_tokens,

@@ -21,7 +21,11 @@ bills:
   provider counts it on both sides). Written as ``usage.prompt_tokens +
   (original − forwarded)``: the same when the overhead is positive, and not
   inflated when our per-message estimate runs above the provider's count
-  (a negative overhead). ``overhead_tokens`` is reported floored at 0;
+  (a negative overhead). ``overhead_tokens`` is reported floored at 0.
+  Sieve's own tool definition (``sieve_tool_tokens``: ``sieve_expand``) is a tool
+  schema the unpruned request would not have carried: it is in the actual prompt
+  (the provider bills it) and taken out of the counterfactual's, so the net
+  saving pays for it;
 - cache reads = the longest run of WHOLE leading messages whose fingerprints
   equal the previous unpruned request's, plus the overhead (it precedes the
   messages), because the provider would have cached that prefix; at least
@@ -67,7 +71,7 @@ class SavingsRecord:
     priced: bool
     original_tokens: int  # message tokens as received
     forwarded_tokens: int  # message tokens as forwarded
-    overhead_tokens: int  # provider prompt tokens beyond our message count
+    overhead_tokens: int  # provider prompt tokens beyond our message count and Sieve's tool
     actual_prompt_tokens: int
     actual_cached_tokens: int
     actual_cache_write_tokens: int
@@ -79,6 +83,7 @@ class SavingsRecord:
     actual_usd: float
     scorer_usd: float
     net_usd: float  # counterfactual − actual − scorer
+    sieve_tool_tokens: int = 0  # Sieve's own tool definition, in the actual prompt only
 
     @property
     def saved_tokens(self) -> int:
@@ -120,6 +125,7 @@ def savings_for_request(
     usage: Usage | None,
     scorer_usd: float = 0.0,
     pruned: bool | None = None,
+    sieve_tool_tokens: int = 0,
 ) -> SavingsRecord:
     """Counterfactual, actual and net dollars of one request (rules above).
 
@@ -133,21 +139,24 @@ def savings_for_request(
     price = prices.lookup(model)
     scorer_usd = max(float(scorer_usd), 0.0)
     if price is None or usage is None:
-        return _unpriced(model, original.tokens, forwarded_tokens, usage, scorer_usd)
-    counterfactual = _counterfactual_usage(original, forwarded_tokens, usage, price.has_cached_price) \
-        if pruned else usage
+        return dataclasses.replace(_unpriced(model, original.tokens, forwarded_tokens, usage, scorer_usd),
+                                   sieve_tool_tokens=sieve_tool_tokens)
+    # What the provider billed beyond the messages, Sieve's tool apart, is on both sides.
+    sent = forwarded_tokens + sieve_tool_tokens
+    counterfactual = _counterfactual_usage(original, sent, usage, price.has_cached_price) \
+        if pruned or sieve_tool_tokens else usage
     actual_usd = price_usage(price, usage).total_usd
     cf_usd = price_usage(price, counterfactual).total_usd
     return SavingsRecord(
         model=model, priced=True, original_tokens=original.tokens, forwarded_tokens=forwarded_tokens,
-        overhead_tokens=max(usage.prompt_tokens - forwarded_tokens, 0), actual_prompt_tokens=usage.prompt_tokens,
+        overhead_tokens=max(usage.prompt_tokens - sent, 0), actual_prompt_tokens=usage.prompt_tokens,
         actual_cached_tokens=usage.cached_read_tokens, actual_cache_write_tokens=usage.cache_write_tokens,
         completion_tokens=usage.completion_tokens,
         counterfactual_prompt_tokens=counterfactual.prompt_tokens,
         counterfactual_cached_tokens=counterfactual.cached_read_tokens,
         counterfactual_cache_write_tokens=counterfactual.cache_write_tokens,
         counterfactual_usd=cf_usd, actual_usd=actual_usd, scorer_usd=scorer_usd,
-        net_usd=cf_usd - actual_usd - scorer_usd)
+        net_usd=cf_usd - actual_usd - scorer_usd, sieve_tool_tokens=sieve_tool_tokens)
 
 
 def with_expand_rounds(savings: SavingsRecord, prices: PriceBook, first: Usage, earlier: Sequence[Usage],
@@ -161,7 +170,8 @@ def with_expand_rounds(savings: SavingsRecord, prices: PriceBook, first: Usage, 
     if price is None or not savings.priced:
         return savings
     once = dataclasses.replace(first, completion_tokens=usage.completion_tokens)
-    counterfactual = _counterfactual_usage(original, savings.forwarded_tokens, once, price.has_cached_price)
+    sent = savings.forwarded_tokens + savings.sieve_tool_tokens
+    counterfactual = _counterfactual_usage(original, sent, once, price.has_cached_price)
     cf_usd = price_usage(price, counterfactual).total_usd
     actual_usd = savings.actual_usd + sum(price_usage(price, u).total_usd for u in earlier)
     return dataclasses.replace(

@@ -147,11 +147,13 @@ def test_chat_expand_rounds_answer_from_the_history_and_the_client_sees_the_fina
     every = sum(price_usage(price, usage_from_provider(u)).total_usd for u in (ROUND_1, ROUND_2, ROUND_3))
     assert line["cost"]["actual_usd"] == pytest.approx(every, rel=1e-9)
     # The counterfactual is one unpruned request: the first round's prompt plus what was
-    # removed, with the final answer's completion; the rounds' cost is netted out.
+    # removed, less Sieve's tool (the unpruned request would not carry it), with the final
+    # answer's completion; the rounds' cost is netted out.
     # (its cached part is the conversation's previous request's prefix, as for any request).
     removed = line["tokens"]["original"] - line["tokens"]["forwarded"]
     cost = line["cost"]
-    assert cost["counterfactual_prompt_tokens"] == ROUND_1["prompt_tokens"] + removed
+    assert 90 < cost["sieve_tool_tokens"] < 130
+    assert cost["counterfactual_prompt_tokens"] == ROUND_1["prompt_tokens"] + removed - cost["sieve_tool_tokens"]
     once = {"prompt_tokens": cost["counterfactual_prompt_tokens"], "completion_tokens": ROUND_3["completion_tokens"],
             "prompt_tokens_details": {"cached_tokens": cost["counterfactual_cached_tokens"]}}
     assert cost["counterfactual_usd"] == pytest.approx(price_usage(price, usage_from_provider(once)).total_usd,
@@ -463,3 +465,84 @@ def test_a_responses_stream_naming_the_tool_after_text_goes_on_with_the_next_rou
     asked = [r.json for r in providers.requests[n_before:]]
     assert len(asked) == 2 and some_id in _last_tool_result(asked[1], "responses")
     assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
+
+
+# -- the target holds with the tool on -----------------------------------------------------------------
+
+def forward_at(gw: GatewayServer, providers: FakeProviders, key: str, conversation: str | None, target: int,
+               strategy: str, messages: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    """``x-sieve-forwarded-tokens`` of one chat request at ``target``, and the body the provider got.
+    Without a ``conversation`` id the first decision fills the target (none goes to the low-water mark)."""
+    providers.enqueue(Reply(content="ok"))
+    headers = {"x-sieve-strategy": strategy, "x-sieve-target-tokens": str(target)}
+    if conversation is not None:
+        headers["x-sieve-conversation-id"] = conversation
+    raw = openai_client(gw, key, headers=headers) \
+        .chat.completions.with_raw_response.create(model=MODEL, messages=messages)
+    raw.parse()
+    return int(raw.headers["x-sieve-forwarded-tokens"]), providers.requests[-1].json
+
+
+@pytest.mark.parametrize("strategy", ["window", "relevance"])
+@pytest.mark.parametrize("target", [2_000, 4_000, 8_000])
+def test_with_the_tool_on_the_forward_stays_within_the_target(gateway, providers, target, strategy):
+    """The markers' refs are held under the target and the tool definition is a tool schema
+    (not counted, like the client's): wherever the request without the tool meets its
+    target, the one with it does too: on a first decision that fills the target (a
+    request naming no conversation), and on a named conversation's frozen replay (its
+    forwarded prefix byte for byte the first step's)."""
+    history = agent_history(16)
+    name = f"target-{target}-{strategy}"
+    history[1] = {**history[1], "content": f"{history[1]['content']} ({name})"}  # a conversation of its own
+    plain, _ = forward_at(gateway, providers, "sk-plain", None, target, strategy, history)
+    assert plain <= target  # (the pins fit: the contract applies)
+    tokens, first = forward_at(gateway, providers, "sk-expand", None, target, strategy, history)
+    assert first["tools"][-1]["function"]["name"] == TOOL_NAME
+    assert REF.search(orjson.dumps(first["messages"]).decode()) and tokens <= target
+    # The count is the messages' alone (the tool apart), the refs the markers name included.
+    assert tokens == sum(gateway_counter().model_tokens(m) for m in first["messages"])
+
+    for step in (history, continued(history, "ok"), continued(history, "ok", "fine")):
+        tokens, then = forward_at(gateway, providers, "sk-expand", name, target, strategy, step)
+        assert tokens <= target and then["tools"][-1]["function"]["name"] == TOOL_NAME
+        if step is not history:
+            assert then["messages"][:len(before)] == before  # frozen: the provider's cache holds
+        before = then["messages"]
+
+
+def gateway_counter() -> Any:
+    from gateway.pruning.tokens import TokenCounters
+    return TokenCounters().for_model(MODEL)
+
+
+def test_with_the_tool_on_and_the_target_held_a_marker_ref_still_resolves(gateway, providers):
+    history = agent_history(16)
+    tokens, first = forward_at(gateway, providers, "sk-expand", "target-resolves", 4_000, "relevance", history)
+    assert tokens <= 4_000
+    ref = OMITTED_REF.findall(orjson.dumps(first).decode())[0]
+    n_before = len(providers.requests)
+    providers.enqueue(Reply(tool_calls=[expand_call(ref)], usage=ROUND_1), Reply(content="back", usage=ROUND_2))
+    answer = openai_client(gateway, "sk-expand", headers={
+        "x-sieve-conversation-id": "target-resolves", "x-sieve-target-tokens": "4000"}) \
+        .chat.completions.create(model=MODEL, messages=continued(history, "ok"))
+    assert answer.choices[0].message.content == "back"
+    result = providers.requests[n_before + 1].json["messages"][-1]
+    assert result["role"] == "tool" and f"ref {ref}:" in result["content"] and NOT_AVAILABLE not in result["content"]
+
+
+@pytest.mark.parametrize("fmt", ["messages", "responses"])
+def test_with_the_tool_on_messages_and_responses_stay_within_the_target(gateway, providers, fmt):
+    chat = {"model": CLAUDE if fmt == "messages" else MODEL, "messages": agent_history(16)}
+    body = chat_to_messages(chat) if fmt == "messages" else chat_to_responses(chat)
+    headers = {"x-sieve-target-tokens": "4000"}  # no conversation named: the first decision fills the target
+    providers.enqueue(Reply(content="ok"))
+    if fmt == "messages":
+        client = anthropic.Anthropic(base_url=gateway.base_url, api_key="sk-expand", max_retries=0, timeout=30,
+                                     default_headers=headers)
+        raw = client.messages.with_raw_response.create(**{**body, "max_tokens": 500})
+    else:
+        raw = openai_client(gateway, "sk-expand", headers=headers).responses.with_raw_response.create(**body)
+    raw.parse()
+    sent = providers.requests[-1].json
+    assert sent["tools"][-1]["name"] == TOOL_NAME and OMITTED_REF.search(orjson.dumps(sent).decode())
+    assert int(raw.headers["x-sieve-forwarded-tokens"]) <= 4_000
