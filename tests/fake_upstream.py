@@ -51,6 +51,8 @@ from typing import Any, Callable, Mapping
 import orjson
 from aiohttp import web
 
+from tests.threaded_server import ThreadedServer
+
 __all__ = ["FakeUpstream", "PromptCache", "RecordedRequest", "Reply", "MODELS", "estimate_prompt_tokens"]
 
 MODELS = ("gpt-4o-mini", "gpt-4o", "fake-model")
@@ -321,8 +323,10 @@ def _norm_tool_calls(tool_calls: list) -> list[dict]:
     return out
 
 
-class FakeUpstream:
+class FakeUpstream(ThreadedServer):
     """Fake OpenAI provider (aiohttp) on 127.0.0.1, in a background thread."""
+
+    thread_name = "fake-upstream"
 
     def __init__(
         self,
@@ -334,19 +338,15 @@ class FakeUpstream:
         prompt_cache: PromptCache | None = None,
         usage_for: Callable[[dict], dict] | None = None,
     ) -> None:
-        self.host = host
+        super().__init__(host=host, port=port)
         self.usage_for = usage_for  # computes the usage from the request (tests.provider_billing)
         self.prompt_cache = prompt_cache  # None: computed usage reports no caching
-        self.port = port
         self.record = record
         self.default = default or Reply()
         self.requests: list[RecordedRequest] = []
         self._queue: collections.deque[Reply] = collections.deque()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
 
     # -- scripting -------------------------------------------------------
     def enqueue(self, *replies: Reply) -> None:
@@ -376,54 +376,6 @@ class FakeUpstream:
         app.router.add_get("/v1/models", self._models)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         return app
-
-    async def start_async(self) -> None:
-        """Start on the current loop (used by the thread and by the CLI)."""
-        self._runner = web.AppRunner(self.make_app(), access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    def start(self) -> "FakeUpstream":
-        ready = threading.Event()
-        error: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start_async())
-            except BaseException as e:  # surfaced to start()'s caller
-                error.append(e)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="fake-upstream", daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        if error:
-            raise error[0]
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-        self._loop = self._thread = None
-
-    def __enter__(self) -> "FakeUpstream":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- handlers --------------------------------------------------------
     async def _record(self, request: web.Request) -> tuple[bytes, Any]:

@@ -41,6 +41,7 @@ import orjson
 from aiohttp import web
 
 from tests import provider_events as events
+from tests.threaded_server import ThreadedServer
 
 ANTHROPIC_SHELL_TOOL = "Bash"
 # The shell tools Codex has offered across versions, with the argument shape each takes.
@@ -153,24 +154,22 @@ def _json(body: Any) -> web.Response:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
-class ScriptedProvider:
+class ScriptedProvider(ThreadedServer):
     """The provider, in a background thread with its own loop (as ``tests.fake_upstream`` runs)."""
+
+    thread_name = "scripted-provider"
 
     def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0, record: bool = True,
                  unscripted: events.Turn = events.Turn(text="ok"), latency_s: float = 0.0,
                  chunk_delay_s: float = 0.0) -> None:
+        super().__init__(host=host, port=port)
         self.script = script
-        self.host = host
-        self.port = port
         self.record = record
         self.unscripted = unscripted  # the answer to a request of no task (side requests, benchmarks)
         self.latency_s = latency_s  # before the status line
         self.chunk_delay_s = chunk_delay_s  # between streamed events
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
 
     @property
     def root(self) -> str:
@@ -190,49 +189,14 @@ class ScriptedProvider:
                     and is_main_loop(fmt, r.json)]
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> "ScriptedProvider":
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            loop.run_until_complete(self.start_async())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())  # type: ignore[union-attr]
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="scripted-provider", daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("scripted provider did not start in 10 s")
-        return self
-
-    async def start_async(self) -> None:
-        """Start on the current loop (the thread's, or the command line's)."""
+    def make_app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-        self._loop = self._thread = None
-
-    def __enter__(self) -> "ScriptedProvider":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return app
 
     # -- handlers -------------------------------------------------------------------------------
     async def _record(self, request: web.Request) -> Any:

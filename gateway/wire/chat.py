@@ -40,11 +40,7 @@ class WireLimits:
 
 
 def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
-    if not isinstance(body, Mapping):
-        raise InvalidRequest("the request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
+    check_model(body)
     messages = body.get("messages")
     if messages is None:
         raise InvalidRequest("'messages' is required", param="messages")
@@ -57,15 +53,35 @@ def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) 
     for i, message in enumerate(messages):
         chars += _check_message(i, message, limits)
     check_request_chars("messages", chars, limits)
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    check_stream(body)
     # Sieve merges include_usage into it when streaming, so its shape is Sieve's concern too.
     stream_options = body.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise InvalidRequest("'stream_options' must be an object", param="stream_options")
     for name in ("max_tokens", "max_completion_tokens"):
         check_token_count(body, name)
+
+
+def check_model(body: Any) -> None:
+    """A JSON object naming a model, in any wire format: the route is chosen by it."""
+    if not isinstance(body, Mapping):
+        raise InvalidRequest("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
+
+
+def check_stream(body: Mapping[str, Any]) -> None:
+    """``stream``, in any wire format: it decides whether the answer is relayed as events."""
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")
+
+
+def require_str(where: str, part: Mapping[str, Any], name: str) -> None:
+    """A string field Sieve reads in a message part (an id, a name): named in the error by its path."""
+    if not isinstance(part.get(name), str):
+        raise InvalidRequest(f"{where}.{name} must be a string", param=f"{where}.{name}")
 
 
 def check_request_chars(field: str, chars: int, limits: WireLimits) -> None:

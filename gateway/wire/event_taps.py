@@ -26,7 +26,7 @@ counted, not parsed.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -41,6 +41,15 @@ _RESPONSES_END = ("response.completed", "response.incomplete")
 _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
 
 
+def _read_each(data: bytes, whole: bool, read: Callable[[dict[str, Any]], None]) -> None:
+    """Every JSON object the events in ``data`` carry, handed to ``read`` (only parsed once a cheap
+    byte test said an event worth reading is there)."""
+    for event in split_events(data, whole):
+        for payload in event_data(event):
+            if isinstance(payload, dict):
+                read(payload)
+
+
 class AnthropicEventTap(SSEUsageTap):
     """Anthropic's events relayed unchanged; usage, the end and errors read on the way."""
 
@@ -50,10 +59,7 @@ class AnthropicEventTap(SSEUsageTap):
     def _pass(self, data: bytes, whole: bool) -> bytes:
         self.delta_events += data.count(b'"content_block_delta"')
         if any(marker in data for marker in _ANTHROPIC_READ):
-            for event in split_events(data, whole):
-                for payload in event_data(event):
-                    if isinstance(payload, dict):
-                        self._read(payload)
+            _read_each(data, whole, self._read)
         return data
 
     def _read(self, payload: dict[str, Any]) -> None:
@@ -96,10 +102,7 @@ class ResponsesEventTap(SSEUsageTap):
             if found:
                 self.sequence = max(self.sequence, int(found.group(1)))
         if any(marker in data for marker in _RESPONSES_READ):
-            for event in split_events(data, whole):
-                for payload in event_data(event):
-                    if isinstance(payload, dict):
-                        self._read(payload)
+            _read_each(data, whole, self._read)
         return data
 
     def _read(self, payload: dict[str, Any]) -> None:

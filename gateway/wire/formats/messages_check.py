@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gateway.errors import InvalidRequest
-from gateway.wire.chat import WireLimits, check_request_chars, check_token_count
+from gateway.wire.chat import (WireLimits, check_model, check_request_chars, check_stream, check_token_count,
+                               require_str)
 
 # "system": Claude Code (2.1.x) puts system turns between the others (its environment notes);
 # the API takes them, so Sieve does too, and keeps them as pinned system messages.
@@ -22,11 +23,7 @@ ROLES = ("user", "assistant", "system")
 
 
 def check_messages_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
-    if not isinstance(body, Mapping):
-        raise InvalidRequest("the request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
+    check_model(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' is required and must be a non-empty array of message objects",
@@ -41,9 +38,7 @@ def check_messages_body(body: Mapping[str, Any], limits: WireLimits = WireLimits
     for i, message in enumerate(messages):
         chars += _check_message(f"messages[{i}]", message, limits)
     check_request_chars("messages", chars, limits)
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    check_stream(body)
     # The Messages API requires it (and says so itself); its shape is checked here because the budget
     # reserves on it, and /v1/prune reads bodies without it.
     check_token_count(body, "max_tokens")
@@ -85,23 +80,18 @@ def _check_block(where: str, block: Any, limits: WireLimits) -> int:
         raise InvalidRequest(f"{where} must be a content block object with a string 'type'", param=where)
     kind = block["type"]
     if kind == "text":
-        _require_str(where, block, "text")
+        require_str(where, block, "text")
         return len(block["text"])
     if kind == "tool_use":
-        _require_str(where, block, "id")
-        _require_str(where, block, "name")
+        require_str(where, block, "id")
+        require_str(where, block, "name")
         if not isinstance(block.get("input"), dict):
             raise InvalidRequest(f"{where}.input must be an object", param=f"{where}.input")
         return 0
     if kind == "tool_result":
-        _require_str(where, block, "tool_use_id")
+        require_str(where, block, "tool_use_id")
         content = block.get("content")
         if content is None or isinstance(content, str):
             return len(content or "")
         return _check_blocks(f"{where}.content", content, limits)
     return 0
-
-
-def _require_str(where: str, block: Mapping[str, Any], name: str) -> None:
-    if not isinstance(block.get(name), str):
-        raise InvalidRequest(f"{where}.{name} must be a string", param=f"{where}.{name}")

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gateway.errors import InvalidRequest
-from gateway.wire.chat import WireLimits, check_request_chars, check_token_count
+from gateway.wire.chat import (WireLimits, check_model, check_request_chars, check_stream, check_token_count,
+                               require_str)
 
 ROLES = ("user", "assistant", "system", "developer")
 CALLS = ("function_call", "custom_tool_call")
@@ -22,11 +23,7 @@ OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
 def check_responses_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
-    if not isinstance(body, Mapping):
-        raise InvalidRequest("the request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidRequest("'model' is required and must be a non-empty string", param="model")
+    check_model(body)
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise InvalidRequest("'instructions' must be a string", param="instructions")
@@ -50,9 +47,7 @@ def check_responses_body(body: Mapping[str, Any], limits: WireLimits = WireLimit
         check_request_chars("input", chars, limits)
     elif isinstance(items, str):
         check_request_chars("input", len(items), limits)
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    check_stream(body)
     check_token_count(body, "max_output_tokens")
 
 
@@ -72,13 +67,13 @@ def _check_item(where: str, item: Any, limits: WireLimits) -> int:
     elif kind is None:
         raise InvalidRequest(f"{where} needs a 'type' (or a 'role', for a message)", param=f"{where}.type")
     elif kind in CALLS:
-        _require_str(where, item, "call_id")
-        _require_str(where, item, "name")
+        require_str(where, item, "call_id")
+        require_str(where, item, "name")
         field = "arguments" if kind == "function_call" else "input"
-        _require_str(where, item, field)
+        require_str(where, item, field)
         chars = len(item[field])
     elif kind in OUTPUTS:
-        _require_str(where, item, "call_id")
+        require_str(where, item, "call_id")
         chars = _check_content(f"{where}.output", item.get("output"), limits)
     if chars > limits.max_message_chars:
         raise InvalidRequest(f"{where} has {chars} characters of text; the limit is {limits.max_message_chars}",
@@ -102,8 +97,3 @@ def _check_content(where: str, content: Any, limits: WireLimits) -> int:
         text = part.get("text")
         chars += len(text) if isinstance(text, str) else 0
     return chars
-
-
-def _require_str(where: str, item: Mapping[str, Any], name: str) -> None:
-    if not isinstance(item.get(name), str):
-        raise InvalidRequest(f"{where}.{name} must be a string", param=f"{where}.{name}")
