@@ -33,6 +33,7 @@ from gateway.settings import Settings
 from gateway.shadow_report import is_shadow_log, shadow_report
 from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.usage import Usage
+from gateway.wire.continuation import more_steps_follow
 from gateway.wire.formats import WireFormat, adapter_for
 
 
@@ -112,7 +113,7 @@ def replay_file(path: Path, settings: Settings, policy_name: str | None, target:
         key = conversation_key("replay", body, conversation_id)
         result = prune(body, policy, scorer=scorer, counter=counters.for_model(body["model"]),
                        state=states.get(key), steering=Steering(target_tokens=target),
-                       continued=conversation_id is not None)
+                       continued=more_steps_follow(body, WireFormat.CHAT, conversation_id))
         states[key] = result.state
         forwarded_fps = [fingerprint(m) for m in result.request["messages"]]
         before = previous.get(key, ([], []))

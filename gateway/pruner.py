@@ -37,6 +37,7 @@ from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import FailOpen, Metrics
 from gateway.wire.call import ChatCall
+from gateway.wire.continuation import more_steps_follow
 from gateway.wire.headers import SieveHeaders
 
 log = logging.getLogger("sieve.pruner")
@@ -189,12 +190,13 @@ class _Run:
         self.goal = call.sieve.goal or _metadata_goal(call.body)
         self.steering = Steering(target_tokens=target_tokens or call.sieve.target_tokens,
                                  strategy=call.sieve.strategy, goal=self.goal)
+        self.continued = more_steps_follow(call.sent_body, call.format, call.sieve.conversation_id)
 
     def _prune(self, plan: FrozenPlan | None, scorer: Scorer,
                scores: Mapping[int, UnitScore] | None = None) -> PruneResult:
-        # A named conversation goes on: its first decision leaves the next steps room.
+        # A conversation that says it goes on: its first decision leaves the next steps room.
         return prune(self.call.body, self.call.policy, scorer=scorer, counter=self.counter, state=plan,
-                     steering=self.steering, scores=scores, continued=self.call.sieve.conversation_id is not None)
+                     steering=self.steering, scores=scores, continued=self.continued)
 
     async def prune(self, plan: FrozenPlan | None, scorer: Scorer,
                     scores: Mapping[int, UnitScore] | None = None) -> PruneResult:

@@ -66,12 +66,12 @@ def prune(
     (an explicit target is a hard one: it overrides the minimum-size triggers); ``scores``
     are precomputed unit scores (an async scorer's).
 
-    ``continued``: the request is one step of a conversation the client names, so
-    more steps follow. Its first decision then goes where an epoch goes (the
-    low-water mark), not to the target: pruned to just under the target, the very
-    next step would cross it, open an epoch and throw away the prefix the provider
-    cached one step before. A request that names no conversation may be the only
-    one: it keeps all its target allows."""
+    ``continued``: the request says more steps of its conversation follow (it names
+    it, or asks for its prefix to be cached: ``gateway.wire.continuation``). Its first
+    decision then goes where an epoch goes (the low-water mark), not to the target:
+    pruned to just under the target, the very next step would cross it, open an epoch
+    and throw away the prefix the provider cached one step before. A request that says
+    neither may be the only one: it keeps all its target allows."""
     request = PruneRequest.counted(body, policy, counter, steering, state)
     result = _prune(request, state, scorer, scores, continued)
     result.message_tokens = request.model_tokens
@@ -160,7 +160,7 @@ def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool,
                   scores: Mapping[int, UnitScore] | None, continued: bool) -> PruneResult:
     """An epoch when the request continues the stored conversation (``usable``: its
     decisions still apply), else a stateless prune; down to the low-water mark when
-    steps follow (an epoch, or a named conversation: ``continued``); the request as
+    steps follow (an epoch, or a conversation that says it goes on: ``continued``); the request as
     sent if either would not make it smaller."""
     continuing = usable or (state is not None and state.continues(request.fingerprints))
     conv = build_conversation(request.messages, request.counter.count_message, explicit_goal=request.goal,

@@ -6,6 +6,7 @@ import orjson
 
 from gateway.pruning.compression import is_omission_marker
 from tests.conversations import agent_history
+from tests.formats_support import chat_to_messages, chat_to_responses
 from tests.support import openai_client
 
 
@@ -80,3 +81,50 @@ def test_a_named_conversation_seen_first_over_the_target_keeps_its_prefix_on_the
     alone = gateway.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": history},
                          headers={"x-sieve-target-tokens": "4000"}).json()
     assert alone["report"]["target_rule_tokens"] > 3200
+
+
+def _first_then_next(gateway, body: dict, fmt: str, turn: dict) -> tuple[dict, dict]:
+    """``body`` pruned as a conversation's first request over the target, then its next step."""
+    headers = {"x-sieve-format": fmt, "x-sieve-target-tokens": "4000"}
+    first = gateway.post("/v1/prune", json=body, headers=headers).json()
+    second = gateway.post("/v1/prune", json={**body, **turn}, headers=headers).json()
+    return first, second
+
+
+def test_a_request_that_asks_for_its_prefix_cached_is_a_conversation_that_goes_on(gateway, upstream):
+    """No conversation id, but a ``prompt_cache_key`` (OpenAI) or a ``cache_control``
+    breakpoint (Anthropic): the client will send this prefix again, so the first decision
+    goes to the low-water mark and the next step replays it instead of opening an epoch.
+    The same body without the signal keeps all its target allows."""
+    history = agent_history(30)
+    answer, question = {"role": "assistant", "content": "Done."}, {"role": "user", "content": "And the next one?"}
+    chat = {"model": "gpt-4o-mini", "messages": history}
+    responses = chat_to_responses({"model": "gpt-5", "messages": history})
+    messages = chat_to_messages({"model": "claude-sonnet-4-5", "messages": history})
+    asked = [
+        ("chat", {**chat, "prompt_cache_key": "task-1"}, {"messages": history + [answer, question]}),
+        ("responses", {**responses, "prompt_cache_key": "task-2"},
+         {"input": responses["input"] + chat_to_responses({"model": "gpt-5", "messages": [answer, question]})["input"]}),
+        ("messages", {**messages, "system": [{"type": "text", "text": messages["system"],
+                                              "cache_control": {"type": "ephemeral"}}]},
+         {"messages": messages["messages"] + [{"role": "assistant", "content": "Done."},
+                                              {"role": "user", "content": "And the next one?"}]}),
+    ]
+    for fmt, body, turn in asked:
+        first, second = _first_then_next(gateway, body, fmt, turn)
+        assert first["report"]["mode"] == "stateless" and first["report"]["target_rule_tokens"] <= 2200, fmt
+        assert second["report"]["mode"] == "frozen", fmt
+        sent, then = first["request"], second["request"]
+        field = "input" if fmt == "responses" else "messages"
+        assert then[field][: len(sent[field])] == sent[field], fmt
+    # Another task (the first user message names it): a conversation of its own.
+    other = [dict(m) for m in history]
+    first_user = next(i for i, m in enumerate(other) if m["role"] == "user")
+    other[first_user]["content"] += " This is another task."
+    plain = [("chat", {"model": "gpt-4o-mini", "messages": other}),
+             ("responses", chat_to_responses({"model": "gpt-5", "messages": other})),
+             ("messages", chat_to_messages({"model": "claude-sonnet-4-5", "messages": other}))]
+    for fmt, body in plain:
+        alone = gateway.post("/v1/prune", json=body, headers={"x-sieve-format": fmt,
+                                                               "x-sieve-target-tokens": "4000"}).json()
+        assert alone["report"]["target_rule_tokens"] > 3200, fmt
