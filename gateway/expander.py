@@ -49,6 +49,7 @@ import orjson
 from gateway.accounting import RequestRecord
 from gateway.budget_guard import BudgetGuard
 from gateway.errors import BudgetExceeded
+from gateway.expand_record import ExpandRecord, ExpandRecords
 from gateway.pruner import PruneOutcome
 from gateway.pruning.expansion import Expandable, expandable, refs_of_call, restore
 from gateway.pruning.tokens import TokenCounters
@@ -59,14 +60,11 @@ from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
 from gateway.telemetry.usage import usage_from_provider
 from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
-    continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, make_pin, tool_definition, \
+    continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, tool_definition, \
     with_pins, with_tool
 from gateway.wire.formats import WireFormat
 
 log = logging.getLogger("sieve.expander")
-KEY_SUFFIX = "|expand"
-MAX_PINS = 16            # expansions kept per conversation (the oldest go first)
-MAX_RECORD_BYTES = 256 * 1024
 
 Send = Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]
 # The formats whose relayed stream goes on with the next round when it names Sieve's tool after
@@ -83,9 +81,7 @@ class Session:
     call: ChatCall
     outcome: PruneOutcome
     expandable: Expandable
-    key: str
-    pins: list[dict[str, Any]] = field(default_factory=list)
-    had_tool: bool = False
+    record: ExpandRecord
     forwarded_turns: int = 0  # turns (or items) of the first forward: what a round appends comes after
     refs_asked: list[str] = field(default_factory=list)
 
@@ -93,47 +89,52 @@ class Session:
 class Expander:
     def __init__(self, store: ConversationStore, budgets: BudgetGuard, metrics: Metrics,
                  counters: TokenCounters) -> None:
-        self._store = store
+        self._records = ExpandRecords(store, counters)
         self._budgets = budgets
         self._metrics = metrics
         self._counters = counters
 
-    async def open(self, call: ChatCall, outcome: PruneOutcome) -> Session | None:
+    async def pinned(self, call: ChatCall) -> ExpandRecord | None:
+        """Before the prune: the conversation's record and the room its pinned exchanges take
+        (the pruner holds it under the target); None when the tool is off."""
+        return await self._records.load(call) if call.policy.expand_tool else None
+
+    async def open(self, call: ChatCall, outcome: PruneOutcome, record: ExpandRecord | None) -> Session | None:
         """The request's session, its markers decorated (module docstring); None when the tool
         is off or has no place in this request, or on a bug (the request goes without it)."""
-        if not call.policy.expand_tool or outcome.unpruned_reason:
+        if record is None or outcome.unpruned_reason:
             return None
         result = outcome.result
         try:
             found = expandable(result, call.body["messages"])
             counter = self._counters.for_model(call.body["model"])
-            # The markers' refs are counted already: the pruner held their room under the target
-            # (gateway.pruning.pipeline). The definition is a tool schema: beside the messages.
+            # The markers' refs and the pins are counted already: the pruner held their room
+            # under the target (gateway.pruning.pipeline). The definition is a tool schema.
             tool_tokens = counter.count_text(orjson.dumps(tool_definition(call.format)).decode())
         except Exception as exc:  # noqa: BLE001 - a bug here must not fail the request
             log.exception("sieve_expand left out of this request (%s)", type(exc).__name__)
             return None
-        key = outcome.conversation_key + KEY_SUFFIX
-        record = await self._load(key)
-        if not found.removed and not record.get("tool"):
+        if not found.removed and not record.had_tool:
             return None
-        session = Session(call, outcome, found, key, list(record.get("pins") or ()), bool(record.get("tool")))
+        session = Session(call, outcome, found, record)
         result.request = {**result.request, "messages": found.messages}
         result.tool_tokens = tool_tokens
-        if not session.had_tool:
-            await self._save(session)
+        if not record.had_tool:
+            await self._records.save(record, call.policy.state_ttl_s)
         return session
 
     def body_for(self, session: Session | None, forwarded: dict[str, Any]) -> dict[str, Any]:
-        """The forwarded body in the client's format with the conversation's pinned exchanges
-        put back and the tool after the client's own."""
+        """The forwarded body in the client's format with the pinned exchanges the decision
+        holds room for put back (``PruneResult.pinned``), and the tool after the client's own.
+        A pin whose place the format's writer did not keep as sent stays out, and its room
+        is taken out of the forwarded count."""
         if session is None:
             return forwarded
-        call = session.call
-        body, added = with_pins(forwarded, call.sent_body, call.format, session.pins)
-        if added:
-            counter = self._counters.for_model(call.body["model"])
-            session.outcome.result.forwarded_tokens += counter.count_text(orjson.dumps(added).decode())
+        call, result, record = session.call, session.outcome.result, session.record
+        chosen = [i for i in result.pinned if i < len(record.pins)]
+        body, added = with_pins(forwarded, call.sent_body, call.format, [record.pins[i] for i in chosen])
+        kept = {chosen[j] for j in added}
+        result.forwarded_tokens -= sum(record.rooms[i].model_tokens for i in chosen if i in record.rooms and i not in kept)
         session.forwarded_turns = len(history_of(body, call.format) or ())
         return with_tool(body, call.format)
 
@@ -287,29 +288,9 @@ class Expander:
 
     async def _pin(self, session: Session, asked: dict[str, Any]) -> None:
         """Keep this request's expansion exchange for the conversation's later requests."""
-        pin = make_pin(session.call.sent_body, session.forwarded_turns, asked, session.call.format)
-        if pin is None:
-            return
-        session.pins = [*(p for p in session.pins if p.get("at") != pin["at"]), pin][-MAX_PINS:]
-        await self._save(session)
-
-    async def _load(self, key: str) -> dict[str, Any]:
-        try:
-            raw = await self._store.get(key)
-            return orjson.loads(raw) if raw else {}
-        except Exception as exc:  # noqa: BLE001 - the tool works without its record (no pins)
-            log.warning("expansion record unavailable (%s)", exc)
-            return {}
-
-    async def _save(self, session: Session) -> None:
-        raw = orjson.dumps({"v": 1, "tool": True, "pins": session.pins})
-        while len(raw) > MAX_RECORD_BYTES and session.pins:
-            session.pins = session.pins[1:]
-            raw = orjson.dumps({"v": 1, "tool": True, "pins": session.pins})
-        try:
-            await self._store.put(session.key, raw, session.call.policy.state_ttl_s)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("expansion record not saved (%s)", exc)
+        call = session.call
+        if session.record.pin(call.sent_body, session.forwarded_turns, asked, call.format):
+            await self._records.save(session.record, call.policy.state_ttl_s)
 
 
 async def _read_answer(codec: Codec, response: UpstreamResponse) -> tuple[UpstreamResponse, ToolAnswer | None]:

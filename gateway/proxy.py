@@ -39,6 +39,7 @@ from gateway.deferred import Deferred
 from gateway.errors import SieveError, UpstreamUnavailable
 from gateway.expander import Expander, Session
 from gateway.pruner import PruneOutcome, Pruner
+from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.result import PruneResult
 from gateway.pruning.vocabulary import Cohort, PolicyMode
 from gateway.telemetry.metrics import FailOpen, Outcome
@@ -90,8 +91,9 @@ class ChatProxy:
     async def complete(self, call: ChatCall) -> Reply:
         ingress = INGRESSES[call.format]
         route = self._router.resolve(call.body["model"], call.format)
-        outcome = await self._prune(call, ingress)
-        expansion = await self._expander.open(call, outcome) if self._expander is not None else None
+        pinned = await self._expander.pinned(call) if self._expander is not None else None
+        outcome = await self._prune(call, ingress, pinned.room if pinned is not None else ())
+        expansion = await self._expander.open(call, outcome, pinned) if self._expander is not None else None
         try:
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
             if self._expander is not None:
@@ -138,13 +140,15 @@ class ChatProxy:
             self._account(record)
             raise
 
-    async def _prune(self, call: ChatCall, ingress: Ingress) -> PruneOutcome:
+    async def _prune(self, call: ChatCall, ingress: Ingress, pinned: tuple[PinnedRoom, ...] = ()) -> PruneOutcome:
+        """The request's prune; ``pinned``: its conversation's pinned sieve_expand exchanges,
+        held under the target (gateway.pruning.pins)."""
         reason = ingress.unpruned_reason(call.sent_body)
         if reason is not None:
             return await self._pruner.pass_through(call, reason)
         if call.policy.mode is PolicyMode.SHADOW:
             return await self._pruner.pass_through(call, SHADOW)  # decided beside the forward
-        return await self._pruner.prune(call, await self._budget_target(call))
+        return await self._pruner.prune(call, await self._budget_target(call), pinned)
 
     async def _budget_target(self, call: ChatCall) -> int | None:
         """A target Sieve imposes itself when the caller's budget runs low (policy
@@ -227,7 +231,7 @@ class ChatProxy:
             # The forward's body is written by a task aiohttp schedules after this one, and a
             # decision is milliseconds of CPU: let the request reach the wire first.
             await asyncio.sleep(SHADOW_HEAD_START_S)
-            return await self._pruner.prune(call, await self._budget_target(call))
+            return await self._pruner.prune(call, await self._budget_target(call), pinned)
         except Exception as exc:  # noqa: BLE001 - the request is served; only the measurement is lost
             log.exception("shadow decision failed (%s); accounted as a plain passthrough", type(exc).__name__)
             return None

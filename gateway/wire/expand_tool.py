@@ -32,7 +32,8 @@ from gateway.pruning.expansion import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETE
 from gateway.wire.expand_codecs import CODECS, Codec, EventReader, ToolAnswer
 from gateway.wire.expand_filter import CallFilter, chat_end, continued_blocks, continued_chunks, continued_items, \
     message_end, responses_end
-from gateway.wire.formats import WireFormat
+from gateway.errors import InvalidRequest
+from gateway.wire.formats import ChatView, WireFormat, adapter_for
 
 CHAT_TOOL: dict[str, Any] = {"type": "function", "function": {
     "name": TOOL_NAME, "description": TOOL_DESCRIPTION, "parameters": TOOL_PARAMETERS}}
@@ -83,27 +84,63 @@ def make_pin(sent: Mapping[str, Any], forwarded_before: int, asked: Mapping[str,
     return {"at": len(history), "after": digest(history[-1]), "items": turns[forwarded_before:]}
 
 
+def pin_place(sent: Mapping[str, Any], fmt: WireFormat, pin: Mapping[str, Any]) -> int | None:
+    """Where ``pin`` goes in the client's history (``sent``): after turn ``at - 1``, when the
+    history still holds that turn (same place, same bytes) and something after it; else None."""
+    history = history_of(sent, fmt)
+    at = int(pin.get("at", 0))
+    if not history or not 0 < at < len(history) or digest(history[at - 1]) != pin.get("after"):
+        return None
+    return at
+
+
 def with_pins(forwarded: dict[str, Any], sent: Mapping[str, Any], fmt: WireFormat,
-              pins: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
-    """``forwarded`` with each pin's exchange back after the client turn it followed, when the
-    client's history still holds that turn (same place, same bytes) and something after it,
-    and the forward kept the turn as it is; and the items put back."""
+              pins: list[dict[str, Any]]) -> tuple[dict[str, Any], list[int]]:
+    """``forwarded`` with each pin's exchange back after the client turn it followed
+    (``pin_place``), when the forward kept that turn and the one after it as they are; and
+    the indices (in ``pins``) of the pins put back."""
     history, turns = history_of(sent, fmt), history_of(forwarded, fmt)
     if not history or turns is None:
         return forwarded, []
     out, added = list(turns), []
-    for pin in sorted(pins, key=lambda p: -int(p.get("at", 0))):
-        at = int(pin.get("at", 0))
-        if not 0 < at < len(history) or digest(history[at - 1]) != pin.get("after"):
-            continue
-        place = _kept_at(out, history, at - 1)
+    for i in sorted(range(len(pins)), key=lambda i: -int(pins[i].get("at", 0))):
+        at = pin_place(sent, fmt, pins[i])
+        place = _kept_at(out, history, at - 1) if at is not None else None
         if place is None:
             continue
-        items = list(pin.get("items") or ())
-        out[place + 1:place + 1] = items
-        added += items
+        out[place + 1:place + 1] = list(pins[i].get("items") or ())
+        added.append(i)
     key = "input" if fmt is WireFormat.RESPONSES else "messages"
-    return ({**forwarded, key: out} if added else forwarded), added
+    return ({**forwarded, key: out} if added else forwarded), sorted(added)
+
+
+def pin_needs(view: ChatView | None, fmt: WireFormat, at: int) -> tuple[int, ...]:
+    """The view messages a pin placed at ``at`` needs kept: those of the client turns ``at - 1``
+    and ``at`` (a chat turn is its own view message; a Messages turn or Responses item may
+    make several, or share one with its neighbours)."""
+    turns = {at - 1, at}
+    if fmt is WireFormat.CHAT or view is None:
+        return tuple(sorted(turns))
+    needs = []
+    for j, origin in enumerate(view.origins):
+        if fmt is WireFormat.MESSAGES and getattr(origin, "turn", None) in turns:
+            needs.append(j)
+        elif fmt is WireFormat.RESPONSES and turns & set(getattr(origin, "items", ())):
+            needs.append(j)
+    return tuple(needs)
+
+
+def pin_messages(pin: Mapping[str, Any], fmt: WireFormat, model: str) -> list[dict[str, Any]]:
+    """A pin's exchange as chat-view messages, the shape the forwarded count is taken in (an
+    exchange the format's reader refuses counts as its JSON text)."""
+    items = list(pin.get("items") or ())
+    if fmt is WireFormat.CHAT:
+        return items
+    key = "input" if fmt is WireFormat.RESPONSES else "messages"
+    try:
+        return adapter_for(fmt).read({"model": model, "max_tokens": 1, key: items}).body["messages"]
+    except InvalidRequest:
+        return [{"role": "user", "content": orjson.dumps(items).decode()}]
 
 
 def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
@@ -122,5 +159,5 @@ def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
 
 
 __all__ = ["CODECS", "CallFilter", "Codec", "EventReader", "ToolAnswer", "chat_end", "continued_blocks",
-           "continued_chunks", "continued_items", "digest", "history_of", "make_pin", "message_end", "responses_end", "tool_definition", "with_pins",
-           "with_tool"]
+           "continued_chunks", "continued_items", "digest", "history_of", "make_pin", "message_end",
+           "pin_messages", "pin_needs", "pin_place", "responses_end", "tool_definition", "with_pins", "with_tool"]
