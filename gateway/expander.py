@@ -34,8 +34,8 @@ round is asked. Anything else: relayed from its start as it came. A ``sieve_expa
 call later in it (text, then the tool, is Claude's habit): with a round left, the
 round is read to its end at the call, answered, and the next round follows what was
 already sent, in the same message (Messages blocks, chat calls, Responses items and
-sequence numbers numbered on); with none left, the call is taken out of the events
-(counted ``unhandled``).
+sequence numbers numbered on), and that exchange is pinned like the others; with none
+left, the call is taken out of the events (counted ``unhandled``).
 """
 
 from __future__ import annotations
@@ -214,7 +214,8 @@ class Expander:
                        sent: CallFilter, send: Send) -> AsyncIterator[bytes]:
         """A round answered mid-stream: the next round relayed after what was (``sent``: Messages
         blocks, chat calls, Responses items and events), its usage where the client's tap reads it
-        for that round; no budget or no answer for it: the stream ends there."""
+        for that round, and the exchange pinned once the provider takes the round; no budget or no
+        answer for it: the stream ends there."""
         fmt = session.call.format
         codec, end, continued = CODECS[fmt], *SPLICED[fmt]
         answer = codec.answer(payload)
@@ -235,6 +236,7 @@ class Expander:
             _release(response)
             yield end(payload, sent)
             return
+        await self._pin(session, body)  # as for the rounds held back: the model asked for it
         calls = CallFilter(fmt)
         try:
             async for out in continued(response.chunks, sent, payload):

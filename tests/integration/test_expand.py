@@ -438,6 +438,17 @@ def test_a_messages_stream_naming_the_tool_after_text_goes_on_with_the_next_roun
     assert metric(gateway, "sieve_expand_total", outcome="unhandled") == unhandled
     assert read_jsonl(gateway.audit_path)[-1]["expand"] == {"refs": [some_id], "rounds": 1}
 
+    # Pinned like a round held back: the next request carries the exchange before the answer
+    # the client got (a new target: a new decision, with room for it).
+    exchange = asked[1]["messages"][len(asked[0]["messages"]):]
+    answer = {"role": "assistant", "content": [{"type": "text", "text": b.text} for b in message.content]}
+    third = {**body, "messages": [*body["messages"], answer, {"role": "user", "content": "and then?"}]}
+    providers.enqueue(Reply(content="done"))
+    claude_answer(gateway, third, "splice", False, target=8_000)
+    forwarded = providers.requests[-1].json["messages"]
+    at = forwarded.index(answer)
+    assert forwarded[at - 2:at] == exchange and exchange[0]["content"][0]["text"] == "Let me look that up. "
+
 
 def test_a_chat_stream_naming_the_tool_after_text_goes_on_with_the_next_round(gateway, providers):
     """Chat models served through the chat route (Claude's among them) write text before a call too."""
@@ -456,6 +467,15 @@ def test_a_chat_stream_naming_the_tool_after_text_goes_on_with_the_next_round(ga
     assert len(asked) == 2 and asked[1]["messages"][-2]["content"] == "Let me look that up. "
     assert f"ref {ref_of(fingerprint(original))}:" in asked[1]["messages"][-1]["content"]  # the span's list
     assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
+
+    # Pinned like a round held back: the next request carries the exchange before the answer.
+    providers.enqueue(Reply(content="done"))
+    client = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-splice",
+                                                          "x-sieve-target-tokens": "8000"})
+    client.chat.completions.create(model=MODEL, messages=continued(history, "ok", text))
+    forwarded = providers.requests[-1].json["messages"]
+    at = next(i for i, m in enumerate(forwarded) if m.get("content") == text)
+    assert forwarded[at - 2:at] == asked[1]["messages"][-2:]
 
 
 def test_a_responses_stream_naming_the_tool_after_text_goes_on_with_the_next_round(gateway, providers):
