@@ -69,8 +69,10 @@ log = logging.getLogger("sieve.expander")
 Send = Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]
 # The formats whose relayed stream goes on with the next round when it names Sieve's tool after
 # text: how Sieve ends such a stream itself, and how the next round's stream continues it.
-SPLICED = {WireFormat.CHAT: (lambda payload, sent: chat_end(), continued_chunks),
-           WireFormat.MESSAGES: (lambda payload, sent: message_end({"output_tokens": 0}), continued_blocks),
+# The closing events carry the round's own usage (the tap reads it as the answer's).
+SPLICED = {WireFormat.CHAT: (lambda payload, sent: chat_end(payload.get("usage")), continued_chunks),
+           WireFormat.MESSAGES: (lambda payload, sent: message_end(payload.get("usage") or {"output_tokens": 0}),
+                                 continued_blocks),
            WireFormat.RESPONSES: (responses_end, continued_items)}
 
 
@@ -227,14 +229,14 @@ class Expander:
         except BudgetExceeded:
             record.hold = None
             self._metrics.expand.labels(outcome=ExpandOutcome.BUDGET).inc(len(answer.calls))
-            yield end(payload, sent)
+            yield await self._ended(record, payload, sent, end)
             return
         record.expand_refs = list(session.refs_asked)
         response = await send(body)
         if response.status != 200 or response.chunks is None:
             log.warning("a spliced sieve_expand round answered %s: the stream ends there", response.status)
             _release(response)
-            yield end(payload, sent)
+            yield await self._ended(record, payload, sent, end)
             return
         await self._pin(session, body)  # as for the rounds held back: the model asked for it
         calls = CallFilter(fmt)
@@ -250,6 +252,18 @@ class Expander:
             _release(response)
             if calls.removed:
                 self._metrics.expand.labels(outcome=ExpandOutcome.UNHANDLED).inc(calls.removed)
+
+    async def _ended(self, record: RequestRecord, payload: dict[str, Any], sent: CallFilter,
+                     end: Callable[[dict[str, Any], CallFilter], bytes]) -> bytes:
+        """A spliced stream ending at the round answered (no further round): what was reserved
+        for one is released, and the round's usage goes out in the closing events, where the
+        client's tap reads it as the answer's; the round, settled already, is taken out of the
+        earlier rounds, so the accounting counts it once (and settles nothing more)."""
+        await self._budgets.release(record.hold)
+        record.hold = None
+        if record.expand_usage and record.expand_usage[-1] is payload.get("usage"):
+            record.expand_usage.pop()
+        return end(payload, sent)
 
     def _results(self, session: Session, answer: ToolAnswer) -> list[str]:
         """The calls' results, answered from the client's history."""
