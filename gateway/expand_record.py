@@ -64,8 +64,8 @@ class ExpandRecords:
         self._counters = counters
 
     async def load(self, call: ChatCall) -> ExpandRecord:
-        """``call``'s conversation record, its pins' room counted (an unreadable record or a
-        bug counting it: no pins, the request goes on without them)."""
+        """``call``'s conversation record, its pins' room counted (an unreadable record: no
+        pins; a bug counting them: none goes back; the request goes on without them)."""
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id) + KEY_SUFFIX
         try:
             raw = await self._store.get(key)
@@ -77,8 +77,8 @@ class ExpandRecords:
         try:
             record.rooms = self._rooms(call, record.pins)
         except Exception as exc:  # noqa: BLE001 - a bug here must not fail the request
+            # No room: none goes back in this request (the pins are kept for the next).
             log.exception("pinned exchanges left out of this request (%s)", type(exc).__name__)
-            record.pins = []
         return record
 
     def _rooms(self, call: ChatCall, pins: list[dict[str, Any]]) -> dict[int, PinnedRoom]:

@@ -52,6 +52,7 @@ from gateway.errors import BudgetExceeded
 from gateway.expand_record import ExpandRecord, ExpandRecords
 from gateway.pruner import PruneOutcome
 from gateway.pruning.expansion import Expandable, expandable, refs_of_call, restore
+from gateway.pruning.result import PruneResult
 from gateway.pruning.tokens import TokenCounters
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import ExpandOutcome, Metrics
@@ -115,8 +116,10 @@ class Expander:
             tool_tokens = counter.count_text(orjson.dumps(tool_definition(call.format)).decode())
         except Exception as exc:  # noqa: BLE001 - a bug here must not fail the request
             log.exception("sieve_expand left out of this request (%s)", type(exc).__name__)
+            _without_pins(result, record)
             return None
         if not found.removed and not record.had_tool:
+            _without_pins(result, record)
             return None
         session = Session(call, outcome, found, record)
         result.request = {**result.request, "messages": found.messages}
@@ -307,6 +310,13 @@ class Expander:
         call = session.call
         if session.record.pin(call.sent_body, session.forwarded_turns, asked, call.format):
             await self._records.save(session.record, call.policy.state_ttl_s)
+
+
+def _without_pins(result: PruneResult, record: ExpandRecord) -> None:
+    """A forward that goes without the tool goes without the pinned exchanges the pruner
+    counted too: their room comes off the forwarded count."""
+    result.forwarded_tokens -= sum(record.rooms[i].model_tokens for i in result.pinned if i in record.rooms)
+    result.pinned = ()
 
 
 async def _read_answer(codec: Codec, response: UpstreamResponse) -> tuple[UpstreamResponse, ToolAnswer | None]:
