@@ -627,3 +627,44 @@ def test_pinned_exchanges_go_back_within_the_target(gateway, providers, target, 
         if step is not history and fits and previous is asked:
             assert messages[:at] == asked  # the provider's cached prefix of the round holds
         previous = messages
+
+
+@pytest.mark.parametrize("fmt", ["messages", "responses"])
+def test_pinned_exchanges_in_messages_and_responses_stay_within_the_target(gateway, providers, fmt):
+    """The pin's place and size in the client's own format: its client turns (a Messages turn
+    or Responses items, several view messages) and its messages as the view counts them
+    (about 2,600 tokens here: within the room an epoch frees at 6,000)."""
+    chat = {"model": CLAUDE if fmt == "messages" else MODEL, "messages": agent_history(16)}
+    chat["messages"][1] = {**chat["messages"][1], "content": f"{chat['messages'][1]['content']} (pins-{fmt})"}
+    body = chat_to_messages(chat) if fmt == "messages" else chat_to_responses(chat)
+    if fmt == "messages":
+        body["max_tokens"] = 500
+    ask, key, conversation = (claude_answer if fmt == "messages" else responses_answer), \
+        ("messages" if fmt == "messages" else "input"), f"pins-{fmt}"
+    providers.enqueue(Reply(content="ok"))
+    ask(gateway, body, conversation, False, target=6_000)
+    some_id = OMITTED_MARKER.search(orjson.dumps(providers.requests[-1].json).decode()).group(2).split()[0]
+    usages = MESSAGES_USAGE if fmt == "messages" else RESPONSES_USAGE
+    providers.enqueue(Reply(tool_calls=[expand_call(some_id)], usage=usages[0]),
+                      Reply(content="It is sku 700001.", usage=usages[1]))
+    assert ask(gateway, body, conversation, False, target=6_000) == "It is sku 700001."
+    asked = [r.json for r in providers.requests[-2:]]
+    exchange = asked[1][key][len(asked[0][key]):]
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "It is sku 700001."}]} if fmt == "messages" \
+        else {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is sku 700001."}]}
+    steps = ([answer, {"role": "user", "content": "and then?"}],
+             [answer, {"role": "user", "content": "and then?"}, answer, {"role": "user", "content": "more?"}])
+    for step in steps:
+        later = {**body, key: [*body[key], *step]}
+        providers.enqueue(Reply(content="done"))
+        headers = {"x-sieve-conversation-id": conversation, "x-sieve-target-tokens": "6000"}
+        if fmt == "messages":
+            raw = anthropic.Anthropic(base_url=gateway.base_url, api_key="sk-expand", max_retries=0, timeout=30,
+                                      default_headers=headers).messages.with_raw_response.create(**later)
+        else:
+            raw = openai_client(gateway, "sk-expand", headers=headers).responses.with_raw_response.create(**later)
+        raw.parse()
+        forwarded = providers.requests[-1].json[key]
+        assert int(raw.headers["x-sieve-forwarded-tokens"]) <= 6_000
+        at = forwarded.index(answer)
+        assert forwarded[at - len(exchange):at] == exchange and len(exchange) == 2
