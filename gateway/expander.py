@@ -1,19 +1,22 @@
 """Reversible pruning on the request path: the ``sieve_expand`` tool and Sieve's own rounds.
 
-The proxy calls this at two points of one request:
+The proxy calls this at three points of one request:
 
+* ``pinned`` before the prune: the conversation's record (``gateway.expand_record``),
+  with the room each pinned exchange takes; the pruner holds it under the target and
+  says which pins go back (``gateway.pruning.pins``, ``PruneResult.pinned``).
 * ``open`` after the prune: with the policy's ``expand_tool`` on, when the forward
   masks or omits anything (or the conversation had the tool before: adding or
   removing a tool rewrites the provider's cached prefix, so once there it stays),
   the omission markers name their refs (``gateway.pruning.expansion``);
-  ``body_for`` then puts the expansions answered earlier in the conversation back
-  where they were made, after the client turn they followed (pinned: the model asked
-  for that content, and the provider's cached prefix of that round grows rather than
-  breaks), and the tool after the client's own.
+  ``body_for`` then puts the pins the decision chose back where they were made,
+  after the client turn they followed (pinned: the model asked for that content, and
+  the provider's cached prefix of that round grows rather than breaks), and the tool
+  after the client's own.
 * ``answer`` once the provider answered: while the answer calls ``sieve_expand``,
   Sieve answers the call from the client's own history (the refs' originals),
   appends the call and its result, and asks again, up to ``expand_max_rounds``
-  rounds; the client gets the last round's answer only.
+  rounds; the client gets the last round's answer only, and the exchange is pinned.
 
 Mixed answers: a turn that calls ``sieve_expand`` beside client tools is not
 returned; Sieve appends its own calls only (with their results) and asks again, and
@@ -24,8 +27,8 @@ removed from the answer, the client's calls of that turn kept.
 Budgets: every round holds its own reservation. Before asking again, the round
 just answered is settled at its usage and the next round reserved
 (``record.hold`` is then the new round's, settled by the accounting as usual);
-``record.expand_usage`` keeps the earlier rounds' usage, which the savings count as
-cost. Every format (``gateway.wire.expand_tool``: Chat Completions, Anthropic
+``record.expand_usage`` keeps the earlier rounds' usage, which the accounting counts
+in the billed tokens, the metrics and the savings' cost. Every format (``gateway.wire.expand_tool``: Chat Completions, Anthropic
 Messages, OpenAI Responses), stream and not.
 
 Streams: the first event that names a tool or carries text decides. Sieve's tool
