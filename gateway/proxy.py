@@ -233,7 +233,7 @@ class ChatProxy:
             # The forward's body is written by a task aiohttp schedules after this one, and a
             # decision is milliseconds of CPU: let the request reach the wire first.
             await asyncio.sleep(SHADOW_HEAD_START_S)
-            return await self._pruner.prune(call, await self._budget_target(call), pinned)
+            return await self._pruner.prune(call, await self._budget_target(call))
         except Exception as exc:  # noqa: BLE001 - the request is served; only the measurement is lost
             log.exception("shadow decision failed (%s); accounted as a plain passthrough", type(exc).__name__)
             return None
