@@ -71,7 +71,19 @@ def history_of(body: Mapping[str, Any], fmt: WireFormat) -> list[Any] | None:
 
 
 def digest(item: Any) -> str:
-    return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
+    """A client turn's identity, its prompt-cache breakpoints aside (``plain``)."""
+    return hashlib.blake2b(orjson.dumps(plain(item), option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
+
+
+def plain(item: Any) -> Any:
+    """``item`` without ``cache_control``: a client moves its breakpoints to its newest turns
+    on every request (Claude Code marks its last turns), so a turn is the same turn with or
+    without one, as the chat view already sees it (``gateway.wire.formats.cache_control``)."""
+    if isinstance(item, dict):
+        return {k: plain(v) for k, v in item.items() if k != "cache_control"}
+    if isinstance(item, list):
+        return [plain(v) for v in item]
+    return item
 
 
 def make_pin(sent: Mapping[str, Any], forwarded_before: int, asked: Mapping[str, Any],
@@ -145,19 +157,20 @@ def pin_messages(pin: Mapping[str, Any], fmt: WireFormat, model: str) -> list[di
 
 def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
     """Where the client's turn ``history[index]`` is in the forwarded ``turns``, when it was kept
-    as it is with the turn after it: counted from the end (a later turn equal to it, a repeated
+    as it is with the turn after it (breakpoints aside: ``plain``): counted from the end (a later turn equal to it, a repeated
     "continue", is told apart by how many equal ones follow), the newest turns being the ones a
     prune keeps."""
-    item, following = history[index], history[index + 1]
-    nth = sum(1 for h in history[index:] if h == item)
+    item, following = plain(history[index]), plain(history[index + 1])
+    nth = sum(1 for h in history[index:] if plain(h) == item)
     for i in range(len(turns) - 1, -1, -1):
-        if turns[i] == item:
+        if plain(turns[i]) == item:
             nth -= 1
             if nth == 0:
-                return i if i + 1 < len(turns) and turns[i + 1] == following else None
+                return i if i + 1 < len(turns) and plain(turns[i + 1]) == following else None
     return None
 
 
 __all__ = ["CODECS", "CallFilter", "Codec", "EventReader", "ToolAnswer", "chat_end", "continued_blocks",
            "continued_chunks", "continued_items", "digest", "history_of", "make_pin", "message_end",
-           "pin_messages", "pin_needs", "pin_place", "responses_end", "tool_definition", "with_pins", "with_tool"]
+           "pin_messages", "pin_needs", "pin_place", "plain", "responses_end", "tool_definition", "with_pins",
+           "with_tool"]
