@@ -82,16 +82,31 @@ class ExpandRecords:
         return record
 
     def _rooms(self, call: ChatCall, pins: list[dict[str, Any]]) -> dict[int, PinnedRoom]:
-        counter = self._counters.for_model(call.body["model"])
         rooms = {}
         for i, pin in enumerate(pins):
             at = pin_place(call.sent_body, call.format, pin)
-            if at is None:
-                continue
-            counts = [counter.message_counts(m) for m in pin_messages(pin, call.format, call.body["model"])]
-            rooms[i] = PinnedRoom(i, pin_needs(call.view, call.format, at), sum(c[0] for c in counts),
-                                  sum(c[1] for c in counts))
+            if at is not None:
+                rooms[i] = PinnedRoom(i, pin_needs(call.view, call.format, at), *self._size(call, pin))
         return rooms
+
+    def _size(self, call: ChatCall, pin: dict[str, Any]) -> tuple[int, int]:
+        """A pin's size (target rule, model encoding), kept in the pin with the encoding it
+        was counted in: a replica that never saw the conversation does not tokenize its
+        restored content (up to 32,000 characters a pin) again."""
+        counter = self._counters.for_model(call.body["model"])
+        known = pin.get("size")
+        if isinstance(known, list) and len(known) == 3 and known[0] == counter.encoding_name:
+            return int(known[1]), int(known[2])
+        counts = [counter.message_counts(m) for m in pin_messages(pin, call.format, call.body["model"])]
+        size = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        pin["size"] = [counter.encoding_name, *size]
+        return size
+
+    async def pin(self, call: ChatCall, record: ExpandRecord, forwarded_turns: int, asked: dict[str, Any]) -> None:
+        """Keep the exchange ``call``'s rounds appended (``ExpandRecord.pin``), sized, in the store."""
+        if record.pin(call.sent_body, forwarded_turns, asked, call.format):
+            self._size(call, record.pins[-1])
+            await self.save(record, call.policy.state_ttl_s)
 
     async def save(self, record: ExpandRecord, ttl_s: int) -> None:
         """The record with the tool on, its oldest pins dropped to fit ``MAX_RECORD_BYTES``."""

@@ -310,9 +310,7 @@ class Expander:
 
     async def _pin(self, session: Session, asked: dict[str, Any]) -> None:
         """Keep this request's expansion exchange for the conversation's later requests."""
-        call = session.call
-        if session.record.pin(call.sent_body, session.forwarded_turns, asked, call.format):
-            await self._records.save(session.record, call.policy.state_ttl_s)
+        await self._records.pin(session.call, session.record, session.forwarded_turns, asked)
 
 
 def _without_pins(result: PruneResult, record: ExpandRecord) -> None:
