@@ -22,7 +22,7 @@ from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost, price_
 from gateway.telemetry.usage import usage_from_provider
 from tests.conversations import agent_history
 from tests.fake_providers import FakeProviders, Reply
-from tests.formats_support import chat_to_messages
+from tests.formats_support import chat_to_messages, chat_to_responses
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, admin_headers, org_counter
 from tests.integration.conftest import format_settings
@@ -40,6 +40,8 @@ ROUNDS = ({"prompt_tokens": 1500, "completion_tokens": 20, "total_tokens": 1520}
           {"prompt_tokens": 3100, "completion_tokens": 30, "total_tokens": 3130})
 CLAUDE_ROUNDS = tuple({"input_tokens": u["prompt_tokens"], "output_tokens": u["completion_tokens"],
                        "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0} for u in ROUNDS)
+RESPONSES_ROUND = {"input_tokens": 1500, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 20,
+                   "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 1520}
 REF = re.compile(r"some earlier messages omitted, ref ([0-9a-f]{8})")
 
 
@@ -142,27 +144,42 @@ def test_a_round_answered_mid_stream_is_counted_once_with_the_next(gateway, prov
     assert delta["actual_usd"] == pytest.approx(priced(CLAUDE, *CLAUDE_ROUNDS[:2]), rel=1e-9)
 
 
-def test_a_spliced_round_the_provider_refuses_ends_the_stream_and_the_round_counts_once(gateway, providers):
-    body = chat_to_messages({"model": CLAUDE, "messages": agent_history(12)})
-    body["max_tokens"] = 500
-    client = anthropic.Anthropic(base_url=gateway.base_url, api_key=KEY, max_retries=0, timeout=30,
-                                 default_headers={"x-sieve-conversation-id": "rounds-splice-refused"})
-    body["messages"][0] = {**body["messages"][0], "content": "(refused) " + str(body["messages"][0]["content"])}
+@pytest.mark.parametrize("fmt", ["chat", "messages", "responses"])
+def test_a_spliced_round_the_provider_refuses_ends_the_stream_and_the_round_counts_once(gateway, providers, fmt):
+    """Text, then the call; the next round is refused: the stream closes with the answered
+    round's usage, the refused round's reservation is released, the round counts once."""
+    model = CLAUDE if fmt == "messages" else GPT
+    chat = {"model": model, "messages": agent_history(12)}
+    chat["messages"][1] = {**chat["messages"][1], "content": f"{chat['messages'][1]['content']} (refused {fmt})"}
+    headers = {"x-sieve-conversation-id": f"rounds-refused-{fmt}"}
+    if fmt == "messages":
+        client = anthropic.Anthropic(base_url=gateway.base_url, api_key=KEY, max_retries=0, timeout=30,
+                                     default_headers=headers)
+        body = {**chat_to_messages(chat), "max_tokens": 500}
+        ask = client.messages.create
+    else:
+        client = openai_client(gateway, KEY, headers=headers)
+        body = chat if fmt == "chat" else chat_to_responses(chat)
+        ask = client.chat.completions.create if fmt == "chat" else client.responses.create
     providers.enqueue(Reply(content="ok"))
-    client.messages.create(**body)
+    ask(**body)
     ref = REF.search(orjson.dumps(providers.requests[-1].json).decode()).group(1)
-    before = figures(gateway, CLAUDE)
-    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "overloaded"}}
-    providers.enqueue(Reply(content="Let me look. ", tool_calls=[expand_call(ref, "toolu_s1")], usage=CLAUDE_ROUNDS[0]),
-                      Reply(status=529, json_body=overloaded))
-    with client.messages.stream(**body) as events:
-        message = events.get_final_message()
-    assert [b.text for b in message.content if b.type == "text"] == ["Let me look. "]
-    delta = moved(before, figures(gateway, CLAUDE))
+    before = figures(gateway, model)
+    usage = {"chat": ROUNDS[0], "messages": CLAUDE_ROUNDS[0], "responses": RESPONSES_ROUND}[fmt]
+    refused = {"type": "error", "error": {"type": "overloaded_error", "message": "overloaded"}} \
+        if fmt == "messages" else {"error": {"message": "overloaded", "type": "server_error"}}
+    providers.enqueue(Reply(content="Let me look. ", tool_calls=[expand_call(ref, "call_s1")], usage=usage),
+                      Reply(status=529 if fmt == "messages" else 503, json_body=refused))
+    if fmt == "messages":
+        with client.messages.stream(**body) as events:
+            assert [b.text for b in events.get_final_message().content] == ["Let me look. "]
+    else:
+        assert list(ask(**body, stream=True))
+    delta = moved(before, figures(gateway, model))
     assert delta["budget_used"] == ROUNDS[0]["total_tokens"]  # the refused round's reservation released
     assert delta["completion"] == ROUNDS[0]["completion_tokens"]
     assert delta["billed"] == ROUNDS[0]["prompt_tokens"]
-    assert delta["actual_usd"] == pytest.approx(priced(CLAUDE, CLAUDE_ROUNDS[0]), rel=1e-9)
+    assert delta["actual_usd"] == pytest.approx(priced(model, usage), rel=1e-9)
 
 
 def test_rounds_before_an_answer_without_usage_are_still_cost(gateway, providers):
