@@ -28,8 +28,9 @@ Budgets: every round holds its own reservation. Before asking again, the round
 just answered is settled at its usage and the next round reserved
 (``record.hold`` is then the new round's, settled by the accounting as usual);
 ``record.expand_usage`` keeps the earlier rounds' usage, which the accounting counts
-in the billed tokens, the metrics and the savings' cost. Every format (``gateway.wire.expand_tool``: Chat Completions, Anthropic
-Messages, OpenAI Responses), stream and not.
+in the billed tokens, the metrics and the savings' cost. Every format
+(``gateway.wire.expand_tool``: Chat Completions, Anthropic Messages, OpenAI
+Responses), stream and not.
 
 Streams: the first event that names a tool or carries text decides. Sieve's tool
 named first: the stream is read to its end (held back, never relayed) and another
@@ -142,7 +143,8 @@ class Expander:
         chosen = [i for i in result.pinned if i < len(record.pins)]
         body, added = with_pins(forwarded, call.sent_body, call.format, [record.pins[i] for i in chosen])
         kept = {chosen[j] for j in added}
-        result.forwarded_tokens -= sum(record.rooms[i].model_tokens for i in chosen if i in record.rooms and i not in kept)
+        result.forwarded_tokens -= sum(record.rooms[i].model_tokens for i in chosen
+                                       if i in record.rooms and i not in kept)
         session.forwarded_turns = len(history_of(body, call.format) or ())
         return with_tool(body, call.format)
 

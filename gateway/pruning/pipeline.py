@@ -137,7 +137,7 @@ def _holds(request: PruneRequest, replayed: PruneResult) -> bool:
     if replayed.target_rule_tokens > request.target_tokens:
         return False
     return not request.policy.expand_tool or \
-        len(replayed.pinned) == len(placed(request.pinned, replayed.message_actions, _pin_budget(request)))
+        set(replayed.pinned) == {p.pin for p in placed(request.pinned, replayed.message_actions, _pin_budget(request))}
 
 
 def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: bool, scorer: Scorer,

@@ -157,9 +157,9 @@ def pin_messages(pin: Mapping[str, Any], fmt: WireFormat, model: str) -> list[di
 
 def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
     """Where the client's turn ``history[index]`` is in the forwarded ``turns``, when it was kept
-    as it is with the turn after it (breakpoints aside: ``plain``): counted from the end (a later turn equal to it, a repeated
-    "continue", is told apart by how many equal ones follow), the newest turns being the ones a
-    prune keeps."""
+    as it is with the turn after it (breakpoints aside: ``plain``): counted from the end (a
+    later turn equal to it, a repeated "continue", is told apart by how many equal ones
+    follow), the newest turns being the ones a prune keeps."""
     item, following = plain(history[index]), plain(history[index + 1])
     nth = sum(1 for h in history[index:] if plain(h) == item)
     for i in range(len(turns) - 1, -1, -1):

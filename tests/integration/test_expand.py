@@ -422,7 +422,8 @@ def test_a_messages_stream_naming_the_tool_after_text_goes_on_with_the_next_roun
     some_id = marker.group(2).split()[0]
     used_before, n_before = day_used(gateway, "expand"), len(providers.requests)
     unhandled = metric(gateway, "sieve_expand_total", outcome="unhandled")
-    providers.enqueue(Reply(content="Let me look that up. ", tool_calls=[expand_call(some_id)], usage=MESSAGES_USAGE[0]),
+    providers.enqueue(Reply(content="Let me look that up. ", tool_calls=[expand_call(some_id)],
+                            usage=MESSAGES_USAGE[0]),
                       Reply(content="It is sku 700001.", usage=MESSAGES_USAGE[1]))
     client = anthropic.Anthropic(base_url=gateway.base_url, api_key="sk-expand", max_retries=0, timeout=30,
                                  default_headers={"x-sieve-conversation-id": "splice"})

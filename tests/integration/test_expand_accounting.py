@@ -84,7 +84,8 @@ def priced(model: str, *usages: dict[str, Any]) -> float:
 
 
 def expand_call(ref: str, call_id: str) -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": json.dumps({"refs": [ref]})}}
+    return {"id": call_id, "type": "function",
+            "function": {"name": TOOL_NAME, "arguments": json.dumps({"refs": [ref]})}}
 
 
 def chat_ref(gw: GatewayServer, providers: FakeProviders, conversation: str) -> tuple[list[dict[str, Any]], str]:
