@@ -24,8 +24,8 @@ from gateway.telemetry.metrics import Outcome
 from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.conversation_signals import conversation_signals
 from gateway.telemetry.recording import CohortFigures, RequestFigures, RequestRecorder
-from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, ShadowSavings, savings_for_request, \
-    shadow_savings, with_expand_rounds
+from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, ShadowSavings, expand_rounds_only, \
+    savings_for_request, shadow_savings, with_expand_rounds
 from gateway.telemetry.usage import Usage, usage_from_provider
 from gateway.usage_bounds import usage_is_readable
 from gateway.upstream.base import ResolvedRoute
@@ -104,15 +104,19 @@ class Accountant:
             await self._budgets.settle(record.hold, _settle_tokens(record, usage) if readable else None)
         else:
             await self._budgets.release(record.hold)
-        savings = self._savings(record, usage) if ok and usage is not None else None
+        earlier = _earlier_rounds(record)
+        savings = self._savings(record, usage, earlier) if ok and usage is not None else \
+            self._rounds_only(record, earlier)
         label = record.outcome_label or _outcome(record, ok)
         result = record.outcome.result
         overhead_s = record.finished_at - record.call.started - record.upstream_s
-        cohort = self._cohort(record, usage if ok else None, savings)
+        cohort = self._cohort(record, usage if ok else None, savings, earlier)
+        # Every round's completion was billed: the sieve_expand rounds before the last too.
+        completion = (usage.completion_tokens if usage else 0) + sum(u.completion_tokens for u in earlier)
         self._recorder.record(RequestFigures(
             org=record.call.identity.org, model=record.call.body["model"], outcome=label,
             original_tokens=result.original_tokens, forwarded_tokens=result.forwarded_tokens,
-            completion_tokens=usage.completion_tokens if usage else 0, savings=savings,
+            completion_tokens=completion, savings=savings,
             unit_actions=result.unit_action_counts(record.call.body["messages"]),
             upstream_s=record.upstream_s, overhead_s=max(overhead_s, 0.0),
             cohort=cohort))
@@ -125,7 +129,7 @@ class Accountant:
             prune_ms=record.outcome.prune_s * 1000, upstream_ms=record.upstream_s * 1000,
             duration_ms=(record.finished_at - call.started) * 1000))
 
-    def _savings(self, record: RequestRecord, usage: Usage) -> SavingsRecord:
+    def _savings(self, record: RequestRecord, usage: Usage, earlier: list[Usage]) -> SavingsRecord:
         result = record.outcome.result
         original = OriginalPrompt(result.message_tokens, result.state.fingerprints,
                                   record.outcome.previous_fingerprints)
@@ -135,12 +139,22 @@ class Accountant:
                                       sieve_tool_tokens=result.tool_tokens)
         if not savings.priced:
             log.info("model %s has no price: savings not counted in dollars", record.call.body["model"])
-        earlier = [u for u in map(usage_from_provider, record.expand_usage) if u is not None]
         if earlier:
             savings = with_expand_rounds(savings, self._prices, earlier[0], earlier, original, usage)
         return savings
 
-    def _cohort(self, record: RequestRecord, usage: Usage | None, savings: SavingsRecord | None) -> CohortFigures:
+    def _rounds_only(self, record: RequestRecord, earlier: list[Usage]) -> SavingsRecord | None:
+        """The billed sieve_expand rounds of a request whose last answer has no usage (None
+        without rounds: such a request has no cost to count)."""
+        if not earlier:
+            return None
+        result = record.outcome.result
+        return expand_rounds_only(self._prices, model=record.call.body["model"],
+                                  original_tokens=result.original_tokens,
+                                  forwarded_tokens=result.forwarded_tokens, earlier=earlier)
+
+    def _cohort(self, record: RequestRecord, usage: Usage | None, savings: SavingsRecord | None,
+                earlier: list[Usage]) -> CohortFigures:
         """The request's cohort figures; with a shadow decision, what it would have saved."""
         shadow = None
         if record.shadow is not None and usage is not None:
@@ -151,8 +165,8 @@ class Accountant:
                                     scorer_usd=record.shadow.scorer_usd)
         return CohortFigures(
             cohort=record.outcome.cohort, signals=conversation_signals(record.call.body["messages"]),
-            billed_prompt_tokens=usage.prompt_tokens if usage else 0,
-            cached_tokens=usage.cached_read_tokens if usage else 0,
+            billed_prompt_tokens=(usage.prompt_tokens if usage else 0) + sum(u.prompt_tokens for u in earlier),
+            cached_tokens=(usage.cached_read_tokens if usage else 0) + sum(u.cached_read_tokens for u in earlier),
             billed_usd=savings.actual_usd if savings is not None and savings.priced else None, shadow=shadow)
 
     def _write_audit(self, record: RequestRecord, label: Outcome, savings: SavingsRecord | None,
@@ -182,6 +196,12 @@ class Accountant:
             cohort=record.outcome.cohort, shadow=shadow,
             shadow_mode=record.shadow.result.mode if record.shadow is not None else None,
             expand_refs=tuple(record.expand_refs), expand_rounds=len(record.expand_usage)))
+
+
+def _earlier_rounds(record: RequestRecord) -> list[Usage]:
+    """The usage of the request's sieve_expand rounds before its last answer (each settled on
+    its own reservation by gateway.expander)."""
+    return [u for u in map(usage_from_provider, record.expand_usage) if u is not None]
 
 
 def _scorer_usd(record: RequestRecord) -> float:

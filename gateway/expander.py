@@ -1,19 +1,22 @@
 """Reversible pruning on the request path: the ``sieve_expand`` tool and Sieve's own rounds.
 
-The proxy calls this at two points of one request:
+The proxy calls this at three points of one request:
 
+* ``pinned`` before the prune: the conversation's record (``gateway.expand_record``),
+  with the room each pinned exchange takes; the pruner holds it under the target and
+  says which pins go back (``gateway.pruning.pins``, ``PruneResult.pinned``).
 * ``open`` after the prune: with the policy's ``expand_tool`` on, when the forward
   masks or omits anything (or the conversation had the tool before: adding or
   removing a tool rewrites the provider's cached prefix, so once there it stays),
   the omission markers name their refs (``gateway.pruning.expansion``);
-  ``body_for`` then puts the expansions answered earlier in the conversation back
-  where they were made, after the client turn they followed (pinned: the model asked
-  for that content, and the provider's cached prefix of that round grows rather than
-  breaks), and the tool after the client's own.
+  ``body_for`` then puts the pins the decision chose back where they were made,
+  after the client turn they followed (pinned: the model asked for that content, and
+  the provider's cached prefix of that round grows rather than breaks), and the tool
+  after the client's own.
 * ``answer`` once the provider answered: while the answer calls ``sieve_expand``,
   Sieve answers the call from the client's own history (the refs' originals),
   appends the call and its result, and asks again, up to ``expand_max_rounds``
-  rounds; the client gets the last round's answer only.
+  rounds; the client gets the last round's answer only, and the exchange is pinned.
 
 Mixed answers: a turn that calls ``sieve_expand`` beside client tools is not
 returned; Sieve appends its own calls only (with their results) and asks again, and
@@ -24,9 +27,10 @@ removed from the answer, the client's calls of that turn kept.
 Budgets: every round holds its own reservation. Before asking again, the round
 just answered is settled at its usage and the next round reserved
 (``record.hold`` is then the new round's, settled by the accounting as usual);
-``record.expand_usage`` keeps the earlier rounds' usage, which the savings count as
-cost. Every format (``gateway.wire.expand_tool``: Chat Completions, Anthropic
-Messages, OpenAI Responses), stream and not.
+``record.expand_usage`` keeps the earlier rounds' usage, which the accounting counts
+in the billed tokens, the metrics and the savings' cost. Every format
+(``gateway.wire.expand_tool``: Chat Completions, Anthropic Messages, OpenAI
+Responses), stream and not.
 
 Streams: the first event that names a tool or carries text decides. Sieve's tool
 named first: the stream is read to its end (held back, never relayed) and another
@@ -34,8 +38,8 @@ round is asked. Anything else: relayed from its start as it came. A ``sieve_expa
 call later in it (text, then the tool, is Claude's habit): with a round left, the
 round is read to its end at the call, answered, and the next round follows what was
 already sent, in the same message (Messages blocks, chat calls, Responses items and
-sequence numbers numbered on); with none left, the call is taken out of the events
-(counted ``unhandled``).
+sequence numbers numbered on), and that exchange is pinned like the others; with none
+left, the call is taken out of the events (counted ``unhandled``).
 """
 
 from __future__ import annotations
@@ -49,8 +53,10 @@ import orjson
 from gateway.accounting import RequestRecord
 from gateway.budget_guard import BudgetGuard
 from gateway.errors import BudgetExceeded
+from gateway.expand_record import ExpandRecord, ExpandRecords
 from gateway.pruner import PruneOutcome
 from gateway.pruning.expansion import Expandable, expandable, refs_of_call, restore
+from gateway.pruning.result import PruneResult
 from gateway.pruning.tokens import TokenCounters
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import ExpandOutcome, Metrics
@@ -59,20 +65,19 @@ from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
 from gateway.telemetry.usage import usage_from_provider
 from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
-    continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, make_pin, tool_definition, \
+    continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, tool_definition, \
     with_pins, with_tool
 from gateway.wire.formats import WireFormat
 
 log = logging.getLogger("sieve.expander")
-KEY_SUFFIX = "|expand"
-MAX_PINS = 16            # expansions kept per conversation (the oldest go first)
-MAX_RECORD_BYTES = 256 * 1024
 
 Send = Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]
 # The formats whose relayed stream goes on with the next round when it names Sieve's tool after
 # text: how Sieve ends such a stream itself, and how the next round's stream continues it.
-SPLICED = {WireFormat.CHAT: (lambda payload, sent: chat_end(), continued_chunks),
-           WireFormat.MESSAGES: (lambda payload, sent: message_end({"output_tokens": 0}), continued_blocks),
+# The closing events carry the round's own usage (the tap reads it as the answer's).
+SPLICED = {WireFormat.CHAT: (lambda payload, sent: chat_end(payload.get("usage")), continued_chunks),
+           WireFormat.MESSAGES: (lambda payload, sent: message_end(payload.get("usage") or {"output_tokens": 0}),
+                                 continued_blocks),
            WireFormat.RESPONSES: (responses_end, continued_items)}
 
 
@@ -83,9 +88,7 @@ class Session:
     call: ChatCall
     outcome: PruneOutcome
     expandable: Expandable
-    key: str
-    pins: list[dict[str, Any]] = field(default_factory=list)
-    had_tool: bool = False
+    record: ExpandRecord
     forwarded_turns: int = 0  # turns (or items) of the first forward: what a round appends comes after
     refs_asked: list[str] = field(default_factory=list)
 
@@ -93,47 +96,55 @@ class Session:
 class Expander:
     def __init__(self, store: ConversationStore, budgets: BudgetGuard, metrics: Metrics,
                  counters: TokenCounters) -> None:
-        self._store = store
+        self._records = ExpandRecords(store, counters)
         self._budgets = budgets
         self._metrics = metrics
         self._counters = counters
 
-    async def open(self, call: ChatCall, outcome: PruneOutcome) -> Session | None:
+    async def pinned(self, call: ChatCall) -> ExpandRecord | None:
+        """Before the prune: the conversation's record and the room its pinned exchanges take
+        (the pruner holds it under the target); None when the tool is off."""
+        return await self._records.load(call) if call.policy.expand_tool else None
+
+    async def open(self, call: ChatCall, outcome: PruneOutcome, record: ExpandRecord | None) -> Session | None:
         """The request's session, its markers decorated (module docstring); None when the tool
         is off or has no place in this request, or on a bug (the request goes without it)."""
-        if not call.policy.expand_tool or outcome.unpruned_reason:
+        if record is None or outcome.unpruned_reason:
             return None
         result = outcome.result
         try:
             found = expandable(result, call.body["messages"])
             counter = self._counters.for_model(call.body["model"])
-            # The markers' refs are counted already: the pruner held their room under the target
-            # (gateway.pruning.pipeline). The definition is a tool schema: beside the messages.
+            # The markers' refs and the pins are counted already: the pruner held their room
+            # under the target (gateway.pruning.pipeline). The definition is a tool schema.
             tool_tokens = counter.count_text(orjson.dumps(tool_definition(call.format)).decode())
         except Exception as exc:  # noqa: BLE001 - a bug here must not fail the request
             log.exception("sieve_expand left out of this request (%s)", type(exc).__name__)
+            _without_pins(result, record)
             return None
-        key = outcome.conversation_key + KEY_SUFFIX
-        record = await self._load(key)
-        if not found.removed and not record.get("tool"):
+        if not found.removed and not record.had_tool:
+            _without_pins(result, record)
             return None
-        session = Session(call, outcome, found, key, list(record.get("pins") or ()), bool(record.get("tool")))
+        session = Session(call, outcome, found, record)
         result.request = {**result.request, "messages": found.messages}
         result.tool_tokens = tool_tokens
-        if not session.had_tool:
-            await self._save(session)
+        if not record.had_tool:
+            await self._records.save(record, call.policy.state_ttl_s)
         return session
 
     def body_for(self, session: Session | None, forwarded: dict[str, Any]) -> dict[str, Any]:
-        """The forwarded body in the client's format with the conversation's pinned exchanges
-        put back and the tool after the client's own."""
+        """The forwarded body in the client's format with the pinned exchanges the decision
+        holds room for put back (``PruneResult.pinned``), and the tool after the client's own.
+        A pin whose place the format's writer did not keep as sent stays out, and its room
+        is taken out of the forwarded count."""
         if session is None:
             return forwarded
-        call = session.call
-        body, added = with_pins(forwarded, call.sent_body, call.format, session.pins)
-        if added:
-            counter = self._counters.for_model(call.body["model"])
-            session.outcome.result.forwarded_tokens += counter.count_text(orjson.dumps(added).decode())
+        call, result, record = session.call, session.outcome.result, session.record
+        chosen = [i for i in result.pinned if i < len(record.pins)]
+        body, added = with_pins(forwarded, call.sent_body, call.format, [record.pins[i] for i in chosen])
+        kept = {chosen[j] for j in added}
+        result.forwarded_tokens -= sum(record.rooms[i].model_tokens for i in chosen
+                                       if i in record.rooms and i not in kept)
         session.forwarded_turns = len(history_of(body, call.format) or ())
         return with_tool(body, call.format)
 
@@ -213,7 +224,8 @@ class Expander:
                        sent: CallFilter, send: Send) -> AsyncIterator[bytes]:
         """A round answered mid-stream: the next round relayed after what was (``sent``: Messages
         blocks, chat calls, Responses items and events), its usage where the client's tap reads it
-        for that round; no budget or no answer for it: the stream ends there."""
+        for that round, and the exchange pinned once the provider takes the round; no budget or no
+        answer for it: the stream ends there."""
         fmt = session.call.format
         codec, end, continued = CODECS[fmt], *SPLICED[fmt]
         answer = codec.answer(payload)
@@ -225,15 +237,16 @@ class Expander:
         except BudgetExceeded:
             record.hold = None
             self._metrics.expand.labels(outcome=ExpandOutcome.BUDGET).inc(len(answer.calls))
-            yield end(payload, sent)
+            yield await self._ended(record, payload, sent, end)
             return
         record.expand_refs = list(session.refs_asked)
         response = await send(body)
         if response.status != 200 or response.chunks is None:
             log.warning("a spliced sieve_expand round answered %s: the stream ends there", response.status)
             _release(response)
-            yield end(payload, sent)
+            yield await self._ended(record, payload, sent, end)
             return
+        await self._pin(session, body)  # as for the rounds held back: the model asked for it
         calls = CallFilter(fmt)
         try:
             async for out in continued(response.chunks, sent, payload):
@@ -247,6 +260,18 @@ class Expander:
             _release(response)
             if calls.removed:
                 self._metrics.expand.labels(outcome=ExpandOutcome.UNHANDLED).inc(calls.removed)
+
+    async def _ended(self, record: RequestRecord, payload: dict[str, Any], sent: CallFilter,
+                     end: Callable[[dict[str, Any], CallFilter], bytes]) -> bytes:
+        """A spliced stream ending at the round answered (no further round): what was reserved
+        for one is released, and the round's usage goes out in the closing events, where the
+        client's tap reads it as the answer's; the round, settled already, is taken out of the
+        earlier rounds, so the accounting counts it once (and settles nothing more)."""
+        await self._budgets.release(record.hold)
+        record.hold = None
+        if record.expand_usage and record.expand_usage[-1] is payload.get("usage"):
+            record.expand_usage.pop()
+        return end(payload, sent)
 
     def _results(self, session: Session, answer: ToolAnswer) -> list[str]:
         """The calls' results, answered from the client's history."""
@@ -287,29 +312,14 @@ class Expander:
 
     async def _pin(self, session: Session, asked: dict[str, Any]) -> None:
         """Keep this request's expansion exchange for the conversation's later requests."""
-        pin = make_pin(session.call.sent_body, session.forwarded_turns, asked, session.call.format)
-        if pin is None:
-            return
-        session.pins = [*(p for p in session.pins if p.get("at") != pin["at"]), pin][-MAX_PINS:]
-        await self._save(session)
+        await self._records.pin(session.call, session.record, session.forwarded_turns, asked)
 
-    async def _load(self, key: str) -> dict[str, Any]:
-        try:
-            raw = await self._store.get(key)
-            return orjson.loads(raw) if raw else {}
-        except Exception as exc:  # noqa: BLE001 - the tool works without its record (no pins)
-            log.warning("expansion record unavailable (%s)", exc)
-            return {}
 
-    async def _save(self, session: Session) -> None:
-        raw = orjson.dumps({"v": 1, "tool": True, "pins": session.pins})
-        while len(raw) > MAX_RECORD_BYTES and session.pins:
-            session.pins = session.pins[1:]
-            raw = orjson.dumps({"v": 1, "tool": True, "pins": session.pins})
-        try:
-            await self._store.put(session.key, raw, session.call.policy.state_ttl_s)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("expansion record not saved (%s)", exc)
+def _without_pins(result: PruneResult, record: ExpandRecord) -> None:
+    """A forward that goes without the tool goes without the pinned exchanges the pruner
+    counted too: their room comes off the forwarded count."""
+    result.forwarded_tokens -= sum(record.rooms[i].model_tokens for i in result.pinned if i in record.rooms)
+    result.pinned = ()
 
 
 async def _read_answer(codec: Codec, response: UpstreamResponse) -> tuple[UpstreamResponse, ToolAnswer | None]:

@@ -37,6 +37,7 @@ from gateway.accounting import Accountant, RequestRecord
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.deferred import Deferred
 from gateway.errors import SieveError, UpstreamUnavailable
+from gateway.expand_record import ExpandRecord
 from gateway.expander import Expander, Session
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.result import PruneResult
@@ -90,8 +91,8 @@ class ChatProxy:
     async def complete(self, call: ChatCall) -> Reply:
         ingress = INGRESSES[call.format]
         route = self._router.resolve(call.body["model"], call.format)
-        outcome = await self._prune(call, ingress)
-        expansion = await self._expander.open(call, outcome) if self._expander is not None else None
+        outcome, pinned = await self._prune(call, ingress)
+        expansion = await self._expander.open(call, outcome, pinned) if self._expander is not None else None
         try:
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
             if self._expander is not None:
@@ -138,13 +139,18 @@ class ChatProxy:
             self._account(record)
             raise
 
-    async def _prune(self, call: ChatCall, ingress: Ingress) -> PruneOutcome:
+    async def _prune(self, call: ChatCall, ingress: Ingress) -> tuple[PruneOutcome, ExpandRecord | None]:
+        """The request's prune, and its conversation's sieve_expand record when it is pruned
+        with the tool on (read first: the pruner holds the pinned exchanges under the target)."""
         reason = ingress.unpruned_reason(call.sent_body)
         if reason is not None:
-            return await self._pruner.pass_through(call, reason)
+            return await self._pruner.pass_through(call, reason), None
         if call.policy.mode is PolicyMode.SHADOW:
-            return await self._pruner.pass_through(call, SHADOW)  # decided beside the forward
-        return await self._pruner.prune(call, await self._budget_target(call))
+            return await self._pruner.pass_through(call, SHADOW), None  # decided beside the forward
+        record = await self._expander.pinned(call) if self._expander is not None else None
+        outcome = await self._pruner.prune(call, await self._budget_target(call),
+                                           record.room if record is not None else ())
+        return outcome, record
 
     async def _budget_target(self, call: ChatCall) -> int | None:
         """A target Sieve imposes itself when the caller's budget runs low (policy

@@ -27,6 +27,7 @@ from gateway.big_bodies import THREAD_THRESHOLD_BYTES, BigBodies
 from gateway.errors import Forbidden
 from gateway.pruning.cohort import cohort_of
 from gateway.pruning.frozen import FrozenPlan
+from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.pipeline import PruneResult, prune
 from gateway.pruning.policy import OVERRIDES, Policy, Steering
 from gateway.pruning.scoring import Scorer, UnitScore
@@ -74,10 +75,12 @@ class Pruner:
         self._llm = llm
         self._summarizer = summarizer
 
-    async def prune(self, call: ChatCall, target_tokens: int | None = None) -> PruneOutcome:
+    async def prune(self, call: ChatCall, target_tokens: int | None = None,
+                    pinned: tuple[PinnedRoom, ...] = ()) -> PruneOutcome:
         """Prune ``call``'s body under its conversation's frozen plan. ``target_tokens``,
         when given, is a target Sieve itself imposes (a budget running low): it replaces
-        the request's own and is no client override."""
+        the request's own and is no client override. ``pinned``: the conversation's pinned
+        sieve_expand exchanges (``gateway.expander``), held under the target."""
         check_overrides(call.sieve, call.policy)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
         cohort = cohort_of(call.policy, key)
@@ -87,7 +90,7 @@ class Pruner:
         state = FrozenPlan.from_bytes(raw) if raw else None
         # Read before the pipeline runs: a frozen replay moves the plan on to this request.
         previous = list(state.fingerprints) if state is not None else None
-        run = _Run(call, self._counters.for_model(call.body["model"]), target_tokens, self._big)
+        run = _Run(call, self._counters.for_model(call.body["model"]), target_tokens, self._big, pinned)
         t0 = time.perf_counter()
         try:
             result, scorer_run = await self._decide(run, raw, state)
@@ -183,13 +186,14 @@ class Pruner:
 class _Run:
     """One request's pipeline runs: its body, counter and target, in the thread or not."""
 
-    def __init__(self, call: ChatCall, counter: TokenCounter, target_tokens: int | None, big: BigBodies) -> None:
+    def __init__(self, call: ChatCall, counter: TokenCounter, target_tokens: int | None, big: BigBodies,
+                 pinned: tuple[PinnedRoom, ...] = ()) -> None:
         self.call = call
         self.counter = counter
         self.big = big
         self.goal = call.sieve.goal or _metadata_goal(call.body)
         self.steering = Steering(target_tokens=target_tokens or call.sieve.target_tokens,
-                                 strategy=call.sieve.strategy, goal=self.goal)
+                                 strategy=call.sieve.strategy, goal=self.goal, pinned=pinned)
         self.continued = more_steps_follow(call.sent_body, call.format, call.sieve.conversation_id)
 
     def _prune(self, plan: FrozenPlan | None, scorer: Scorer,

@@ -20,8 +20,8 @@ Modes (``result.mode``, a :class:`~gateway.pruning.vocabulary.Mode`):
                  provider has it cached) and only what follows is decided anew;
                  earlier masks and drops never come back (``gateway.pruning.epochs``).
 * ``stateless``  no usable state (first sight, another target, or the client edited
-                 its history): pruned straight to the target; for a named
-                 conversation, to the low-water mark (``continued``).
+                 its history): pruned straight to the target; for a conversation
+                 that says it goes on, to the low-water mark (``continued``).
 * ``no_gain``    a decision was taken but would not have made the request smaller
                  (the omission marker or the reminder costs more than what it
                  stands for): forwarded unchanged.
@@ -42,6 +42,7 @@ from gateway.pruning.decision import DecisionTask, decide
 from gateway.pruning.epochs import forced_unit_actions, low_water
 from gateway.pruning.expansion import expandable
 from gateway.pruning.frozen import FrozenPlan
+from gateway.pruning.pins import pin_budget, placed
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.replay import replay_plan
 from gateway.pruning.request import PruneRequest
@@ -86,7 +87,7 @@ def _prune(request: PruneRequest, state: FrozenPlan | None, scorer: Scorer,
            scores: Mapping[int, UnitScore] | None, continued: bool = False) -> PruneResult:
     """The path ``request`` takes: one of the modes above."""
     if request.strategy == Strategy.NONE:
-        return _unchanged(request, Mode.NONE, FrozenPlan(request.fingerprints))
+        return _as_forwarded(request, _unchanged(request, Mode.NONE, FrozenPlan(request.fingerprints)))
     if state is not None and state.target_tokens not in (0, request.target_tokens):
         # Decisions hold for the target they were taken under; a client that asks
         # for another target gets a fresh decision.
@@ -94,40 +95,63 @@ def _prune(request: PruneRequest, state: FrozenPlan | None, scorer: Scorer,
     usable = state is not None and state.decided > 0 and state.prefix_matches(request.fingerprints)
     if usable:
         replayed = replay_plan(request, state)
-        if replayed is not None and _with_ref_room(request, replayed).target_rule_tokens <= request.target_tokens:
+        if replayed is not None and _holds(request, replayed):
             return replayed
     elif _below_trigger(request):
-        return _unchanged(request, Mode.UNDER, _undecided_plan(request, state))
+        return _as_forwarded(request, _unchanged(request, Mode.UNDER, _undecided_plan(request, state)))
     return _decided_with_refs(request, state, usable, scorer, scores, continued)
 
 
-def _with_ref_room(request: PruneRequest, result: PruneResult) -> PruneResult:
-    """With the policy's ``expand_tool`` on, ``result`` counted as it is forwarded: each
-    omission marker naming its ref (``gateway.pruning.expansion``, applied by the expander
-    after the decision; the plan keeps the plain markers, so a policy without the tool
-    forwards them byte for byte). The refs are part of the messages, so the target holds
-    them too. Counts only: the forwarded messages stay as decided."""
-    if not request.policy.expand_tool or not result.changed:
+def _as_forwarded(request: PruneRequest, result: PruneResult) -> PruneResult:
+    """With the policy's ``expand_tool`` on, ``result`` counted as the expander forwards it:
+    each omission marker naming its ref (``gateway.pruning.expansion``, applied after the
+    decision; the plan keeps the plain markers, so a policy without the tool forwards them
+    byte for byte), and the conversation's pinned exchanges that go back with this decision
+    in the room it leaves (``gateway.pruning.pins``; ``result.pinned``). Both are message
+    text, so the target holds them too. Counts only: the forwarded messages stay as decided.
+    Applied once per result."""
+    if not request.policy.expand_tool:
         return result
-    decorated = expandable(result, request.messages).messages
-    result.target_rule_tokens = count_forwarded(decorated, result.sources, request.tokens,
-                                                request.counter.count_message)
-    result.forwarded_tokens = count_forwarded(decorated, result.sources, request.model_tokens,
-                                              request.counter.model_tokens)
+    if result.changed:
+        decorated = expandable(result, request.messages).messages
+        result.target_rule_tokens = count_forwarded(decorated, result.sources, request.tokens,
+                                                    request.counter.count_message)
+        result.forwarded_tokens = count_forwarded(decorated, result.sources, request.model_tokens,
+                                                  request.counter.model_tokens)
+    room = min(_pin_budget(request), request.target_tokens - result.target_rule_tokens)
+    going = placed(request.pinned, result.message_actions, room)
+    result.pinned = tuple(p.pin for p in going)
+    result.target_rule_tokens += sum(p.tokens for p in going)
+    result.forwarded_tokens += sum(p.model_tokens for p in going)
     return result
+
+
+def _pin_budget(request: PruneRequest) -> int:
+    return pin_budget(request.target_tokens, request.policy.low_water_ratio)
+
+
+def _holds(request: PruneRequest, replayed: PruneResult) -> bool:
+    """A frozen replay stands when, counted as forwarded, it is within the target and leaves
+    room for every pin that fits the pins' budget (else an epoch makes that room)."""
+    _as_forwarded(request, replayed)
+    if replayed.target_rule_tokens > request.target_tokens:
+        return False
+    return not request.policy.expand_tool or \
+        set(replayed.pinned) == {p.pin for p in placed(request.pinned, replayed.message_actions, _pin_budget(request))}
 
 
 def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: bool, scorer: Scorer,
                        scores: Mapping[int, UnitScore] | None, continued: bool) -> PruneResult:
-    """``_decided_anew``; with the tool on, a decision whose markers' refs take it over the
-    target is taken again under the target less the room the refs took (the largest seen:
-    markers change with the decision; at most twice more), then stored under the target
-    in force (the next request replays it)."""
+    """``_decided_anew``; with the tool on, a decision that leaves too little of the target for
+    its markers' refs and the pinned exchanges that fit the pins' budget is taken again under
+    the target less the room they want (the largest seen: markers and the pins that can go
+    back change with the decision; at most twice more), then stored under the target in force
+    (the next request replays it)."""
     deciding, held = request, 0
     for _ in range(3):
         result = _decided_anew(deciding, state, usable, scorer, scores, continued)
         plain = result.target_rule_tokens
-        room = _with_ref_room(request, result).target_rule_tokens - plain
+        room = _wanted_room(request, result, plain)
         if plain + room <= request.target_tokens or room <= 0 or plain > request.target_tokens:
             break
         held = max(held, room)
@@ -136,10 +160,25 @@ def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: 
     return result
 
 
+def _wanted_room(request: PruneRequest, result: PruneResult, plain: int) -> int:
+    """``result`` counted as forwarded (``_as_forwarded``); the room beyond its ``plain`` count
+    that its markers' refs take and the pins that fit the pins' budget beside it want."""
+    _as_forwarded(request, result)
+    if not request.policy.expand_tool:
+        return 0
+    placed_now = sum(p.tokens for p in request.pinned if p.pin in result.pinned)
+    wanted = sum(p.tokens for p in placed(request.pinned, result.message_actions, _pin_budget(request)))
+    return result.target_rule_tokens - plain - placed_now + wanted
+
+
 def _below_trigger(request: PruneRequest) -> bool:
-    """At most the target; or, with no explicit target, below the policy's minimum sizes
-    (on short requests pruning costs more than it saves)."""
-    if request.original_target_rule_tokens <= request.target_tokens:
+    """At most the target (the pinned exchanges that go back with it included); or, with no
+    explicit target, below the policy's minimum sizes (on short requests pruning costs more
+    than it saves)."""
+    everything = [KEPT] * len(request.messages)
+    pinned = sum(p.tokens for p in placed(request.pinned, everything, _pin_budget(request))) \
+        if request.policy.expand_tool else 0
+    if request.original_target_rule_tokens + pinned <= request.target_tokens:
         return True
     policy = request.policy
     small = request.original_target_rule_tokens < policy.min_prompt_tokens or \
@@ -160,8 +199,8 @@ def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool,
                   scores: Mapping[int, UnitScore] | None, continued: bool) -> PruneResult:
     """An epoch when the request continues the stored conversation (``usable``: its
     decisions still apply), else a stateless prune; down to the low-water mark when
-    steps follow (an epoch, or a conversation that says it goes on: ``continued``); the request as
-    sent if either would not make it smaller."""
+    steps follow (an epoch, or a conversation that says it goes on: ``continued``); the
+    request as sent if either would not make it smaller."""
     continuing = usable or (state is not None and state.continues(request.fingerprints))
     conv = build_conversation(request.messages, request.counter.count_message, explicit_goal=request.goal,
                               fingerprints=request.fingerprints, tokens=request.tokens)

@@ -11,8 +11,9 @@ steer its own prune within what the policy allows (the ``x-sieve-*`` headers)::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
+from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.vocabulary import PolicyMode, Strategy
 
 STRATEGIES = tuple(Strategy)  # what a policy file or x-sieve-strategy may name
@@ -28,10 +29,13 @@ class Steering:
     target_tokens: int | None = None  # a hard target: it overrides the policy's minimum sizes
     strategy: Strategy | None = None
     goal: str | None = None           # the task, when the client names it
+    # The conversation's pinned sieve_expand exchanges (gateway.pruning.pins): Sieve's own,
+    # never a header; the target holds them.
+    pinned: tuple[PinnedRoom, ...] = field(default=(), metadata={"header": False})
 
 
 # The request headers a client may use to steer pruning (x-sieve-<name with dashes>).
-OVERRIDES = tuple(f.name for f in fields(Steering))
+OVERRIDES = tuple(f.name for f in fields(Steering) if f.metadata.get("header", True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.messages import fingerprint
+from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.tokens import TokenCounter
 from gateway.pruning.vocabulary import Strategy
@@ -34,6 +35,7 @@ class PruneRequest:
     explicit_target: bool    # the request named it: a hard target that overrides the policy's minimum sizes
     strategy: Strategy
     goal: str | None         # the task, when the request names it
+    pinned: tuple[PinnedRoom, ...] = ()  # the conversation's pinned exchanges (gateway.pruning.pins)
 
     @classmethod
     def counted(cls, body: Mapping[str, Any], policy: Policy, counter: TokenCounter, steering: Steering,
@@ -52,7 +54,7 @@ class PruneRequest:
         return cls(body, policy, counter, fingerprints, tokens, model_tokens,
                    target_tokens=steering.target_tokens if explicit else policy.target_tokens,
                    explicit_target=explicit, strategy=Strategy(steering.strategy or policy.strategy),
-                   goal=steering.goal)
+                   goal=steering.goal, pinned=steering.pinned)
 
     @property
     def messages(self) -> list[dict[str, Any]]:

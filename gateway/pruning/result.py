@@ -37,6 +37,9 @@ class PruneResult:
     # a tool schema like the client's, so not in forwarded_tokens nor under the target,
     # but billed: the savings count it as a cost (``gateway.telemetry.savings``).
     tool_tokens: int = 0
+    # The conversation's pinned sieve_expand exchanges that go back with this decision (their
+    # indices in its record; ``gateway.pruning.pins``), counted in both token figures above.
+    pinned: tuple[int, ...] = ()
 
     @property
     def changed(self) -> bool:

@@ -61,8 +61,8 @@ from typing import Sequence
 from gateway.telemetry.pricing import PriceBook, price_usage
 from gateway.telemetry.usage import Usage
 
-__all__ = ["OriginalPrompt", "SavingsRecord", "ShadowSavings", "cached_prefix_messages", "savings_for_request",
-           "shadow_savings", "with_expand_rounds"]
+__all__ = ["OriginalPrompt", "SavingsRecord", "ShadowSavings", "cached_prefix_messages", "expand_rounds_only",
+           "savings_for_request", "shadow_savings", "with_expand_rounds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,22 +163,46 @@ def with_expand_rounds(savings: SavingsRecord, prices: PriceBook, first: Usage, 
                        original: OriginalPrompt, usage: Usage) -> SavingsRecord:
     """A request that took ``sieve_expand`` rounds (``gateway.expander``): the unpruned request
     would have been asked once, so its counterfactual is the first round's prompt (before any
-    expansion) with the final answer's completion; the actual cost is every round's.
-    ``savings`` is the record computed on the final round's usage; ``earlier`` the usage of
-    every round before it (``first`` among them)."""
+    expansion) with the final answer's completion; the actual cost, and the tokens billed, are
+    every round's. ``savings`` is the record computed on the final round's usage; ``earlier``
+    the usage of every round before it (``first`` among them)."""
+    billed = _with_billed(savings, earlier)
     price = prices.lookup(savings.model)
     if price is None or not savings.priced:
-        return savings
+        return billed
     once = dataclasses.replace(first, completion_tokens=usage.completion_tokens)
     sent = savings.forwarded_tokens + savings.sieve_tool_tokens
     counterfactual = _counterfactual_usage(original, sent, once, price.has_cached_price)
     cf_usd = price_usage(price, counterfactual).total_usd
     actual_usd = savings.actual_usd + sum(price_usage(price, u).total_usd for u in earlier)
     return dataclasses.replace(
-        savings, counterfactual_prompt_tokens=counterfactual.prompt_tokens,
+        billed, counterfactual_prompt_tokens=counterfactual.prompt_tokens,
         counterfactual_cached_tokens=counterfactual.cached_read_tokens,
         counterfactual_cache_write_tokens=counterfactual.cache_write_tokens,
         counterfactual_usd=cf_usd, actual_usd=actual_usd, net_usd=cf_usd - actual_usd - savings.scorer_usd)
+
+
+def expand_rounds_only(prices: PriceBook, *, model: str, original_tokens: int, forwarded_tokens: int,
+                       earlier: Sequence[Usage]) -> SavingsRecord:
+    """A request whose ``sieve_expand`` rounds were billed (``earlier``) but whose last answer
+    reports no usage (it failed, or its stream ended without one): the rounds are actual
+    cost; there is no counterfactual to set against them (nothing says what the unpruned
+    request would have been billed), so it is 0 and the record shows the rounds as a loss."""
+    record = _with_billed(_unpriced(model, original_tokens, forwarded_tokens, None, 0.0), earlier)
+    price = prices.lookup(model)
+    if price is None:
+        return record
+    actual_usd = sum(price_usage(price, u).total_usd for u in earlier)
+    return dataclasses.replace(record, priced=True, actual_usd=actual_usd, net_usd=-actual_usd)
+
+
+def _with_billed(savings: SavingsRecord, earlier: Sequence[Usage]) -> SavingsRecord:
+    """``savings`` with the tokens of the rounds before its own in its billed figures."""
+    return dataclasses.replace(
+        savings, actual_prompt_tokens=savings.actual_prompt_tokens + sum(u.prompt_tokens for u in earlier),
+        actual_cached_tokens=savings.actual_cached_tokens + sum(u.cached_read_tokens for u in earlier),
+        actual_cache_write_tokens=savings.actual_cache_write_tokens + sum(u.cache_write_tokens for u in earlier),
+        completion_tokens=savings.completion_tokens + sum(u.completion_tokens for u in earlier))
 
 
 def _counterfactual_usage(original: OriginalPrompt, forwarded_tokens: int, usage: Usage,

@@ -238,10 +238,14 @@ async def continued_chunks(chunks: AsyncIterator[bytes], sent: "CallFilter",
         yield b"".join(out)
 
 
-def chat_end() -> bytes:
-    """The end of a chat stream Sieve closes itself."""
+def chat_end(usage: Any = None) -> bytes:
+    """The end of a chat stream Sieve closes itself; with ``usage``, its usage chunk (the
+    client's tap reads it, and leaves it out for a client that did not ask for it)."""
     chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-    return b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n"
+    out = b"data: " + orjson.dumps(chunk) + b"\n\n"
+    if isinstance(usage, dict):
+        out += b"data: " + orjson.dumps({"object": "chat.completion.chunk", "choices": [], "usage": usage}) + b"\n\n"
+    return out + b"data: [DONE]\n\n"
 
 
 async def continued_items(chunks: AsyncIterator[bytes], sent: CallFilter,
@@ -273,8 +277,8 @@ async def continued_items(chunks: AsyncIterator[bytes], sent: CallFilter,
 
 def responses_end(payload: dict[str, Any], sent: CallFilter) -> bytes:
     """The end of a Responses stream Sieve closes itself: the round's response, completed
-    with the items that were sent."""
+    with the items that were sent (its usage the round's)."""
     output = [item for item in payload.get("output") or ()
               if not (item.get("type") == "function_call" and _is_mine(item.get("name")))][:sent.items_sent]
     return _event("response.completed", {"type": "response.completed", "sequence_number": sent.events_sent,
-                                         "response": responses_without({**payload, "output": output, "usage": None})})
+                                         "response": responses_without({**payload, "output": output})})

@@ -32,7 +32,8 @@ from gateway.pruning.expansion import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETE
 from gateway.wire.expand_codecs import CODECS, Codec, EventReader, ToolAnswer
 from gateway.wire.expand_filter import CallFilter, chat_end, continued_blocks, continued_chunks, continued_items, \
     message_end, responses_end
-from gateway.wire.formats import WireFormat
+from gateway.errors import InvalidRequest
+from gateway.wire.formats import ChatView, WireFormat, adapter_for
 
 CHAT_TOOL: dict[str, Any] = {"type": "function", "function": {
     "name": TOOL_NAME, "description": TOOL_DESCRIPTION, "parameters": TOOL_PARAMETERS}}
@@ -70,7 +71,19 @@ def history_of(body: Mapping[str, Any], fmt: WireFormat) -> list[Any] | None:
 
 
 def digest(item: Any) -> str:
-    return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
+    """A client turn's identity, its prompt-cache breakpoints aside (``plain``)."""
+    return hashlib.blake2b(orjson.dumps(plain(item), option=orjson.OPT_SORT_KEYS), digest_size=12).hexdigest()
+
+
+def plain(item: Any) -> Any:
+    """``item`` without ``cache_control``: a client moves its breakpoints to its newest turns
+    on every request (Claude Code marks its last turns), so a turn is the same turn with or
+    without one, as the chat view already sees it (``gateway.wire.formats.cache_control``)."""
+    if isinstance(item, dict):
+        return {k: plain(v) for k, v in item.items() if k != "cache_control"}
+    if isinstance(item, list):
+        return [plain(v) for v in item]
+    return item
 
 
 def make_pin(sent: Mapping[str, Any], forwarded_before: int, asked: Mapping[str, Any],
@@ -83,44 +96,81 @@ def make_pin(sent: Mapping[str, Any], forwarded_before: int, asked: Mapping[str,
     return {"at": len(history), "after": digest(history[-1]), "items": turns[forwarded_before:]}
 
 
+def pin_place(sent: Mapping[str, Any], fmt: WireFormat, pin: Mapping[str, Any]) -> int | None:
+    """Where ``pin`` goes in the client's history (``sent``): after turn ``at - 1``, when the
+    history still holds that turn (same place, same bytes) and something after it; else None."""
+    history = history_of(sent, fmt)
+    at = int(pin.get("at", 0))
+    if not history or not 0 < at < len(history) or digest(history[at - 1]) != pin.get("after"):
+        return None
+    return at
+
+
 def with_pins(forwarded: dict[str, Any], sent: Mapping[str, Any], fmt: WireFormat,
-              pins: list[dict[str, Any]]) -> tuple[dict[str, Any], list[Any]]:
-    """``forwarded`` with each pin's exchange back after the client turn it followed, when the
-    client's history still holds that turn (same place, same bytes) and something after it,
-    and the forward kept the turn as it is; and the items put back."""
+              pins: list[dict[str, Any]]) -> tuple[dict[str, Any], list[int]]:
+    """``forwarded`` with each pin's exchange back after the client turn it followed
+    (``pin_place``), when the forward kept that turn and the one after it as they are; and
+    the indices (in ``pins``) of the pins put back."""
     history, turns = history_of(sent, fmt), history_of(forwarded, fmt)
     if not history or turns is None:
         return forwarded, []
     out, added = list(turns), []
-    for pin in sorted(pins, key=lambda p: -int(p.get("at", 0))):
-        at = int(pin.get("at", 0))
-        if not 0 < at < len(history) or digest(history[at - 1]) != pin.get("after"):
-            continue
-        place = _kept_at(out, history, at - 1)
+    for i in sorted(range(len(pins)), key=lambda i: -int(pins[i].get("at", 0))):
+        at = pin_place(sent, fmt, pins[i])
+        place = _kept_at(out, history, at - 1) if at is not None else None
         if place is None:
             continue
-        items = list(pin.get("items") or ())
-        out[place + 1:place + 1] = items
-        added += items
+        out[place + 1:place + 1] = list(pins[i].get("items") or ())
+        added.append(i)
     key = "input" if fmt is WireFormat.RESPONSES else "messages"
-    return ({**forwarded, key: out} if added else forwarded), added
+    return ({**forwarded, key: out} if added else forwarded), sorted(added)
+
+
+def pin_needs(view: ChatView | None, fmt: WireFormat, at: int) -> tuple[int, ...]:
+    """The view messages a pin placed at ``at`` needs kept: those of the client turns ``at - 1``
+    and ``at`` (a chat turn is its own view message; a Messages turn or Responses item may
+    make several, or share one with its neighbours)."""
+    turns = {at - 1, at}
+    if fmt is WireFormat.CHAT or view is None:
+        return tuple(sorted(turns))
+    needs = []
+    for j, origin in enumerate(view.origins):
+        if fmt is WireFormat.MESSAGES and getattr(origin, "turn", None) in turns:
+            needs.append(j)
+        elif fmt is WireFormat.RESPONSES and turns & set(getattr(origin, "items", ())):
+            needs.append(j)
+    return tuple(needs)
+
+
+def pin_messages(pin: Mapping[str, Any], fmt: WireFormat, model: str) -> list[dict[str, Any]]:
+    """A pin's exchange as chat-view messages, the shape the forwarded count is taken in (an
+    exchange the format's reader refuses counts as its JSON text)."""
+    items = list(pin.get("items") or ())
+    if fmt is WireFormat.CHAT:
+        return items
+    key = "input" if fmt is WireFormat.RESPONSES else "messages"
+    try:
+        return adapter_for(fmt).read({"model": model, "max_tokens": 1, key: items}).body["messages"]
+    except InvalidRequest:
+        return [{"role": "user", "content": orjson.dumps(items).decode()}]
 
 
 def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
     """Where the client's turn ``history[index]`` is in the forwarded ``turns``, when it was kept
-    as it is with the turn after it: counted from the end (a later turn equal to it, a repeated
-    "continue", is told apart by how many equal ones follow), the newest turns being the ones a
-    prune keeps."""
-    item, following = history[index], history[index + 1]
-    nth = sum(1 for h in history[index:] if h == item)
+    as it is with the turn after it (breakpoints aside: ``plain``): counted from the end (a
+    later turn equal to it, a repeated "continue", is told apart by how many equal ones
+    follow), the newest turns being the ones a prune keeps."""
+    item, following = plain(history[index]), plain(history[index + 1])
+    nth = sum(1 for h in history[index:] if plain(h) == item)
     for i in range(len(turns) - 1, -1, -1):
-        if turns[i] == item:
+        if plain(turns[i]) == item:
             nth -= 1
             if nth == 0:
-                return i if i + 1 < len(turns) and turns[i + 1] == following else None
+                return i if i + 1 < len(turns) and plain(turns[i + 1]) == following else None
     return None
 
 
 __all__ = ["CODECS", "CallFilter", "Codec", "EventReader", "ToolAnswer", "chat_end", "continued_blocks",
-           "continued_chunks", "continued_items", "digest", "history_of", "make_pin", "message_end", "responses_end", "tool_definition", "with_pins",
+           "continued_chunks", "continued_items", "digest", "history_of", "make_pin", "message_end",
+           "pin_messages", "pin_needs", "pin_place", "plain", "responses_end", "tool_definition", "with_pins",
            "with_tool"]

@@ -160,15 +160,19 @@ def test_chat_expand_rounds_answer_from_the_history_and_the_client_sees_the_fina
                                                        rel=1e-9)
     assert cost["net_usd"] == pytest.approx(cost["counterfactual_usd"] - every, rel=1e-9)
 
-    # Pinned: the next request carries the exchanges where they were made, before the final answer.
+    # Pinned, under the target: these exchanges (about 3,100 tokens of restored content) are
+    # more than the room an epoch frees at this target (1,500 - 750), so the next request
+    # leaves them out and holds its target (test_pinned_exchanges_go_back_within_the_target:
+    # where they fit, they go back).
     providers.enqueue(Reply(content="done"))
     third = continued(history, "ok", "The lamp is sku 700001.")
-    openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-json"}).chat.completions.create(
-        model=MODEL, messages=third)
+    raw = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-json"}) \
+        .chat.completions.with_raw_response.create(model=MODEL, messages=third)
+    raw.parse()
     forwarded = providers.requests[-1].json["messages"]
-    at = next(i for i, m in enumerate(forwarded) if m.get("content") == "The lamp is sku 700001.")
-    assert forwarded[at - 4:at] == asked[2]["messages"][-4:]
-    assert forwarded[:at] == asked[2]["messages"]  # the provider's cached prefix of the last round holds
+    assert not any(m in forwarded for m in asked[2]["messages"][-4:])
+    assert int(raw.headers["x-sieve-forwarded-tokens"]) == sum(gateway_counter().model_tokens(m) for m in forwarded)
+    assert int(raw.headers["x-sieve-forwarded-tokens"]) <= 1_500
 
 
 def test_unknown_ref_gets_not_available_and_a_policy_without_the_tool_forwards_none(gateway, providers):
@@ -288,9 +292,13 @@ RESPONSES_USAGE = tuple({"input_tokens": u["prompt_tokens"], "input_tokens_detai
                          "total_tokens": u["total_tokens"]} for u in (ROUND_1, ROUND_2))
 
 
-def claude_answer(gw: GatewayServer, body: dict[str, Any], conversation: str, stream: bool) -> str:
+def claude_answer(gw: GatewayServer, body: dict[str, Any], conversation: str, stream: bool,
+                  target: int | None = None) -> str:
+    headers = {"x-sieve-conversation-id": conversation}
+    if target is not None:
+        headers["x-sieve-target-tokens"] = str(target)
     client = anthropic.Anthropic(base_url=gw.base_url, api_key="sk-expand", max_retries=0, timeout=30,
-                                 default_headers={"x-sieve-conversation-id": conversation})
+                                 default_headers=headers)
     if stream:
         with client.messages.stream(**body) as events:
             message = events.get_final_message()
@@ -300,8 +308,12 @@ def claude_answer(gw: GatewayServer, body: dict[str, Any], conversation: str, st
     return "".join(b.text for b in message.content if b.type == "text")
 
 
-def responses_answer(gw: GatewayServer, body: dict[str, Any], conversation: str, stream: bool) -> str:
-    client = openai_client(gw, "sk-expand", headers={"x-sieve-conversation-id": conversation})
+def responses_answer(gw: GatewayServer, body: dict[str, Any], conversation: str, stream: bool,
+                     target: int | None = None) -> str:
+    headers = {"x-sieve-conversation-id": conversation}
+    if target is not None:
+        headers["x-sieve-target-tokens"] = str(target)
+    client = openai_client(gw, "sk-expand", headers=headers)
     if stream:
         events = list(client.responses.create(**body, stream=True))
         assert not any(e.type == "response.output_item.added" and e.item.type == "function_call" for e in events)
@@ -344,19 +356,20 @@ def test_expand_round_in_messages_and_responses(gateway, providers, fmt, stream)
     assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
     assert read_jsonl(gateway.audit_path)[-1]["expand"] == {"refs": [ref], "rounds": 1}
 
-    # Pinned: the next request carries the exchange where it was made, before the final answer.
+    # Pinned: the next request carries the exchange where it was made, before the final answer
+    # (at a target whose epoch leaves it room: a new target, so a new decision).
     key = "messages" if fmt == "messages" else "input"
     exchange = asked[1][key][len(asked[0][key]):]
     answer = {"role": "assistant", "content": [{"type": "text", "text": "final"}]} if fmt == "messages" else \
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "final"}]}
     third = {**body, key: [*body[key], answer, {"role": "user", "content": "and then?"}]}
     providers.enqueue(Reply(content="done"))
-    ask(gateway, third, conversation, stream)
+    ask(gateway, third, conversation, stream, target=8_000)
     forwarded = providers.requests[-1].json[key]
     at = forwarded.index(answer)
     assert forwarded[at - len(exchange):at] == exchange and len(exchange) == 2
-    # (This request is over the target: a new epoch may rewrite what follows the frozen prefix,
-    # so only the exchange's place is checked here; the chat test checks a frozen replay.)
+    # (A new decision rewrites what follows the frozen prefix, so only the exchange's place is
+    # checked here; test_pinned_exchanges_go_back_within_the_target checks a frozen replay.)
 
 
 def _last_tool_result(body: dict[str, Any], fmt: str) -> str:
@@ -409,7 +422,8 @@ def test_a_messages_stream_naming_the_tool_after_text_goes_on_with_the_next_roun
     some_id = marker.group(2).split()[0]
     used_before, n_before = day_used(gateway, "expand"), len(providers.requests)
     unhandled = metric(gateway, "sieve_expand_total", outcome="unhandled")
-    providers.enqueue(Reply(content="Let me look that up. ", tool_calls=[expand_call(some_id)], usage=MESSAGES_USAGE[0]),
+    providers.enqueue(Reply(content="Let me look that up. ", tool_calls=[expand_call(some_id)],
+                            usage=MESSAGES_USAGE[0]),
                       Reply(content="It is sku 700001.", usage=MESSAGES_USAGE[1]))
     client = anthropic.Anthropic(base_url=gateway.base_url, api_key="sk-expand", max_retries=0, timeout=30,
                                  default_headers={"x-sieve-conversation-id": "splice"})
@@ -424,6 +438,17 @@ def test_a_messages_stream_naming_the_tool_after_text_goes_on_with_the_next_roun
     assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
     assert metric(gateway, "sieve_expand_total", outcome="unhandled") == unhandled
     assert read_jsonl(gateway.audit_path)[-1]["expand"] == {"refs": [some_id], "rounds": 1}
+
+    # Pinned like a round held back: the next request carries the exchange before the answer
+    # the client got (a new target: a new decision, with room for it).
+    exchange = asked[1]["messages"][len(asked[0]["messages"]):]
+    answer = {"role": "assistant", "content": [{"type": "text", "text": b.text} for b in message.content]}
+    third = {**body, "messages": [*body["messages"], answer, {"role": "user", "content": "and then?"}]}
+    providers.enqueue(Reply(content="done"))
+    claude_answer(gateway, third, "splice", False, target=8_000)
+    forwarded = providers.requests[-1].json["messages"]
+    at = forwarded.index(answer)
+    assert forwarded[at - 2:at] == exchange and exchange[0]["content"][0]["text"] == "Let me look that up. "
 
 
 def test_a_chat_stream_naming_the_tool_after_text_goes_on_with_the_next_round(gateway, providers):
@@ -443,6 +468,15 @@ def test_a_chat_stream_naming_the_tool_after_text_goes_on_with_the_next_round(ga
     assert len(asked) == 2 and asked[1]["messages"][-2]["content"] == "Let me look that up. "
     assert f"ref {ref_of(fingerprint(original))}:" in asked[1]["messages"][-1]["content"]  # the span's list
     assert day_used(gateway, "expand") - used_before == ROUND_1["total_tokens"] + ROUND_2["total_tokens"]
+
+    # Pinned like a round held back: the next request carries the exchange before the answer.
+    providers.enqueue(Reply(content="done"))
+    client = openai_client(gateway, "sk-expand", headers={"x-sieve-conversation-id": "chat-splice",
+                                                          "x-sieve-target-tokens": "8000"})
+    client.chat.completions.create(model=MODEL, messages=continued(history, "ok", text))
+    forwarded = providers.requests[-1].json["messages"]
+    at = next(i for i, m in enumerate(forwarded) if m.get("content") == text)
+    assert forwarded[at - 2:at] == asked[1]["messages"][-2:]
 
 
 def test_a_responses_stream_naming_the_tool_after_text_goes_on_with_the_next_round(gateway, providers):
@@ -546,3 +580,119 @@ def test_with_the_tool_on_messages_and_responses_stay_within_the_target(gateway,
     sent = providers.requests[-1].json
     assert sent["tools"][-1]["name"] == TOOL_NAME and OMITTED_REF.search(orjson.dumps(sent).decode())
     assert int(raw.headers["x-sieve-forwarded-tokens"]) <= 4_000
+
+
+# -- pinned exchanges are held under the target --------------------------------------------------------
+
+def _is_expand_call(message: dict[str, Any]) -> bool:
+    return any(c["function"]["name"] == TOOL_NAME for c in message.get("tool_calls") or ())
+
+
+@pytest.mark.parametrize(("target", "fits"), [(2_000, True), (4_000, True), (8_000, False)])
+def test_pinned_exchanges_go_back_within_the_target(gateway, providers, target, fits):
+    """After an expand round is pinned, the conversation's later requests at a tight target
+    carry the exchange where it fits the room an epoch frees, and the forward, pins included,
+    stays within the target; ``x-sieve-forwarded-tokens`` is the upstream body's own count.
+    (At 8,000 the marker's span is short enough to come back whole, about 10,000 tokens:
+    more than that room, so it stays out.)"""
+    history = agent_history(16)
+    name = f"pins-{target}"
+    history[1] = {**history[1], "content": f"{history[1]['content']} ({name})"}
+    _, first = forward_at(gateway, providers, "sk-expand", name, target, "window", history)
+    ref = OMITTED_REF.findall(orjson.dumps(first).decode())[0]
+    n_before = len(providers.requests)
+    providers.enqueue(Reply(tool_calls=[expand_call(ref)], usage=ROUND_1),
+                      Reply(content="It is sku 700001.", usage=ROUND_2))
+    headers = {"x-sieve-conversation-id": name, "x-sieve-target-tokens": str(target), "x-sieve-strategy": "window"}
+    openai_client(gateway, "sk-expand", headers=headers).chat.completions.create(
+        model=MODEL, messages=continued(history, "ok"))
+    asked = providers.requests[-1].json["messages"]
+    assert len(providers.requests) - n_before == 2 and _is_expand_call(asked[-2])
+    exchange = asked[-2:]
+    room = sum(gateway_counter().count_message(m) for m in exchange)
+    assert (room <= target // 2) == fits  # the room an epoch frees (low_water_ratio 0.5)
+
+    previous = asked
+    for step in (continued(history, "ok", "It is sku 700001."),
+                 continued(history, "ok", "It is sku 700001.", "fine"),
+                 continued(history, "ok", "It is sku 700001.", "fine", "and more")):
+        tokens, sent = forward_at(gateway, providers, "sk-expand", name, target, "window", step)
+        messages = sent["messages"]
+        assert tokens <= target
+        assert tokens == sum(gateway_counter().model_tokens(m) for m in messages)
+        at = next(i for i, m in enumerate(messages) if m.get("content") == "It is sku 700001.")
+        if fits:
+            assert messages[at - 2:at] == exchange  # back after the client turn it followed
+        else:
+            assert not any(_is_expand_call(m) for m in messages)
+        if step is not history and fits and previous is asked:
+            assert messages[:at] == asked  # the provider's cached prefix of the round holds
+        previous = messages
+
+
+@pytest.mark.parametrize("fmt", ["messages", "responses"])
+def test_pinned_exchanges_in_messages_and_responses_stay_within_the_target(gateway, providers, fmt):
+    """The pin's place and size in the client's own format: its client turns (a Messages turn
+    or Responses items, several view messages) and its messages as the view counts them
+    (about 2,600 tokens here: within the room an epoch frees at 6,000)."""
+    chat = {"model": CLAUDE if fmt == "messages" else MODEL, "messages": agent_history(16)}
+    chat["messages"][1] = {**chat["messages"][1], "content": f"{chat['messages'][1]['content']} (pins-{fmt})"}
+    body = chat_to_messages(chat) if fmt == "messages" else chat_to_responses(chat)
+    if fmt == "messages":
+        body["max_tokens"] = 500
+    ask, key, conversation = (claude_answer if fmt == "messages" else responses_answer), \
+        ("messages" if fmt == "messages" else "input"), f"pins-{fmt}"
+    providers.enqueue(Reply(content="ok"))
+    ask(gateway, body, conversation, False, target=6_000)
+    some_id = OMITTED_MARKER.search(orjson.dumps(providers.requests[-1].json).decode()).group(2).split()[0]
+    usages = MESSAGES_USAGE if fmt == "messages" else RESPONSES_USAGE
+    providers.enqueue(Reply(tool_calls=[expand_call(some_id)], usage=usages[0]),
+                      Reply(content="It is sku 700001.", usage=usages[1]))
+    assert ask(gateway, body, conversation, False, target=6_000) == "It is sku 700001."
+    asked = [r.json for r in providers.requests[-2:]]
+    exchange = asked[1][key][len(asked[0][key]):]
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "It is sku 700001."}]} if fmt == "messages" \
+        else {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is sku 700001."}]}
+    steps = ([answer, {"role": "user", "content": "and then?"}],
+             [answer, {"role": "user", "content": "and then?"}, answer, {"role": "user", "content": "more?"}])
+    for step in steps:
+        later = {**body, key: [*body[key], *step]}
+        providers.enqueue(Reply(content="done"))
+        headers = {"x-sieve-conversation-id": conversation, "x-sieve-target-tokens": "6000"}
+        if fmt == "messages":
+            raw = anthropic.Anthropic(base_url=gateway.base_url, api_key="sk-expand", max_retries=0, timeout=30,
+                                      default_headers=headers).messages.with_raw_response.create(**later)
+        else:
+            raw = openai_client(gateway, "sk-expand", headers=headers).responses.with_raw_response.create(**later)
+        raw.parse()
+        forwarded = providers.requests[-1].json[key]
+        assert int(raw.headers["x-sieve-forwarded-tokens"]) <= 6_000
+        at = forwarded.index(answer)
+        assert forwarded[at - len(exchange):at] == exchange and len(exchange) == 2
+
+
+def test_a_pinned_exchange_stays_when_the_client_moves_its_cache_breakpoint(gateway, providers):
+    """Claude Code marks its newest turn with ``cache_control`` and moves the mark on the next
+    request: the turn a pin follows is the same turn without it."""
+    chat = {"model": CLAUDE, "messages": agent_history(16)}
+    chat["messages"][1] = {**chat["messages"][1], "content": f"{chat['messages'][1]['content']} (breakpoints)"}
+    body = {**chat_to_messages(chat), "max_tokens": 500}
+    marked = {"type": "text", "text": "and the lamp?", "cache_control": {"type": "ephemeral"}}
+    turns = [*body["messages"], {"role": "assistant", "content": "ok"}, {"role": "user", "content": [marked]}]
+    providers.enqueue(Reply(content="ok"))
+    claude_answer(gateway, body, "breakpoints", False, target=6_000)
+    some_id = OMITTED_MARKER.search(orjson.dumps(providers.requests[-1].json).decode()).group(2).split()[0]
+    providers.enqueue(Reply(tool_calls=[expand_call(some_id)], usage=MESSAGES_USAGE[0]),
+                      Reply(content="It is sku 700001.", usage=MESSAGES_USAGE[1]))
+    assert claude_answer(gateway, {**body, "messages": turns}, "breakpoints", False, target=6_000) == \
+        "It is sku 700001."
+    exchange = providers.requests[-1].json["messages"][-2:]
+    assert exchange[0]["content"][-1]["name"] == TOOL_NAME
+    moved = [*turns[:-1], {"role": "user", "content": [{"type": "text", "text": "and the lamp?"}]},
+             {"role": "assistant", "content": [{"type": "text", "text": "It is sku 700001."}]},
+             {"role": "user", "content": [{**marked, "text": "thanks"}]}]
+    providers.enqueue(Reply(content="done"))
+    claude_answer(gateway, {**body, "messages": moved}, "breakpoints", False, target=6_000)
+    forwarded = providers.requests[-1].json["messages"]
+    at = next(i for i, m in enumerate(forwarded) if m["role"] == "assistant" and m["content"] == moved[-2]["content"])
+    assert forwarded[at - 2:at] == exchange

@@ -6,11 +6,12 @@ from gateway.pruning.compression import dropped_marker, is_omission_marker, mark
 from gateway.pruning.expansion import MAX_REFS_PER_CALL, NOT_AVAILABLE, expandable, refs_of_call, restore, \
     span_ref, with_ref
 from gateway.pruning.messages import fingerprint
+from gateway.pruning.pins import PinnedRoom, pin_budget, placed
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
-from gateway.pruning.vocabulary import DROPPED, MASKED
+from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED
 from tests.conversations import agent_history
 
 
@@ -58,3 +59,32 @@ def test_every_ref_forwarded_restores_what_it_stands_for():
     assert n == 1 and some_id in text and text.count("[tool]") >= 1
     # The plan stores the markers as they were: the decoration is never frozen.
     assert all("ref " not in m["content"] for _, m in result.state.inserts if is_omission_marker(m))
+
+
+def test_pins_go_back_in_order_while_they_fit_and_only_beside_kept_turns():
+    kept, dropped = [KEPT] * 6, [KEPT, DROPPED, KEPT, KEPT, KEPT, KEPT]
+    pins = [PinnedRoom(2, (4, 5), 300, 310), PinnedRoom(0, (1, 2), 200, 210), PinnedRoom(1, (2, 3), 500, 520)]
+    assert [p.pin for p in placed(pins, kept, 10_000)] == [0, 1, 2]  # by place
+    assert [p.pin for p in placed(pins, kept, 600)] == [0, 2]  # one that does not fit is passed over
+    assert [p.pin for p in placed(pins, dropped, 10_000)] == [1, 2]  # its client turn was left out
+    assert placed(pins, kept, 0) == [] and pin_budget(4_000, 0.5) == 2_000
+
+
+def test_the_pipeline_holds_pinned_exchanges_under_the_target():
+    """The pins that go back are counted in the forward, which stays within the target; a pin
+    larger than the room an epoch frees stays out rather than shrinking the conversation."""
+    history = agent_history(12)
+    counter = TokenCounters().for_model("gpt-4o-mini")
+    policy = Policy(min_prompt_tokens=0, min_messages=0, target_tokens=4000, expand_tool=True)
+    body = {"model": "gpt-4o-mini", "messages": history}
+    last = len(history) - 1
+    plain = prune(body, policy, scorer=LocalScorer(), counter=counter, steering=Steering())
+    for size, goes in ((1_500, True), (2_100, False)):
+        pin = PinnedRoom(0, (last - 1, last), size, size)
+        result = prune(body, policy, scorer=LocalScorer(), counter=counter, steering=Steering(pinned=(pin,)))
+        assert result.target_rule_tokens <= 4000 and result.pinned == ((0,) if goes else ())
+        assert result.message_actions[last - 1:] == [KEPT, KEPT]
+        if goes:
+            assert result.forwarded_tokens <= plain.forwarded_tokens + size
+        else:
+            assert result.forwarded_tokens == plain.forwarded_tokens
