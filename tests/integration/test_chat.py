@@ -129,10 +129,11 @@ def test_headers_count_in_the_models_encoding_and_the_cap_under_the_stricter_one
     report = r.json()["report"]
     resp = openai_client(gateway, KEY).chat.completions.with_raw_response.create(
         model="gpt-4o-mini", messages=history, extra_headers={"x-sieve-target-tokens": "3000"})
-    # The messages as forwarded: under the default policy (sieve_expand on) the omission markers
-    # name their refs, which /v1/prune's body leaves out (README) and its counts include.
+    # The messages as forwarded, which /v1/prune shows: under the default policy (sieve_expand
+    # on) the omission markers name their refs.
     sent = upstream.requests[-1].json["messages"]
-    assert len(sent) == len(r.json()["request"]["messages"])
+    assert r.json()["request"]["messages"] == sent
+    assert any(str(m.get("content")).startswith("[sieve: some earlier messages omitted, ref ") for m in sent)
 
     def count(encoding, messages):
         return sum(len(encoding.encode_ordinary(message_token_text(m))) + 4 for m in messages)
