@@ -23,8 +23,8 @@ Modes (``result.mode``, a :class:`~gateway.pruning.vocabulary.Mode`):
                  its history): pruned straight to the target; for a named
                  conversation, to the low-water mark (``continued``).
 * ``no_gain``    a decision was taken but would not have made the request smaller
-                 (the omission marker or the reminder costs more than what it
-                 stands for): forwarded unchanged.
+                 (the omission marker, with sieve_expand its ref, or the reminder
+                 costs more than what it stands for): forwarded unchanged.
 
 The steps: count the request once (``gateway.pruning.request``), choose its
 path (:func:`_prune`), and for an epoch or a stateless prune set up and take
