@@ -12,6 +12,7 @@ import pytest
 from gateway.cli import main
 from gateway.errors import ConfigError
 from gateway.policies import load_policies
+from gateway.pruning.policy import Policy
 from gateway.settings import Settings
 
 
@@ -44,6 +45,9 @@ def test_shipped_policies_load():
     policies = load_policies(Settings().policies_dir)
     assert {"default", "agent"} <= set(policies)
     assert policies["agent"].goal_reminder and policies["agent"].protect_last_units == 6
+    # sieve_expand is on in both (issue 20: a policy turns it off), and a file that says nothing
+    # of it gets it too.
+    assert policies["default"].expand_tool and policies["agent"].expand_tool and Policy().expand_tool
 
 
 def test_shutdown_grace_is_read_and_checked():
