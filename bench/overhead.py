@@ -58,10 +58,13 @@ AGAINST_TARGETS = ("base-none", "base-prune")  # the same two, served by the --a
 # Sieve under a shadow policy (this tree's policies/default.yaml plus ``mode: shadow``), sent the
 # sieve-prune headers: forwarded as it came, the same decision made after each response.
 SHADOW_TARGET = "sieve-shadow"
-# Sieve with the sieve_expand tool on (policies/default.yaml plus ``expand_tool: true``), sent the
+# Sieve with the sieve_expand tool on (policies/default.yaml, where it is on by default), sent the
 # sieve-prune headers: the same decision, its markers decorated and the tool added; the fake
 # upstream never calls the tool, so this is what the tool costs a request that does not use it.
 EXPAND_TARGET = "sieve-expand"
+# sieve-none and sieve-prune run the default policy with the tool off: pruning's own overhead,
+# the tool's measured apart (sieve-expand against sieve-prune).
+NO_EXPAND = "expand_tool: false"
 
 
 # -- processes --------------------------------------------------------------
@@ -150,8 +153,8 @@ def start_upstream(a: argparse.Namespace) -> Server:
     return Server("fake-upstream", route.upstream_argv(port, a), port, route.ready_path)
 
 
-def shadow_policies(extra: str = "mode: shadow") -> Path:
-    """A policies folder whose default policy is this tree's plus ``extra`` (shadow mode)."""
+def policies_with(extra: str) -> Path:
+    """A policies folder whose default policy is this tree's plus ``extra``."""
     folder = Path(tempfile.mkdtemp(prefix="sieve-bench-policies-"))
     (folder / "default.yaml").write_text((ROOT / "policies" / "default.yaml").read_text() + f"\n{extra}\n")
     return folder
@@ -568,13 +571,14 @@ async def amain(a: argparse.Namespace, against: Path | None) -> dict:
         await servers["upstream"].wait_ready(30)
         want_sieve = a.memory or any(t.startswith("sieve") and t not in (SHADOW_TARGET, EXPAND_TARGET)
                                      for t in a.targets)
-        if want_sieve and (s := start_sieve(a, servers["upstream"].port)):
+        if want_sieve and (s := start_sieve(a, servers["upstream"].port, policies=policies_with(NO_EXPAND))):
             servers["sieve"] = s
         if not a.memory and SHADOW_TARGET in a.targets and \
-                (s := start_sieve(a, servers["upstream"].port, name="shadow", policies=shadow_policies())):
+                (s := start_sieve(a, servers["upstream"].port, name="shadow",
+                                  policies=policies_with(f"mode: shadow\n{NO_EXPAND}"))):
             servers["shadow"] = s
         if not a.memory and EXPAND_TARGET in a.targets and (s := start_sieve(
-                a, servers["upstream"].port, name="expand", policies=shadow_policies("expand_tool: true"))):
+                a, servers["upstream"].port, name="expand", policies=policies_with("expand_tool: true"))):
             servers["expand"] = s
         if against is not None and (s := start_sieve(a, servers["upstream"].port, against, "base")):
             servers["base"] = s

@@ -40,6 +40,7 @@ from gateway.errors import SieveError, UpstreamUnavailable
 from gateway.expand_record import ExpandRecord
 from gateway.expander import Expander, Session
 from gateway.pruner import PruneOutcome, Pruner
+from gateway.pruning.expansion import expandable
 from gateway.pruning.result import PruneResult
 from gateway.pruning.vocabulary import Cohort, PolicyMode
 from gateway.telemetry.metrics import FailOpen, Outcome
@@ -85,8 +86,15 @@ class ChatProxy:
         self._open: dict[int, RequestRecord] = {}
 
     async def prune_only(self, call: ChatCall) -> PruneOutcome:
-        """What would be forwarded; no upstream needed, so any model name is accepted."""
-        return await self._pruner.prune(call)
+        """What would be forwarded; no upstream needed, so any model name is accepted. Under a
+        policy with ``sieve_expand`` the markers name their refs, as forwarded (the counts hold
+        them already); the tool schema and the conversation's pinned exchanges are left out: a
+        dry run reads and writes no expansion record."""
+        outcome = await self._pruner.prune(call)
+        result = outcome.result
+        if call.policy.expand_tool and outcome.unpruned_reason is None and result.changed:
+            result.request = {**result.request, "messages": expandable(result, call.body["messages"]).messages}
+        return outcome
 
     async def complete(self, call: ChatCall) -> Reply:
         ingress = INGRESSES[call.format]

@@ -23,8 +23,8 @@ Modes (``result.mode``, a :class:`~gateway.pruning.vocabulary.Mode`):
                  its history): pruned straight to the target; for a conversation
                  that says it goes on, to the low-water mark (``continued``).
 * ``no_gain``    a decision was taken but would not have made the request smaller
-                 (the omission marker or the reminder costs more than what it
-                 stands for): forwarded unchanged.
+                 (the omission marker, with sieve_expand its ref, or the reminder
+                 costs more than what it stands for): forwarded unchanged.
 
 The steps: count the request once (``gateway.pruning.request``), choose its
 path (:func:`_prune`), and for an epoch or a stateless prune set up and take
@@ -156,6 +156,10 @@ def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: 
             break
         held = max(held, room)
         deciding = dataclasses.replace(request, target_tokens=request.target_tokens - held)
+    if result.changed and _no_gain(request, result):
+        # The refs are forwarded too: a decision that saved less than its markers' refs
+        # add would forward more than the client sent.
+        return _unchanged(request, Mode.NO_GAIN, _fresh_plan(request))
     result.target_tokens = result.state.target_tokens = request.target_tokens
     return result
 
@@ -213,15 +217,23 @@ def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool,
         forced=forced_unit_actions(conv, state.actions if usable else {}),
         prior_inserts=state.inserts if usable else (),
     ))
-    if result.target_rule_tokens >= request.original_target_rule_tokens or \
-            result.forwarded_tokens >= request.original_tokens:
-        # Markers and reminders cost tokens too: dropping a few tiny units under a marker
-        # larger than them would forward more than the client sent. Never worse than as
-        # sent, by either count.
-        plan = FrozenPlan(request.fingerprints)
-        plan.target_tokens = target
-        return _unchanged(request, Mode.NO_GAIN, plan)
+    if _no_gain(request, result):
+        return _unchanged(request, Mode.NO_GAIN, _fresh_plan(request))
     return result
+
+
+def _no_gain(request: PruneRequest, result: PruneResult) -> bool:
+    """Markers and reminders cost tokens too: dropping a few tiny units under a marker
+    larger than them would forward more than the client sent. Never worse than as sent,
+    by either count."""
+    return result.target_rule_tokens >= request.original_target_rule_tokens or \
+        result.forwarded_tokens >= request.original_tokens
+
+
+def _fresh_plan(request: PruneRequest) -> FrozenPlan:
+    plan = FrozenPlan(request.fingerprints)
+    plan.target_tokens = request.target_tokens
+    return plan
 
 
 def _unchanged(request: PruneRequest, mode: Mode, plan: FrozenPlan) -> PruneResult:

@@ -111,7 +111,7 @@ class Policy:
     # Reversible pruning (gateway.pruning.expansion): a forward that masks or omits
     # anything carries the sieve_expand tool, its markers name refs, and Sieve answers
     # the model's calls itself, asking the provider again up to expand_max_rounds times.
-    expand_tool: bool = False
+    expand_tool: bool = True
     expand_max_rounds: int = 2
 
     def with_overrides(self, **changes) -> "Policy":

@@ -17,6 +17,8 @@ What is asserted, from what the provider recorded and what Sieve counted:
   and the bulky file text of the first task is gone from the last request (an omission marker may
   still list its unique first line among the exact values it stands for);
 * no request the provider got has an orphaned tool result or an unanswered tool call;
+* under the shipped default policy, the pruned requests carry the ``sieve_expand`` tool after the
+  CLI's own and markers naming refs (a policy with ``expand_tool: false``: no tool of Sieve's);
 * the CLI tried no connection beyond 127.0.0.1 (``OutboundTrap``).
 
 The same sessions run straight against the provider first (``test_*_directly``): that the fake
@@ -134,6 +136,13 @@ def assert_pruned(sieve: GatewayServer, bodies: list[dict]) -> None:
         assert not markers_side_by_side(body), "two omission markers side by side in a forwarded body"
 
 
+def assert_expand_tool_on(bodies: list[dict]) -> None:
+    """The shipped default policy has sieve_expand on: the pruned last request carries the tool
+    after the CLI's own and markers naming refs (the scripted provider never calls it)."""
+    assert json.dumps(bodies[-1]["tools"][-1]).count("sieve_expand") >= 1
+    assert "ref " in json.dumps(bodies[-1].get("messages") or bodies[-1].get("input"))
+
+
 def markers_side_by_side(body: dict) -> bool:
     """Two omission markers in a row: text blocks of one Anthropic turn, or Responses input items."""
     def is_marker(text: object) -> bool:
@@ -172,6 +181,7 @@ def test_claude_code_finishes_through_sieve_which_prunes_the_first_task_out(proj
     run_session(claude)
     bodies = assert_session_reached_provider(provider, "messages")
     assert_pruned(sieve, bodies)
+    assert_expand_tool_on(bodies)
     assert all(r.headers.get("anthropic-version") for r in provider.requests)  # passed through
     assert trap.attempts == []
 
@@ -182,30 +192,32 @@ def test_codex_finishes_through_sieve_which_prunes_the_first_task_out(project, p
     run_session(codex)
     bodies = assert_session_reached_provider(provider, "responses")
     assert_pruned(sieve, bodies)
+    assert_expand_tool_on(bodies)
     assert all(r.headers.get("session-id") for r in provider.requests)  # Codex's session header passed through
     assert trap.attempts == []
 
 
-# -- through Sieve with the sieve_expand tool on --------------------------------------------------------
+# -- through Sieve with the sieve_expand tool off ------------------------------------------------------
 
 @pytest.fixture
-def sieve_expand(provider: ScriptedProvider, tmp_path: Path) -> Iterator[GatewayServer]:
-    """Sieve as above, its default policy with ``expand_tool: true``: every pruned forward carries
-    the tool and markers with refs (the scripted provider never calls it)."""
+def sieve_without_expand(provider: ScriptedProvider, tmp_path: Path) -> Iterator[GatewayServer]:
+    """Sieve as above, its default policy with ``expand_tool: false``: pruned forwards carry no
+    tool of Sieve's (the tests above run the shipped default, which has it on)."""
     folder = tmp_path / "policies"
     folder.mkdir()
-    (folder / "default.yaml").write_text((ROOT / "policies" / "default.yaml").read_text() + "\nexpand_tool: true\n")
+    (folder / "default.yaml").write_text((ROOT / "policies" / "default.yaml").read_text() + "\nexpand_tool: false\n")
     settings = Settings(upstream_base_url=provider.base_url, anthropic_base_url=provider.root, policies_dir=folder)
     with GatewayServer(settings) as gateway:
         yield gateway
 
 
 @pytest.mark.parametrize("cli", ["claude", "codex"])
-def test_the_clis_finish_through_sieve_with_the_expand_tool_on(project, provider, sieve_expand, trap, cli):
+def test_the_clis_finish_through_sieve_with_the_expand_tool_off(project, provider, sieve_without_expand, trap, cli):
     headers = {"x-sieve-target-tokens": TARGET_TOKENS}
-    run_session(ClaudeCode(project, base_url=sieve_expand.base_url, trap=trap, headers=headers) if cli == "claude"
-                else CodexCli(project, base_url=sieve_expand.base_url + "/v1", trap=trap, headers=headers))
+    base_url = sieve_without_expand.base_url
+    run_session(ClaudeCode(project, base_url=base_url, trap=trap, headers=headers) if cli == "claude"
+                else CodexCli(project, base_url=base_url + "/v1", trap=trap, headers=headers))
     bodies = assert_session_reached_provider(provider, "messages" if cli == "claude" else "responses")
-    assert_pruned(sieve_expand, bodies)
-    assert "sieve_expand" in json.dumps(bodies[-1]["tools"]) and "ref " in json.dumps(bodies[-1])
+    assert_pruned(sieve_without_expand, bodies)
+    assert not any("sieve_expand" in json.dumps(body.get("tools")) for body in bodies)
     assert trap.attempts == []

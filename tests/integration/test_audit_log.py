@@ -132,7 +132,12 @@ def test_one_line_per_request_with_ids_tokens_decisions_costs_and_timings(keyed_
         assert (cost["prompt_tokens"], cost["cached_tokens"], cost["completion_tokens"]) == (2000, 1024, 30)
         assert cost["net_usd"] == pytest.approx(cost["counterfactual_usd"] - cost["actual_usd"] - cost["scorer_usd"])
     assert small["cost"]["counterfactual_usd"] == small["cost"]["actual_usd"]
-    assert pruned["cost"]["net_usd"] == pytest.approx(pruned["tokens"]["saved"] * price["input_cost_per_token"])
+    # The default policy's sieve_expand tool rides along the pruned request: billed, and the
+    # unpruned request would not carry it, so the saving is what was removed less the definition.
+    tool_tokens = pruned["cost"]["sieve_tool_tokens"]
+    assert 80 < tool_tokens < 160 and small["cost"].get("sieve_tool_tokens", 0) == 0
+    assert pruned["cost"]["net_usd"] == pytest.approx((pruned["tokens"]["saved"] - tool_tokens)
+                                                      * price["input_cost_per_token"])
     assert unpriced["model"] == "fake-model"
     assert unpriced["cost"]["priced"] is False
     assert unpriced["cost"]["counterfactual_usd"] == unpriced["cost"]["actual_usd"] == 0.0

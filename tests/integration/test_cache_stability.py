@@ -43,6 +43,13 @@ def test_agent_loop_keeps_a_byte_identical_prefix_between_epochs(gateway, upstre
     for a, b in zip(breaks, breaks[1:] + [len(bodies)]):
         for n in range(a + 1, b):
             assert bodies[n].startswith(_forwarded_prefix(bodies[n - 1]))
+    # The default policy's sieve_expand tool joins with the first pruned step and stays, the same
+    # bytes on every later step: providers render tools before the messages, so a change there
+    # would rewrite the whole cached prefix.
+    tools = [orjson.dumps(orjson.loads(body).get("tools")) for body in bodies]
+    first = next(n for n, s in enumerate(saved) if s > 0)
+    assert tools[:first] == [b"null"] * first
+    assert b"sieve_expand" in tools[first] and set(tools[first:]) == {tools[first]}
     # What was dropped left its ids with the provider, and a marker once sent keeps its bytes.
     markers = [[m["content"] for m in orjson.loads(body)["messages"] if is_omission_marker(m)] for body in bodies]
     with_ids = [c for found in markers for c in found if "; ids: #W" in c]

@@ -96,7 +96,10 @@ def test_long_agent_history_arrives_trimmed_valid_with_goal(gateway, upstream):
     assert structural_problems(sent) == []
     assert sent[0] == history[0] and {"role": "user", "content": GOAL} in sent
     assert sent[-1] == history[-1]
-    assert upstream.requests[-1].json["tools"] == tools
+    # The default policy's sieve_expand tool goes after the client's own; the markers name refs.
+    assert upstream.requests[-1].json["tools"][:-1] == tools
+    assert upstream.requests[-1].json["tools"][-1]["function"]["name"] == "sieve_expand"
+    assert any(str(m.get("content")).startswith("[sieve: some earlier messages omitted, ref ") for m in sent)
 
 
 def test_prune_route_forwards_nothing(gateway, upstream):
@@ -124,7 +127,13 @@ def test_headers_count_in_the_models_encoding_and_the_cap_under_the_stricter_one
     r = gateway.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": history},
                      headers={"x-sieve-target-tokens": "3000"})
     report = r.json()["report"]
-    sent = r.json()["request"]["messages"]
+    resp = openai_client(gateway, KEY).chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=history, extra_headers={"x-sieve-target-tokens": "3000"})
+    # The messages as forwarded, which /v1/prune shows: under the default policy (sieve_expand
+    # on) the omission markers name their refs.
+    sent = upstream.requests[-1].json["messages"]
+    assert r.json()["request"]["messages"] == sent
+    assert any(str(m.get("content")).startswith("[sieve: some earlier messages omitted, ref ") for m in sent)
 
     def count(encoding, messages):
         return sum(len(encoding.encode_ordinary(message_token_text(m))) + 4 for m in messages)
@@ -132,10 +141,8 @@ def test_headers_count_in_the_models_encoding_and_the_cap_under_the_stricter_one
     assert report["original_tokens"] == count(o200k, history) < count(cl100k, history)
     assert report["forwarded_tokens"] == count(o200k, sent)
     assert report["target_rule_tokens"] == sum(max(count(o200k, [m]), count(cl100k, [m])) for m in sent) <= 3000
-    resp = openai_client(gateway, KEY).chat.completions.with_raw_response.create(
-        model="gpt-4o-mini", messages=history, extra_headers={"x-sieve-target-tokens": "3000"})
     assert int(resp.headers["x-sieve-original-tokens"]) == report["original_tokens"]
-    assert int(resp.headers["x-sieve-forwarded-tokens"]) == count(o200k, upstream.requests[-1].json["messages"])
+    assert int(resp.headers["x-sieve-forwarded-tokens"]) == count(o200k, sent)
 
 
 def test_strategy_none_forwards_unchanged(gateway, upstream):

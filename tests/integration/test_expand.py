@@ -46,7 +46,7 @@ REF = re.compile(r"ref ([0-9a-f]{8})")
 @pytest.fixture(scope="module")
 def gateway(providers_server: FakeProviders, tmp_path_factory) -> Iterator[GatewayServer]:
     folder = tmp_path_factory.mktemp("policies")
-    (folder / "default.yaml").write_text(PRUNING)
+    (folder / "default.yaml").write_text(PRUNING + "expand_tool: false\n")  # org "plain": the tool off
     (folder / "expand.yaml").write_text(PRUNING + "expand_tool: true\nexpand_max_rounds: 2\n")
     audit = tmp_path_factory.mktemp("audit") / "audit.jsonl"
     settings = format_settings(providers_server, policies_dir=folder, org_policies={"expand": "expand", "lean": "expand"},

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from gateway.policies import load_policies
+from gateway.pruning.expansion import expandable
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer, UnitScore
@@ -127,8 +128,10 @@ def expected_messages(policy: Policy, llm: dict[int, int] | None, body: dict = B
         scores = {i: UnitScore(5, s.relevance, "kept", s.hard) for i, s in local.items()}
     elif llm is not None:
         scores = {i: UnitScore(llm[i], s.relevance, "llm", s.hard) if i in llm else s for i, s in local.items()}
-    return prune(body, policy, scorer=LocalScorer(), counter=COUNTERS.for_model(MODEL),
-                 steering=Steering(target_tokens=target), scores=scores).request["messages"]
+    result = prune(body, policy, scorer=LocalScorer(), counter=COUNTERS.for_model(MODEL),
+                   steering=Steering(target_tokens=target), scores=scores)
+    # As forwarded: with the policy's sieve_expand tool (the default) the markers name their refs.
+    return expandable(result, body["messages"]).messages if policy.expand_tool else result.request["messages"]
 
 
 def forwarded(upstream) -> list[dict]:

@@ -143,7 +143,9 @@ def test_over_target_the_provider_gets_fewer_tokens_and_valid_turns(gateway, pro
     assert messages_problems(sent) == []  # no orphan tool_result, no unanswered tool_use, roles alternate
     kept = thinking_blocks(sent)
     assert kept and set(kept) <= set(original_thinking)  # byte-identical where kept, never edited
-    assert sent["system"] == body["system"] and sent["tools"] == body["tools"] and sent["thinking"] == body["thinking"]
+    assert sent["system"] == body["system"] and sent["thinking"] == body["thinking"]
+    # The client's tools as sent, the default policy's sieve_expand after them.
+    assert sent["tools"][:-1] == body["tools"] and sent["tools"][-1]["name"] == "sieve_expand"
     marks = json.dumps(sent).count('"cache_control"')
     assert 1 <= marks <= MAX_BREAKPOINTS
     assert sent["messages"][-1] == body["messages"][-1]  # the turn being answered, with its breakpoint

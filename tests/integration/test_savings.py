@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import openai
+import orjson
 import pytest
 
 from gateway.pruning.conversation import build_conversation
@@ -29,6 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.pruning.tokens import TokenCounters
 from gateway.settings import Settings
 from gateway.telemetry.pricing import load_litellm_model_cost
+from gateway.wire.expand_tool import tool_definition
+from gateway.wire.formats import WireFormat
 from tests.conversations import agent_history
 from tests.fake_scorer import ScorerModel, answer
 from tests.fake_upstream import PromptCache, Reply
@@ -85,6 +88,12 @@ def bill(model: str, prompt: int, completion: int, read: int = 0, write: int = 0
     """Dollars of one call; ``prompt`` includes the cached reads and writes."""
     r = rates(model)
     return (prompt - read - write) * r["input"] + read * r["read"] + write * r["write"] + completion * r["output"]
+
+
+def sieve_tool_tokens(model: str) -> int:
+    """The default policy's sieve_expand definition in the model's encoding: a pruned request
+    carries it (billed), the unpruned one would not, so the counterfactual leaves it out."""
+    return TokenCounters().for_model(model).count_text(orjson.dumps(tool_definition(WireFormat.CHAT)).decode())
 
 
 def openai_usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
@@ -187,10 +196,13 @@ def test_stateless_prune_saves_the_removed_tokens_at_input_price(gateway, upstre
     actual = bill(model, prompt, completion, cached, write)
     # No previous request: the unpruned one would have read what this one read, and
     # written no more than this one wrote; the removed tokens at the input price.
-    counterfactual = bill(model, prompt + original - forwarded, completion, cached, write)
+    # The sieve_expand definition the pruned request carried is in the actual prompt only.
+    tool = sieve_tool_tokens(model)
+    assert upstream.requests[-1].json["tools"][-1]["function"]["name"] == "sieve_expand"
+    counterfactual = bill(model, prompt + original - forwarded - tool, completion, cached, write)
     assert d.cost(model, "actual") == pytest.approx(actual, rel=1e-12)
     assert d.cost(model, "counterfactual") == pytest.approx(counterfactual, rel=1e-12)
-    assert d.net(model) == pytest.approx((original - forwarded) * rates(model)["input"], rel=1e-9)
+    assert d.net(model) == pytest.approx((original - forwarded - tool) * rates(model)["input"], rel=1e-9)
     assert d("sieve_prompt_tokens_original_total", org=ORG, model=model) == original
     assert d("sieve_prompt_tokens_forwarded_total", org=ORG, model=model) == forwarded
     assert d("sieve_completion_tokens_total", org=ORG, model=model) == completion
@@ -255,8 +267,11 @@ def test_prune_that_breaks_the_cached_prefix(gateway, cached_upstream, shape, mo
             continue
         assert previous is not None, "the first steps fit under the cap"
         prefix = sum(counter.count_message(m) for m in messages[:len(previous)])
+        # The sieve_expand definition (default policy) rides along from this first pruned step:
+        # billed, and the unpruned request would not carry it.
+        sent = forwarded + sieve_tool_tokens(model)
         expected = _counterfactual(model, usage.prompt_tokens, usage.completion_tokens, read, write,
-                                   original, forwarded, prefix)
+                                   original, sent, prefix)
         assert d.cost(model, "counterfactual") == pytest.approx(expected, rel=1e-12)
         assert d("sieve_requests_total", org=ORG, model=model, outcome="pruned") == 1
         # The provider had cached the whole previous request; after the epoch it
@@ -323,11 +338,13 @@ def test_llm_scorer_cost_is_counted_and_taken_off_the_saving(tmp_path, upstream)
     original, forwarded = int(got["x-sieve-original-tokens"]), int(got["x-sieve-forwarded-tokens"])
     assert forwarded < original
     assert d.cost(ANTHROPIC_MODEL, "actual") == pytest.approx(bill(ANTHROPIC_MODEL, 3000, 20), rel=1e-12)
+    tool = sieve_tool_tokens(ANTHROPIC_MODEL)  # the default policy's sieve_expand, billed with the pruned request
     assert d.cost(ANTHROPIC_MODEL, "counterfactual") == pytest.approx(
-        bill(ANTHROPIC_MODEL, 3000 + original - forwarded, 20), rel=1e-12)
+        bill(ANTHROPIC_MODEL, 3000 + original - forwarded - tool, 20), rel=1e-12)
     assert d.net(ANTHROPIC_MODEL) == pytest.approx(
-        (original - forwarded) * rates(ANTHROPIC_MODEL)["input"] - expected_scorer, rel=1e-9)
+        (original - forwarded - tool) * rates(ANTHROPIC_MODEL)["input"] - expected_scorer, rel=1e-9)
     (line,) = [json.loads(raw) for raw in audit.read_bytes().splitlines()]
+    assert line["cost"]["sieve_tool_tokens"] == tool
     assert line["cost"]["scorer_usd"] == pytest.approx(expected_scorer, rel=1e-12)
     assert line["timings"]["scorer_ms"] > 0  # the scoring round's own time
 

@@ -12,7 +12,11 @@ import pytest
 from gateway.cli import main
 from gateway.errors import ConfigError
 from gateway.policies import load_policies
+from gateway.pruning.compression import OMITTED_PREFIX
+from gateway.pruning.policy import Policy
+from gateway.pruning.tokens import TokenCounters
 from gateway.settings import Settings
+from tests.conversations import agent_history
 
 
 def test_open_gateway_refuses_a_public_bind(capsys, monkeypatch):
@@ -44,6 +48,9 @@ def test_shipped_policies_load():
     policies = load_policies(Settings().policies_dir)
     assert {"default", "agent"} <= set(policies)
     assert policies["agent"].goal_reminder and policies["agent"].protect_last_units == 6
+    # sieve_expand is on in both (issue 20: a policy turns it off), and a file that says nothing
+    # of it gets it too.
+    assert policies["default"].expand_tool and policies["agent"].expand_tool and Policy().expand_tool
 
 
 def test_shutdown_grace_is_read_and_checked():
@@ -78,6 +85,20 @@ def test_prune_reads_standard_input():
     bad = _sieve_prune("-", stdin=b"{not json")
     assert bad.returncode == 1 and len(bad.stderr.decode().splitlines()) == 1
     assert bad.stderr.decode().startswith("sieve prune: stdin: ")
+
+
+def test_prune_shows_the_markers_with_their_refs_as_forwarded():
+    # The shipped default has sieve_expand on: the printed messages are those the gateway
+    # forwards, markers naming their refs, and the report counts exactly them.
+    body = {"model": "gpt-4o-mini", "messages": agent_history(20)}
+    done = _sieve_prune("-", "--target", "3000", stdin=json.dumps(body).encode())
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    sent = out["request"]["messages"]
+    assert any(str(m.get("content")).startswith(OMITTED_PREFIX + ", ref ") for m in sent)
+    counter = TokenCounters().for_model("gpt-4o-mini")
+    assert out["report"]["forwarded_tokens"] == sum(map(counter.model_tokens, sent))
+    assert out["report"]["target_rule_tokens"] == counter.count_messages(sent) <= 3000
 
 
 def test_prune_format_answers_in_the_bodys_own_format():

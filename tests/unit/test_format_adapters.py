@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from gateway.errors import InvalidRequest
-from gateway.pruning.compression import MASKED_PREFIX, OMITTED_PREFIX
+from gateway.pruning.compression import MASKED_PREFIX, OMITTED_PREFIX, marker_ids
+from gateway.pruning.expansion import REF_HINT, with_ref
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
@@ -296,3 +297,17 @@ def test_merged_markers_keep_plain_ones_plain_and_other_text_apart():
         OMITTED_PREFIX + "; ids: a b]", "hi", plain]
     assert merged_marker_texts(["[sieve: summary of omitted messages]\nx", plain]) == [
         "[sieve: summary of omitted messages]\nx", plain]
+
+
+def test_merged_markers_name_every_ref_the_model_can_ask_sieve_expand_for():
+    # Found by Claude Code through Sieve with sieve_expand on: two spans' markers side by side
+    # in one Anthropic turn merged into one that named neither ref.
+    first = with_ref({"role": "user", "content": OMITTED_PREFIX + "; ids: a b]"}, "1a2b3c4d")["content"]
+    second = with_ref({"role": "user", "content": OMITTED_PREFIX + "; ids: b c]"}, "5e6f7a8b")["content"]
+    (merged,) = merged_marker_texts([first, second])
+    assert merged == OMITTED_PREFIX + ", ref 1a2b3c4d, ref 5e6f7a8b, " + REF_HINT + "; ids: a b c]"
+    assert marker_ids({"role": "user", "content": merged}) == ["a", "b", "c"]
+    (one,) = merged_marker_texts([first, OMITTED_PREFIX + "; ids: x]"])  # a plain one beside: its ids only
+    assert one == OMITTED_PREFIX + ", ref 1a2b3c4d, " + REF_HINT + "; ids: a b x]"
+    looks_like_ref = OMITTED_PREFIX + "; ids: , ref 9f9f9f9f]"  # in the ids, not a ref
+    assert merged_marker_texts([looks_like_ref, OMITTED_PREFIX + "]"]) == [looks_like_ref]

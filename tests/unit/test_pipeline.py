@@ -10,6 +10,7 @@ import tiktoken
 
 from gateway.pruning.compression import is_omission_marker, marker_ids
 from gateway.pruning.conversation import KIND_BROKEN, KIND_TOOL_CHAIN, build_conversation
+from gateway.pruning.expansion import expandable
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.normalize import structural_problems
 from gateway.pruning.pipeline import prune
@@ -26,6 +27,12 @@ def run(messages, policy=None, state=None, **steering):
     """Prune ``messages``; ``steering``: target_tokens, strategy, goal."""
     return prune({"model": "gpt-4o-mini", "messages": messages}, policy or Policy(), scorer=SCORER, counter=COUNTER,
                  state=state, steering=Steering(**steering))
+
+
+def on_the_wire(result, messages):
+    """``result``'s messages as forwarded: under the default policy (``expand_tool`` on) each
+    omission marker names its ref, and the pipeline's counts are of those bytes."""
+    return expandable(result, messages).messages
 
 
 def test_token_count_contract():
@@ -103,8 +110,8 @@ def test_explicit_target_overrides_minimums_and_fits():
     result = run(history, target_tokens=2500)
     assert result.target_rule_tokens <= 2500 < result.original_tokens
     # The target holds under the target rule; what is reported is the model's own encoding.
-    assert COUNTER.count_messages(result.request["messages"]) == result.target_rule_tokens
-    assert sum(map(COUNTER.model_tokens, result.request["messages"])) == result.forwarded_tokens
+    assert COUNTER.count_messages(on_the_wire(result, history)) == result.target_rule_tokens
+    assert sum(map(COUNTER.model_tokens, on_the_wire(result, history))) == result.forwarded_tokens
     assert structural_problems(result.request["messages"]) == []
     sent = result.request["messages"]
     assert sent[0] == history[0] and sent[1] == {"role": "user", "content": GOAL} and sent[-1] == history[-1]
@@ -231,7 +238,9 @@ def test_an_unattainable_target_keeps_the_pins_and_lists_the_ids_of_the_rest():
     listed = marker_ids(markers[0])
     assert sum(i.startswith("#W10000") for i in listed) >= 5  # the dropped steps' order ids
     pinned_tokens = sum(conv.units[i].tokens for i in pinned)
-    assert pinned_tokens < result.target_rule_tokens <= pinned_tokens + policy.omitted_ids_tokens + 16
+    ref_room = result.target_rule_tokens - COUNTER.count_messages(sent)  # the marker's ref (sieve_expand)
+    assert 0 < ref_room <= 16
+    assert pinned_tokens < result.target_rule_tokens - ref_room <= pinned_tokens + policy.omitted_ids_tokens + 16
     assert structural_problems(sent) == []
 
 
@@ -287,7 +296,7 @@ def test_another_replica_reuses_the_stored_token_counts():
                   steering=Steering(target_tokens=4000))
     assert third.mode == "frozen"
     assert third.message_tokens == [COUNTER.model_tokens(m) for m in history + turn + turn]
-    assert third.forwarded_tokens == sum(map(COUNTER.model_tokens, third.request["messages"]))
+    assert third.forwarded_tokens == sum(map(COUNTER.model_tokens, on_the_wire(third, history + turn + turn)))
     tokenized = [text for text in cold._cache if not text.startswith("[sieve:")]
     assert sorted(tokenized) == ["next?", "ok"]          # only the new messages
 

@@ -9,13 +9,24 @@ listing every id either listed, so the model reads one notice and loses no id::
 
     merged_marker_texts(["[sieve: ... omitted; ids: a b]", "[sieve: ... omitted; ids: b c]", "hi"])
     # ["[sieve: ... omitted; ids: a b c]", "hi"]
+
+With ``sieve_expand`` on, each marker names the ref of its span
+(``gateway.pruning.expansion.with_ref``); the merged one names both, so the model
+can still ask for either span (the expander's ref index is the chat view's, where
+both markers are)::
+
+    "[sieve: ... omitted, ref 1a2b3c4d, ref 5e6f7a8b, sieve_expand restores it; ids: a b c]"
 """
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
-from gateway.pruning.compression import dropped_marker, is_omission_marker, marker_ids
+from gateway.pruning.compression import OMITTED_PREFIX, dropped_marker, is_omission_marker, marker_ids
+from gateway.pruning.expansion import REF_CHARS, REF_HINT
+
+_REF = re.compile(rf", ref ([0-9a-f]{{{REF_CHARS}}})\b")
 
 
 def is_marker_text(text: object) -> bool:
@@ -23,10 +34,22 @@ def is_marker_text(text: object) -> bool:
 
 
 def merged_marker_text(first: str, second: str) -> str:
-    """One marker for two adjacent ones: the first's ids, then the second's new ones."""
+    """One marker for two adjacent ones: the first's ids, then the second's new ones; and
+    their refs, the first's first, when they name any."""
     ids = marker_ids({"role": "user", "content": first})
     ids += [i for i in marker_ids({"role": "user", "content": second}) if i not in ids]
-    return dropped_marker(ids)["content"]
+    merged = dropped_marker(ids)["content"]
+    refs = _refs(first)
+    refs += [r for r in _refs(second) if r not in refs]
+    if not refs:
+        return merged
+    named = "".join(f", ref {r}" for r in refs)
+    return f"{OMITTED_PREFIX}{named}, {REF_HINT}{merged[len(OMITTED_PREFIX):]}"
+
+
+def _refs(marker: str) -> list[str]:
+    """The refs a marker names (before its ids: an id may read like a ref)."""
+    return _REF.findall(marker.split("; ids: ", 1)[0])
 
 
 def merged_marker_texts(texts: Sequence[str]) -> list[str]:
