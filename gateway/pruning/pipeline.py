@@ -173,6 +173,7 @@ def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool,
         boundary=state.decided if usable else 0,
         forced=forced_unit_actions(conv, state.actions if usable else {}),
         prior_inserts=state.inserts if usable else (),
+        prior_masks=state.masked if usable else {},
     ))
     if result.target_rule_tokens >= request.original_target_rule_tokens or \
             result.forwarded_tokens >= request.original_tokens:
