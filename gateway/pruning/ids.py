@@ -34,6 +34,8 @@ _VALUES = ValueMemo()
 # A JSON object's keys ("order_id":) name fields, they are not values; a key with a digit
 # is a record's id ({"6805564527": {...}}) and stays one. Read once per text.
 _DIGIT = re.compile(r"[0-9]").search
+# A newline, tab or return escape of a JSON string quoted in a text (not before a small letter).
+_ESCAPE = re.compile(r"\\[ntr](?![a-z])")
 
 
 # Every epoch masks, or lists the ids of, the same old outputs again: their ids are
@@ -75,7 +77,13 @@ def strong_ids(text: str) -> tuple[str, ...]:
 
 
 def _runs(text: str) -> list[str]:
-    """The runs of value characters of a text, split in C where it can be (runs.py)."""
+    """The runs of value characters of a text, split in C where it can be (runs.py). A
+    JSON string quoted inside another text keeps its escapes ("...delivered.\\nRefund"):
+    the escape's letter is no part of the next word, so escapes split like the space
+    they stand for. Before a small letter it stays (a Windows path's "\\new_dir"):
+    there it makes no value of a word either way."""
+    if "\\" in text:
+        text = _ESCAPE.sub("  ", text)
     runs = _ID_RUNS.split(text)
     return runs if runs is not None else _ID_TOKEN.findall(text)
 
@@ -205,9 +213,15 @@ class _Tally:
 def _record(text: str, start: int, end: int, opening: str, closing: str) -> str:
     """What an id stands in: its JSON object (up to the first brace either side) or
     its line, at most _CONTEXT characters either side. An order listing's item names
-    its product and options next to its ids."""
+    its product and options next to its ids. In a long flat object (a catalogue of
+    name: id pairs on one line) neither brace is near: the record is the id's own
+    entry, between the separators either side, or every neighbour's name would count
+    for it. (With one brace near, the id is in an object of its own, whose window
+    still holds its name: an order item's product id beside its name and options.)"""
     lo, hi = max(0, start - _CONTEXT), end + _CONTEXT
     left, right = text.rfind(opening, lo, start), text.find(closing, end, hi)
+    if left < 0 and right < 0 and opening == "{":
+        left, right = text.rfind(", ", lo, start), text.find(", ", end, hi)
     return text[left + 1 if left >= 0 else lo: right if right >= 0 else hi]
 
 
