@@ -34,6 +34,8 @@ _VALUES = ValueMemo()
 # A JSON object's keys ("order_id":) name fields, they are not values; a key with a digit
 # is a record's id ({"6805564527": {...}}) and stays one. Read once per text.
 _DIGIT = re.compile(r"[0-9]").search
+# A field name numbered in its kind: a word of three letters or more, then one or two digits.
+_FIELD_NUMBER = re.compile(r"[A-Za-z]{3,}[_-]?[0-9]{1,2}").fullmatch
 # A newline, tab or return escape of a JSON string quoted in a text (not before a small letter).
 _ESCAPE = re.compile(r"\\[ntr](?![a-z])")
 
@@ -69,7 +71,8 @@ def strong_ids(text: str) -> tuple[str, ...]:
     if strong is None:
         runs = filter(_MAY_BE_STRONG, dict.fromkeys(_runs(text)))
         found = tuple(filter(is_strong, dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs)))))
-        if '":' in text and not all(map(_DIGIT, found)):  # only a value without a digit may be a key
+        # Only a value without a digit, or a numbered word, may be a field name.
+        if '":' in text and (not all(map(_DIGIT, found)) or any(map(_FIELD_NUMBER, found))):
             keys = _json_keys(text)
             found = tuple(filterfalse(keys.__contains__, found))
         strong = _STRONG_IDS.put(text, found)
@@ -98,15 +101,17 @@ def _ids_of_runs(runs: Iterable[str], keys: frozenset[str] = frozenset()) -> tup
 
 
 def _json_keys(text: str) -> frozenset[str]:
-    """The keys of a JSON text's objects without a digit (none for other texts): the
-    text split at each '":' in C, each piece's last quoted word (a regex scan of the
-    text cost three times the split)."""
+    """The keys of a JSON text's objects that name fields (none for other texts): those
+    without a digit, and a word numbered by one or two digits (``address1``, ``line_2``:
+    the second of a kind of field, not a record); a key that is an id
+    (``{"6805564527": {...}}``) stays a value. The text split at each '":' in C, each
+    piece's last quoted word (a regex scan of the text cost three times the split)."""
     if '":' not in text:
         return frozenset()
     pieces = text.split('":')
     pieces.pop()
     keys = {piece[piece.rfind('"') + 1:] for piece in pieces}
-    return frozenset(key for key in keys if _DIGIT(key) is None and 0 < len(key) <= 64)
+    return frozenset(key for key in keys if 0 < len(key) <= 64 and (_DIGIT(key) is None or _FIELD_NUMBER(key)))
 
 
 def clear_ids_memo() -> None:
