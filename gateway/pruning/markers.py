@@ -84,6 +84,9 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     marker), newest span first, within ``room`` tokens in all. A fresh marker left
     without ids goes when an older one is there to stand for its span."""
     present = ids_in(message_token_text(m) for m in forwarded)
+    # A tool's name is in the tool definitions every request carries (the model called
+    # it from there): listing it again tells the model nothing.
+    present.update(name for u in conv.units for name in u.tool_names)
     # Stems: a request names things in the plural ("cameras") that a record names
     # in the singular ("Indoor Security Camera"); a stem is a prefix of both.
     query = tuple(dict.fromkeys(map(stem, query_words(conv.current_request))))

@@ -107,6 +107,19 @@ def test_marker_ids_match_the_request_words_by_their_stems():
     assert found and listed(found[0])[0] == "4760268021"
 
 
+def test_a_marker_does_not_list_the_names_of_the_tools_the_conversation_calls():
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Find my order, please."}]
+    for k in range(8):
+        call = {"id": f"c{k}", "type": "function",
+                "function": {"name": "find_order_by_ref" if k < 7 else "get_status",
+                             "arguments": json.dumps({"ref": f"#R{k}00{k}"})}}
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{k}", "content": "x " * 300}]
+    messages.append({"role": "user", "content": "And the first one?"})
+    found = markers(run(messages, target_tokens=300))
+    assert found and "#R0000" in listed(found[0]) and "find_order_by_ref" not in listed(found[0])
+
+
 def test_ids_the_dialogue_repeats_come_before_the_rest():
     listing = "\n".join(f"sku {700100 + i}: a grey kettle" for i in range(6))
     said = "Shall I exchange sku 700104 then?"
