@@ -33,7 +33,7 @@ MAX_FOCUS_WORDS = 48         # the current step's words looked for in each outpu
 MAX_KEY_LINES = 3            # per mask: a mask repeats on every later step
 MAX_KEY_CHARS = 240          # per mask, about 60 tokens: a mask stays a fraction of its output
 MAX_LINE_CHARS = 160         # a kept line is cut to this (a minified page is no key line)
-RARE_SHARE = 4              # a locator is in at most 1/RARE_SHARE of the outputs
+RARE_SHARE = 4               # a locator is in at most 1/RARE_SHARE of the outputs
 MAX_LINES_PER_WORD = 3       # a word on more lines of one output locates nothing there
 FOCUS_TEXT_CHARS = 8_000     # of the current step: its head says what it is about
 
