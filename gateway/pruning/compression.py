@@ -16,16 +16,21 @@ MASKED_PREFIX = "[sieve: masked"
 MAX_KEPT_VALUES = 48  # about 200 tokens: a mask stays a fraction of the output it replaces
 
 
-def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, keep_ids: bool = True) -> dict[str, Any]:
+def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, keep_ids: bool = True,
+                   lines: Sequence[str] = ()) -> dict[str, Any]:
     """The tool message with its bulk replaced; role and tool_call_id stay, so the chain stays valid.
 
     The exact ids of the output survive in the marker: an old order listing
     shrinks to the order, item and payment ids a later call may still need, at
-    a fraction of its size. Amounts and plain words do not survive.
+    a fraction of its size. Amounts and plain words do not survive, except in
+    ``lines``: the few lines of the output that bear on the current step
+    (``gateway.pruning.key_lines``), verbatim.
     """
     masked = dict(message)
     values = kept_values(content_text(message.get("content"))) if keep_ids else ()
     kept = f"; ids: {' '.join(values)}" if values else ""
+    if lines and keep_ids:
+        kept += "; lines:\n" + "\n".join(lines)
     masked["content"] = f"{MASKED_PREFIX} {tokens} tokens, ref {fingerprint[:8]}{kept}]"
     return masked
 

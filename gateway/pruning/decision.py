@@ -3,7 +3,8 @@
 ::
 
     protect -> room -> settled prefix -> scoring -> selection (shrinking the window if it alone is over)
-            -> markers -> assembly (-> the retry, when the markers push it over the target) -> ids -> result
+            -> markers -> assembly (-> the retry, when the markers push it over the target) -> ids
+            -> key lines (in the room left under the target) -> result
 
     result = decide(DecisionTask(request, conv, scorer, mode=Mode.STATELESS, budget=8000, epoch=1))
 
@@ -20,6 +21,7 @@ from gateway.pruning.assembly import Assembled, assemble, count_forwarded
 from gateway.pruning.compression import goal_reminder, is_marker
 from gateway.pruning.conversation import KIND_USER, Conversation
 from gateway.pruning.epochs import settled_prefix
+from gateway.pruning.key_lines import KeyLineMasks
 from gateway.pruning.markers import MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.policy import Policy
@@ -29,6 +31,10 @@ from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.selection import SelectionRules, select, shrink_to_fit
 from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action, Mode, Strategy
+
+
+MIN_KEY_LINE_ROOM = 12  # tokens: less holds no key line (a mask's "; lines:" and one short line)
+MAX_KEY_LINE_MASKS = 24  # the most relevant masks looked at for key lines: each costs a scan of its output
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,7 @@ class DecisionTask:
     boundary: int = 0              # original messages [0, boundary) were decided before
     forced: Mapping[int, Action] = field(default_factory=dict)  # earlier epochs' masks and drops, per unit
     prior_inserts: Sequence[tuple[int, dict[str, Any]]] = ()     # earlier markers, where the old plan put them
+    prior_masks: Mapping[int, str] = field(default_factory=dict)  # earlier masks' text, per message
     scores: Mapping[int, UnitScore] | None = None                # precomputed (an async scorer's)
 
 
@@ -67,7 +74,8 @@ class _Decision:
 def decide(task: DecisionTask) -> PruneResult:
     """Decide every unit of ``task.conversation`` and build the request to forward."""
     conv, policy, counter = task.conversation, task.request.policy, task.request.counter
-    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens), dict(task.forced),
+    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens, task.prior_masks),
+                  dict(task.forced),
                   carried=[counter.count_message(m) for _, m in task.prior_inserts if is_marker(m)])
     p = d.protection
     # The room the protected units leave (and the markers the old prefix carries); part
@@ -160,7 +168,50 @@ def _forwarded(d: _Decision) -> Assembled:
         markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded, room,
                                    request.counter)
         done = _assembled(d, markers)
+    done = _with_key_lines(d, done)
     check_no_new_problems(d.task.conversation.messages, done.forwarded)
+    return done
+
+
+def _with_key_lines(d: _Decision, done: Assembled) -> Assembled:
+    """The room the decision leaves under the target goes to the key lines of its fresh
+    masks (``gateway.pruning.key_lines``), the most relevant unit's first: nothing is
+    masked or dropped for them, and the target holds them. Only when the budget is the
+    target: under a low-water mark (an epoch, a conversation that says it goes on) the
+    room left is what the next steps grow into before the next epoch, and filling it
+    would bring that epoch (and the cache write it costs) sooner."""
+    task, p = d.task, d.protection
+    room = task.budget - done.target_rule_tokens
+    if room < MIN_KEY_LINE_ROOM or not p.attainable or task.budget < task.request.target_tokens:
+        return done
+    fresh = [j for j, a in done.plan.actions.items() if a == MASKED and j not in task.prior_masks]
+    if not fresh:
+        return done
+    unit_of = {j: u.index for u in task.conversation.units for j in u.indices}
+    top = UnitScore(5, 1.0, "")
+
+    def rank(j: int) -> tuple[int, float, int]:
+        s = d.scores.get(unit_of[j], top)
+        return -s.score, -s.relevance, -j
+
+    order = sorted(fresh, key=rank)[:MAX_KEY_LINE_MASKS]
+    finder, count = KeyLineMasks(task.conversation, order), task.request.counter.count_message
+    chosen: dict[int, dict[str, Any]] = {}
+    for j in order:
+        if room < MIN_KEY_LINE_ROOM:
+            break
+        upgraded = finder.mask(j)
+        extra = count(upgraded) - count(p.masked_forms[j]) if upgraded is not None else 0
+        if 0 < extra <= room:
+            chosen[j], room = upgraded, room - extra
+    if not chosen:
+        return done
+    # The masks change in place: nothing else moves, so nothing is assembled again.
+    for k, j in enumerate(done.sources):
+        if j in chosen:
+            done.forwarded[k] = chosen[j]
+            done.plan.masked[j] = chosen[j]["content"]
+    done.target_rule_tokens = task.budget - room
     return done
 
 

@@ -34,6 +34,10 @@ _VALUES = ValueMemo()
 # A JSON object's keys ("order_id":) name fields, they are not values; a key with a digit
 # is a record's id ({"6805564527": {...}}) and stays one. Read once per text.
 _DIGIT = re.compile(r"[0-9]").search
+# A field name numbered in its kind: a word of three letters or more, then one or two digits.
+_FIELD_NUMBER = re.compile(r"[A-Za-z]{3,}[_-]?[0-9]{1,2}").fullmatch
+# A newline, tab or return escape of a JSON string quoted in a text (not before a small letter).
+_ESCAPE = re.compile(r"\\[ntr](?![a-z])")
 
 
 # Every epoch masks, or lists the ids of, the same old outputs again: their ids are
@@ -67,7 +71,8 @@ def strong_ids(text: str) -> tuple[str, ...]:
     if strong is None:
         runs = filter(_MAY_BE_STRONG, dict.fromkeys(_runs(text)))
         found = tuple(filter(is_strong, dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs)))))
-        if '":' in text and not all(map(_DIGIT, found)):  # only a value without a digit may be a key
+        # Only a value without a digit, or a numbered word, may be a field name.
+        if '":' in text and (not all(map(_DIGIT, found)) or any(map(_FIELD_NUMBER, found))):
             keys = _json_keys(text)
             found = tuple(filterfalse(keys.__contains__, found))
         strong = _STRONG_IDS.put(text, found)
@@ -75,7 +80,13 @@ def strong_ids(text: str) -> tuple[str, ...]:
 
 
 def _runs(text: str) -> list[str]:
-    """The runs of value characters of a text, split in C where it can be (runs.py)."""
+    """The runs of value characters of a text, split in C where it can be (runs.py). A
+    JSON string quoted inside another text keeps its escapes ("...delivered.\\nRefund"):
+    the escape's letter is no part of the next word, so escapes split like the space
+    they stand for. Before a small letter it stays (a Windows path's "\\new_dir"):
+    there it makes no value of a word either way."""
+    if "\\" in text:
+        text = _ESCAPE.sub("  ", text)
     runs = _ID_RUNS.split(text)
     return runs if runs is not None else _ID_TOKEN.findall(text)
 
@@ -90,15 +101,17 @@ def _ids_of_runs(runs: Iterable[str], keys: frozenset[str] = frozenset()) -> tup
 
 
 def _json_keys(text: str) -> frozenset[str]:
-    """The keys of a JSON text's objects without a digit (none for other texts): the
-    text split at each '":' in C, each piece's last quoted word (a regex scan of the
-    text cost three times the split)."""
+    """The keys of a JSON text's objects that name fields (none for other texts): those
+    without a digit, and a word numbered by one or two digits (``address1``, ``line_2``:
+    the second of a kind of field, not a record); a key that is an id
+    (``{"6805564527": {...}}``) stays a value. The text split at each '":' in C, each
+    piece's last quoted word (a regex scan of the text cost three times the split)."""
     if '":' not in text:
         return frozenset()
     pieces = text.split('":')
     pieces.pop()
     keys = {piece[piece.rfind('"') + 1:] for piece in pieces}
-    return frozenset(key for key in keys if _DIGIT(key) is None and 0 < len(key) <= 64)
+    return frozenset(key for key in keys if 0 < len(key) <= 64 and (_DIGIT(key) is None or _FIELD_NUMBER(key)))
 
 
 def clear_ids_memo() -> None:
@@ -205,9 +218,15 @@ class _Tally:
 def _record(text: str, start: int, end: int, opening: str, closing: str) -> str:
     """What an id stands in: its JSON object (up to the first brace either side) or
     its line, at most _CONTEXT characters either side. An order listing's item names
-    its product and options next to its ids."""
+    its product and options next to its ids. In a long flat object (a catalogue of
+    name: id pairs on one line) neither brace is near: the record is the id's own
+    entry, between the separators either side, or every neighbour's name would count
+    for it. (With one brace near, the id is in an object of its own, whose window
+    still holds its name: an order item's product id beside its name and options.)"""
     lo, hi = max(0, start - _CONTEXT), end + _CONTEXT
     left, right = text.rfind(opening, lo, start), text.find(closing, end, hi)
+    if left < 0 and right < 0 and opening == "{":
+        left, right = text.rfind(", ", lo, start), text.find(", ", end, hi)
     return text[left + 1 if left >= 0 else lo: right if right >= 0 else hi]
 
 

@@ -16,7 +16,7 @@ from gateway.pruning.conversation import Conversation
 from gateway.pruning.ids import ids_in, omitted_ids, text_ids
 from gateway.pruning.messages import message_token_text
 from gateway.pruning.policy import Policy
-from gateway.pruning.text_features import query_words
+from gateway.pruning.text_features import query_words, stem
 from gateway.pruning.tokens import TokenCounter
 from gateway.pruning.vocabulary import DROPPED, Action
 
@@ -84,7 +84,12 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     marker), newest span first, within ``room`` tokens in all. A fresh marker left
     without ids goes when an older one is there to stand for its span."""
     present = ids_in(message_token_text(m) for m in forwarded)
-    query = query_words(conv.current_request)
+    # A tool's name is in the tool definitions every request carries (the model called
+    # it from there): listing it again tells the model nothing.
+    present.update(name for u in conv.units for name in u.tool_names)
+    # Stems: a request names things in the plural ("cameras") that a record names
+    # in the singular ("Indoor Security Camera"); a stem is a prefix of both.
+    query = tuple(dict.fromkeys(map(stem, query_words(conv.current_request))))
     positions = sorted(markers)
     out = dict(markers)
     for pos in sorted(fresh, reverse=True):  # the newest span is the likeliest to be needed

@@ -216,6 +216,7 @@ def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool,
         boundary=state.decided if usable else 0,
         forced=forced_unit_actions(conv, state.actions if usable else {}),
         prior_inserts=state.inserts if usable else (),
+        prior_masks=state.masked if usable else {},
     ))
     if _no_gain(request, result):
         return _unchanged(request, Mode.NO_GAIN, _fresh_plan(request))

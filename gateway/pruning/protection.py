@@ -64,15 +64,18 @@ class Protection:
         return sum(self.cost(i) for i in indices)
 
 
-def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_tokens: int) -> Protection:
+def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_tokens: int,
+            prior_masks: Mapping[int, str] | None = None) -> Protection:
     """The pins, window and candidates of ``conv``, and the masked forms and costs of its
-    tool results; the current step squeezed when that is what meets ``target_tokens``."""
+    tool results; the current step squeezed when that is what meets ``target_tokens``.
+    ``prior_masks``: the masked text earlier epochs forwarded, per message; those
+    masks stay as they were (the provider cached them)."""
     units = conv.units
     last = len(units) - 1
     hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last}
     window = _window(conv, policy)
     in_window = set(window)
-    masked_forms = _masked_forms(conv) if policy.mask_tool_outputs else {}
+    masked_forms = _masked_forms(conv, prior_masks or {}) if policy.mask_tool_outputs else {}
     masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
                    if u.tool_result_tokens and policy.mask_tool_outputs}
     pins_over = sum(units[i].tokens for i in hard_pins) - target_tokens
@@ -100,9 +103,12 @@ def _window(conv: Conversation, policy: Policy) -> list[int]:
     return [i for i in range(start, n) if conv.units[i].kind != KIND_SYSTEM]
 
 
-def _masked_forms(conv: Conversation) -> dict[int, dict[str, Any]]:
-    """The masked form of every tool result of the conversation, built once per decision."""
-    return {j: masked_message(m, conv.tokens[j], conv.fingerprints[j])
+def _masked_forms(conv: Conversation, prior_masks: Mapping[int, str]) -> dict[int, dict[str, Any]]:
+    """The masked form of every tool result of the conversation, built once per decision;
+    a result an earlier epoch masked keeps the mask it was forwarded with (it may hold
+    key lines chosen for an earlier step: ``gateway.pruning.key_lines``)."""
+    return {j: {**m, "content": prior_masks[j]} if j in prior_masks else
+            masked_message(m, conv.tokens[j], conv.fingerprints[j])
             for u in conv.units if u.tool_result_tokens for j in u.indices
             if is_maskable(m := conv.messages[j])}
 

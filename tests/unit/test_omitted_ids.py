@@ -77,6 +77,49 @@ def test_in_plain_text_the_line_is_the_record():
     assert ids[0] == "700105"
 
 
+def test_in_a_long_flat_object_an_id_is_ranked_by_its_own_entry():
+    """A catalogue of name: id pairs on one line: the neighbours' names are not the id's."""
+    names = ["Action Camera", "Air Purifier", "Backpack", "Bicycle", "Coffee Maker", "Desk Lamp", "Fleece Jacket",
+             "Garden Hose", "Grill", "Headphones", "Hiking Boots", "Hair Dryer", "Electric Kettle", "Smartphone",
+             "Indoor Security Camera", "Jigsaw Puzzle", "Laptop", "Luggage Set", "Makeup Kit", "Notebook", "Pet Bed",
+             "Skateboard", "Sneakers", "Smart Watch", "Tablet", "Tea Kettle", "Wall Clock", "Yoga Mat"]
+    catalogue = json.dumps({name: str(3000000001 + k) for k, name in enumerate(names)})
+    ids = omitted_ids([(catalogue, False)], set(), 100, COUNTER.count_text, ("security",))
+    assert ids[0] == "3000000015"
+
+
+def test_escaped_newlines_of_a_quoted_json_string_are_no_part_of_a_value():
+    text = json.dumps({"note": "Delivered.\nRefund goes to PayPal.\nBefore #W1000001 ships"})
+    assert ids_in([text]) == {"PayPal", "#W1000001"}
+    assert "new_dir" in ids_in(["C:\\new_dir\\app.py"])  # before a small letter it is no escape
+
+
+def test_marker_ids_match_the_request_words_by_their_stems():
+    listing = json.dumps({"items": [
+        {"name": "Kettle", "item_id": "7777700003"}, {"name": "Camera", "item_id": "4760268021"}]})
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "I need help with an order."}]
+    for k in range(8):
+        call = {"id": f"c{k}", "type": "function", "function": {"name": "get_order", "arguments": "{}"}}
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{k}", "content": listing if k == 0 else "x " * 300}]
+    messages.append({"role": "user", "content": "Which of those cameras can I return?"})
+    found = markers(run(messages, target_tokens=300))
+    assert found and listed(found[0])[0] == "4760268021"
+
+
+def test_a_marker_does_not_list_the_names_of_the_tools_the_conversation_calls():
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Find my order, please."}]
+    for k in range(8):
+        call = {"id": f"c{k}", "type": "function",
+                "function": {"name": "find_order_by_ref" if k < 7 else "get_status",
+                             "arguments": json.dumps({"ref": f"#R{k}00{k}"})}}
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{k}", "content": "x " * 300}]
+    messages.append({"role": "user", "content": "And the first one?"})
+    found = markers(run(messages, target_tokens=300))
+    assert found and "#R0000" in listed(found[0]) and "find_order_by_ref" not in listed(found[0])
+
+
 def test_ids_the_dialogue_repeats_come_before_the_rest():
     listing = "\n".join(f"sku {700100 + i}: a grey kettle" for i in range(6))
     said = "Shall I exchange sku 700104 then?"
