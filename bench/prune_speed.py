@@ -1,6 +1,6 @@
 """Latency of the pure pruning pipeline as histories grow, cold and warm.
 
-    python bench/prune_speed.py [--sizes 1000,10000,50000,100000,200000] [--repeats 7]
+    python bench/prune_speed.py [--sizes 1000,10000,50000,100000,200000] [--repeats 7] [--expand-tool on|off]
 
 For each size it builds an agent history of that many tokens from the dev
 sessions (tool chains, real tool outputs) and times ``prune()``:
@@ -152,11 +152,13 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--breakdown", action="store_true", help="where a cold prune's time goes (see above)")
     ap.add_argument("--breakdown-size", type=int, default=100_000)
+    ap.add_argument("--expand-tool", choices=("on", "off"), default="on",
+                    help="the policy's expand_tool (on, the default policy's: the markers' refs counted under the target)")
     args = ap.parse_args()
     if args.breakdown:
         breakdown(args.breakdown_size, args.repeats)
         return 0
-    policy = Policy()
+    policy = Policy(expand_tool=args.expand_tool == "on")
     engine = TokenCounters().engine
     print(f"counting engine: {engine}; 'cold tiktoken' is the same cold prune counting with tiktoken, interleaved")
     print(f"{'tokens':>8} {'msgs':>6} {'cold ms':>9} {'warm ms':>9} {'epoch ms':>9} {'cold ms/1k':>11} {'warm ms/1k':>11}"

@@ -52,6 +52,10 @@ class DecisionTask:
     prior_inserts: Sequence[tuple[int, dict[str, Any]]] = ()     # earlier markers, where the old plan put them
     prior_masks: Mapping[int, str] = field(default_factory=dict)  # earlier masks' text, per message
     scores: Mapping[int, UnitScore] | None = None                # precomputed (an async scorer's)
+    # The scorer's scores per candidate set, shared by the decisions of one request: a
+    # decision retaken under a lower budget (``pipeline._decided_with_refs``) scores the
+    # same candidates of the same conversation alike, so it reads them from here.
+    score_memo: dict[tuple[int, ...], dict[int, UnitScore]] | None = None
 
 
 @dataclass(slots=True)
@@ -106,7 +110,15 @@ def _scores(d: _Decision) -> dict[int, UnitScore]:
         if missing:
             scores.update(task.scorer.score(task.conversation, missing, window))
         return scores
-    return task.scorer.score(task.conversation, d.candidates, window) if d.candidates else {}
+    if not d.candidates:
+        return {}
+    key = tuple(d.candidates)
+    if task.score_memo is not None and key in task.score_memo:
+        return dict(task.score_memo[key])
+    scores = task.scorer.score(task.conversation, d.candidates, window)
+    if task.score_memo is not None:
+        task.score_memo[key] = dict(scores)
+    return scores
 
 
 def _selected(d: _Decision) -> dict[int, Action]:

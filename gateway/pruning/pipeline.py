@@ -34,10 +34,11 @@ one decision (``gateway.pruning.decision``).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from gateway.pruning.assembly import count_forwarded
-from gateway.pruning.conversation import build_conversation
+from gateway.pruning.conversation import Conversation, build_conversation
 from gateway.pruning.decision import DecisionTask, decide
 from gateway.pruning.epochs import forced_unit_actions, low_water
 from gateway.pruning.expansion import expandable
@@ -148,8 +149,9 @@ def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: 
     back change with the decision; at most twice more), then stored under the target in force
     (the next request replays it)."""
     deciding, held = request, 0
+    retake = _Retake()
     for _ in range(3):
-        result = _decided_anew(deciding, state, usable, scorer, scores, continued)
+        result = _decided_anew(deciding, state, usable, scorer, scores, continued, retake)
         plain = result.target_rule_tokens
         room = _wanted_room(request, result, plain)
         if plain + room <= request.target_tokens or room <= 0 or plain > request.target_tokens:
@@ -199,18 +201,32 @@ def _undecided_plan(request: PruneRequest, state: FrozenPlan | None) -> FrozenPl
     return plan
 
 
+@dataclass(slots=True)
+class _Retake:
+    """What the decisions of one request share when one is retaken under a lower budget:
+    the conversation (its units do not depend on the budget) and the scores per candidate
+    set (``DecisionTask.score_memo``)."""
+
+    conversation: Conversation | None = None
+    scores: dict[tuple[int, ...], dict[int, UnitScore]] = field(default_factory=dict)
+
+
 def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool, scorer: Scorer,
-                  scores: Mapping[int, UnitScore] | None, continued: bool) -> PruneResult:
+                  scores: Mapping[int, UnitScore] | None, continued: bool, retake: _Retake) -> PruneResult:
     """An epoch when the request continues the stored conversation (``usable``: its
     decisions still apply), else a stateless prune; down to the low-water mark when
     steps follow (an epoch, or a conversation that says it goes on: ``continued``); the
     request as sent if either would not make it smaller."""
     continuing = usable or (state is not None and state.continues(request.fingerprints))
-    conv = build_conversation(request.messages, request.counter.count_message, explicit_goal=request.goal,
-                              fingerprints=request.fingerprints, tokens=request.tokens)
+    if retake.conversation is None:
+        retake.conversation = build_conversation(request.messages, request.counter.count_message,
+                                                 explicit_goal=request.goal, fingerprints=request.fingerprints,
+                                                 tokens=request.tokens)
+    conv = retake.conversation
     target = request.target_tokens
     result = decide(DecisionTask(
-        request, conv, scorer, scores=scores, mode=Mode.EPOCH if continuing else Mode.STATELESS,
+        request, conv, scorer, scores=scores, score_memo=retake.scores,
+        mode=Mode.EPOCH if continuing else Mode.STATELESS,
         budget=low_water(conv, target, request.policy.low_water_ratio) if continuing or continued else target,
         epoch=state.epoch + 1 if state is not None and continuing else 1,
         boundary=state.decided if usable else 0,
