@@ -147,7 +147,8 @@ def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: 
     its markers' refs and the pinned exchanges that fit the pins' budget is taken again under
     the target less the room they want (the largest seen: markers and the pins that can go
     back change with the decision; at most twice more), then stored under the target in force
-    (the next request replays it)."""
+    (the next request replays it). The decision holds its markers' refs itself (it counts
+    them as forwarded), so a retake is for the pins, or a count its reserve misjudged."""
     deciding, held = request, 0
     retake = _Retake()
     for _ in range(3):
