@@ -29,6 +29,14 @@ class Assembled:
     sources: list[int]
     plan: FrozenPlan
     target_rule_tokens: int  # of the forwarded messages
+    # What the refs add that the expander puts in the markers (policy ``expand_tool``;
+    # ``gateway.pruning.expansion``): not in the messages, held under the target all the same.
+    refs_tokens: int = 0
+
+    @property
+    def held(self) -> int:
+        """Tokens under the target rule as forwarded: the messages and the markers' refs."""
+        return self.target_rule_tokens + self.refs_tokens
 
 
 def assemble(conv: Conversation, actions: Mapping[int, Action], protection: Protection,

@@ -10,6 +10,10 @@
 
 Each phase reads what the earlier ones left in a :class:`_Decision` and
 returns its own product; :func:`decide` shows the order and what flows where.
+
+With the policy's ``expand_tool`` on, the markers are counted as the expander
+forwards them, each naming its ref (``gateway.pruning.expansion``): in the reserve,
+in the retry and in the room the ids take. The plan keeps the plain markers.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gateway.pruning.assembly import Assembled, assemble, count_forwarded
-from gateway.pruning.compression import goal_reminder, is_marker
+from gateway.pruning.compression import dropped_marker, goal_reminder, is_marker, is_omission_marker
 from gateway.pruning.conversation import KIND_USER, Conversation
 from gateway.pruning.epochs import settled_prefix
+from gateway.pruning.expansion import marker_spans, span_ref, with_ref, with_refs
 from gateway.pruning.key_lines import KeyLineMasks
 from gateway.pruning.markers import MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids
 from gateway.pruning.normalize import check_no_new_problems
@@ -66,6 +71,7 @@ class _Decision:
     protection: Protection
     forced: dict[int, Action]      # decisions that stand: earlier epochs', then the settled prefix's
     carried: list[int]             # tokens of each earlier marker, which stays where the old prefix stays
+    marker_reserve: int = MARKER_RESERVE  # held back for the new marker (with its ref, when it names one)
     ids_reserve: int = 0           # held back for the ids the new markers list
     settled: dict[int, Action] = field(default_factory=dict)
     settled_end: int = 0           # the first original message after the settled prefix
@@ -80,11 +86,13 @@ def decide(task: DecisionTask) -> PruneResult:
     conv, policy, counter = task.conversation, task.request.policy, task.request.counter
     d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens, task.prior_masks),
                   dict(task.forced),
-                  carried=[counter.count_message(m) for _, m in task.prior_inserts if is_marker(m)])
+                  carried=[counter.count_message(_as_named(task, pos, m)) for pos, m in task.prior_inserts
+                           if is_marker(m)])
     p = d.protection
+    d.marker_reserve = _marker_reserve(d)
     # The room the protected units leave (and the markers the old prefix carries); part
     # of it is held back for the ids the new markers list.
-    room = task.budget - p.tokens(p.protected) - MARKER_RESERVE - sum(d.carried)
+    room = task.budget - p.tokens(p.protected) - d.marker_reserve - sum(d.carried)
     d.ids_reserve = omitted_ids_reserve(conv, policy, p.candidates, d.forced, p.masked_forms, counter, room)
     d.settled, d.settled_end = settled_prefix(conv, task.boundary, d.forced, p.masked_cost, p.protected,
                                               room - d.ids_reserve)
@@ -153,7 +161,7 @@ def _reserve(d: _Decision, pinned_tokens: int) -> int:
     """Tokens selection leaves free for what is inserted: the omission marker, the reminder,
     a summary written later, the earlier markers and the ids the new markers list."""
     task, policy = d.task, d.task.request.policy
-    reserve = MARKER_RESERVE + (task.request.counter.count_message(d.reminder) if d.reminder else 0) + \
+    reserve = d.marker_reserve + (task.request.counter.count_message(d.reminder) if d.reminder else 0) + \
         (policy.summary_max_tokens if policy.summaries else 0)
     # Earlier markers stay where the old prefix stays, and with ids they are no longer
     # tiny; a re-decision (nothing settled) keeps one at most.
@@ -168,7 +176,7 @@ def _forwarded(d: _Decision) -> Assembled:
     request, p = d.task.request, d.protection
     markers, fresh = _markers(d)
     done = _assembled(d, markers)
-    over = done.target_rule_tokens - request.target_tokens
+    over = done.held - request.target_tokens
     if over > 0 and p.attainable:
         order = sorted(d.candidates, key=lambda i: (d.scores[i].score, d.scores[i].relevance, i))
         shrink_to_fit(d.task.conversation, d.actions, order + sorted(p.soft_pins), p.masked_cost, over)
@@ -176,9 +184,11 @@ def _forwarded(d: _Decision) -> Assembled:
         done = _assembled(d, markers)
     ids_tokens = request.policy.omitted_ids_tokens
     if fresh and ids_tokens > 0:
-        room = min(ids_tokens, d.task.budget - done.target_rule_tokens) if p.attainable else ids_tokens
+        room = min(ids_tokens, d.task.budget - done.held) if p.attainable else ids_tokens
+        refs = {pos: span_ref(d.task.conversation.fingerprints[pos]) for pos in fresh} \
+            if request.policy.expand_tool else None
         markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded, room,
-                                   request.counter)
+                                   request.counter, refs)
         done = _assembled(d, markers)
     done = _with_key_lines(d, done)
     check_no_new_problems(d.task.conversation.messages, done.forwarded)
@@ -193,7 +203,7 @@ def _with_key_lines(d: _Decision, done: Assembled) -> Assembled:
     room left is what the next steps grow into before the next epoch, and filling it
     would bring that epoch (and the cache write it costs) sooner."""
     task, p = d.task, d.protection
-    room = task.budget - done.target_rule_tokens
+    room = task.budget - done.held
     if room < MIN_KEY_LINE_ROOM or not p.attainable or task.budget < task.request.target_tokens:
         return done
     fresh = [j for j, a in done.plan.actions.items() if a == MASKED and j not in task.prior_masks]
@@ -223,7 +233,7 @@ def _with_key_lines(d: _Decision, done: Assembled) -> Assembled:
         if j in chosen:
             done.forwarded[k] = chosen[j]
             done.plan.masked[j] = chosen[j]["content"]
-    done.target_rule_tokens = task.budget - room
+    done.target_rule_tokens = task.budget - room - done.refs_tokens
     return done
 
 
@@ -238,8 +248,39 @@ def _markers(d: _Decision) -> tuple[dict[int, dict[str, Any]], list[int]]:
 
 
 def _assembled(d: _Decision, markers: Mapping[int, dict[str, Any]]) -> Assembled:
-    return assemble(d.task.conversation, d.actions, d.protection, markers, d.reminder, d.task.epoch,
+    """The messages assembled; with the policy's ``expand_tool`` on, the tokens the markers'
+    refs add counted beside them (``Assembled.refs_tokens``), as the expander will forward them."""
+    done = assemble(d.task.conversation, d.actions, d.protection, markers, d.reminder, d.task.epoch,
                     d.task.request.counter)
+    if d.task.request.policy.expand_tool and markers:
+        plan, count = done.plan, d.task.request.counter.count_message
+        actions = [plan.actions.get(j, KEPT) for j in range(len(plan.fingerprints))]
+        named = with_refs(done.forwarded, done.sources, marker_spans(plan.inserts, actions, plan.fingerprints))
+        done.refs_tokens = sum(count(m) - count(o) for m, o in zip(named, done.forwarded) if m is not o)
+    return done
+
+
+def _marker_reserve(d: _Decision) -> int:
+    """Tokens held back for the omission marker this decision places: a plain one's; with
+    the policy's ``expand_tool`` on, the marker naming the ref it will carry (a ref's
+    tokens vary with its digits), counted where the first undecided candidate starts:
+    the oldest, where the first drop, and so the marker, usually stands. An estimate:
+    ``_forwarded`` counts the markers as placed, and sheds more if they do not fit."""
+    task, p = d.task, d.protection
+    first = next((i for i in p.candidates if i not in d.forced), None)
+    if not task.request.policy.expand_tool or first is None:
+        return MARKER_RESERVE
+    named = _as_named(task, task.conversation.units[first].start, dropped_marker())
+    return max(MARKER_RESERVE, task.request.counter.count_message(named))
+
+
+def _as_named(task: DecisionTask, pos: int, marker: dict[str, Any]) -> dict[str, Any]:
+    """``marker``, placed at original message ``pos``, as the expander forwards it: with the
+    policy's ``expand_tool`` on, an omission marker names the ref of its span."""
+    fingerprints = task.conversation.fingerprints
+    if task.request.policy.expand_tool and is_omission_marker(marker) and pos < len(fingerprints):
+        return with_ref(marker, span_ref(fingerprints[pos]))
+    return marker
 
 
 def _result(d: _Decision, done: Assembled) -> PruneResult:

@@ -20,8 +20,9 @@ Both depend only on the history the decision was taken on, which the frozen pref
 keeps, so the bytes of a decorated marker are the same on every replay: the
 decoration is applied to the forwarded messages after the decision, never stored
 in the plan (a policy that turns the tool off forwards the markers as they were).
-Its room is held under the target all the same: with the tool on, the pipeline
-counts the decorated markers (``gateway.pruning.pipeline``).
+Its room is held under the target all the same: with the tool on, the decision counts
+each marker as decorated (``with_refs``: the same bytes) and the pipeline counts the
+forward so (``gateway.pruning.pipeline``).
 
 The originals are the client's own history: it resends every message on every
 request, and the frozen plan says which of them a ref stands for. A ref whose
@@ -40,7 +41,7 @@ import orjson
 from gateway.pruning.compression import MASKED_PREFIX, OMITTED_PREFIX, is_omission_marker
 from gateway.pruning.messages import content_text, fingerprint
 from gateway.pruning.result import PruneResult
-from gateway.pruning.vocabulary import DROPPED, MASKED
+from gateway.pruning.vocabulary import DROPPED, MASKED, Action
 
 TOOL_NAME = "sieve_expand"
 MAX_REFS_PER_CALL = 4
@@ -94,24 +95,40 @@ def expandable(result: PruneResult, messages: Sequence[Mapping[str, Any]]) -> Ex
     for j, action in enumerate(actions):
         if action == MASKED and j < len(plan.fingerprints):
             refs[ref_of(plan.fingerprints[j])] = [j]
-    markers = [(pos, m) for pos, m in plan.inserts if is_omission_marker(m)]
-    ends = [pos for pos, _ in markers[1:]] + [len(actions)]
-    decorated: dict[str, dict[str, Any]] = {}
-    for (pos, marker), end in zip(markers, ends):
-        span = [j for j in range(pos, end) if actions[j] == DROPPED]
-        if not span or pos >= len(plan.fingerprints):
-            continue
-        ref = span_ref(plan.fingerprints[pos])
+    spans = marker_spans(plan.inserts, actions, plan.fingerprints)
+    for _, ref, span in spans:
         for unit in units_of(span, messages):
             refs.setdefault(ref_of(plan.fingerprints[unit[0]]), unit)
         refs[ref] = span
-        decorated[marker["content"]] = with_ref(marker, ref)
-    inserted = [i for i, src in enumerate(result.sources) if src < 0]
-    for i in inserted:
-        content = forwarded[i].get("content")
+    return Expandable(with_refs(forwarded, result.sources, spans), refs)
+
+
+def marker_spans(inserts: Sequence[tuple[int, Mapping[str, Any]]], actions: Sequence[Action],
+                 fingerprints: Sequence[str]) -> list[tuple[Mapping[str, Any], str, list[int]]]:
+    """Each omission marker among a plan's ``inserts`` that stands for something, with the
+    ref it names and the original messages its span omits (up to the next marker).
+    ``actions``: every original message's."""
+    markers = [(pos, m) for pos, m in inserts if is_omission_marker(m)]
+    ends = [pos for pos, _ in markers[1:]] + [len(actions)]
+    out = []
+    for (pos, marker), end in zip(markers, ends):
+        span = [j for j in range(pos, end) if actions[j] == DROPPED]
+        if span and pos < len(fingerprints):
+            out.append((marker, span_ref(fingerprints[pos]), span))
+    return out
+
+
+def with_refs(forwarded: Sequence[dict[str, Any]], sources: Sequence[int],
+              spans: Sequence[tuple[Mapping[str, Any], str, list[int]]]) -> list[dict[str, Any]]:
+    """``forwarded`` with each inserted omission marker naming the ref of its span
+    (``marker_spans``): the bytes the expander forwards, which the decision counts too."""
+    decorated = {str(marker["content"]): with_ref(marker, ref) for marker, ref, _ in spans}
+    out = list(forwarded)
+    for i, src in enumerate(sources):
+        content = out[i].get("content") if src < 0 else None
         if isinstance(content, str) and content in decorated:
-            forwarded[i] = decorated[content]
-    return Expandable(forwarded, refs)
+            out[i] = decorated[content]
+    return out
 
 
 def units_of(indices: Sequence[int], messages: Sequence[Mapping[str, Any]]) -> list[list[int]]:

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from gateway.pruning.compression import dropped_marker, is_marker
 from gateway.pruning.conversation import Conversation
+from gateway.pruning.expansion import with_ref
 from gateway.pruning.ids import ids_in, omitted_ids, text_ids
 from gateway.pruning.messages import message_token_text
 from gateway.pruning.policy import Policy
@@ -79,10 +80,19 @@ def place_markers(conv: Conversation, actions: dict[int, Action], prior: Sequenc
 
 def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers: dict[int, dict[str, Any]],
                      fresh: Sequence[int], forwarded: Sequence[Mapping[str, Any]], room: int,
-                     counter: TokenCounter) -> dict[int, dict[str, Any]]:
+                     counter: TokenCounter, refs: Mapping[int, str] | None = None) -> dict[int, dict[str, Any]]:
     """The fresh markers with the ids of the span each stands for (up to the next
     marker), newest span first, within ``room`` tokens in all. A fresh marker left
-    without ids goes when an older one is there to stand for its span."""
+    without ids goes when an older one is there to stand for its span.
+
+    ``refs``: with the policy's ``expand_tool`` on, the ref the marker at each position
+    will name (``gateway.pruning.expansion``): the ids are counted in the marker as
+    forwarded, so the room is exact there too."""
+    refs = refs or {}
+
+    def cost(pos: int, marker: dict[str, Any]) -> int:
+        return counter.count_message(with_ref(marker, refs[pos]) if pos in refs else marker)
+
     present = ids_in(message_token_text(m) for m in forwarded)
     # A tool's name is in the tool definitions every request carries (the model called
     # it from there): listing it again tells the model nothing.
@@ -98,12 +108,12 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
         span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == DROPPED]
         texts = (_text_and_dialogue(conv.messages[j], present) for u in reversed(span) for j in reversed(u.indices))
         ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
-        plain = counter.count_message(markers[pos])
-        while ids and counter.count_message(dropped_marker(ids)) - plain > room:
+        bare = cost(pos, markers[pos])
+        while ids and cost(pos, dropped_marker(ids)) - bare > room:
             ids.pop()  # the per-id estimate is close, the target is exact
         if ids:
             marker = dropped_marker(ids)
-            room -= counter.count_message(marker) - plain
+            room -= cost(pos, marker) - bare
             out[pos] = marker
             present.update(ids)
         elif any(p < pos for p in out):

@@ -147,7 +147,9 @@ def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: 
     its markers' refs and the pinned exchanges that fit the pins' budget is taken again under
     the target less the room they want (the largest seen: markers and the pins that can go
     back change with the decision; at most twice more), then stored under the target in force
-    (the next request replays it)."""
+    (the next request replays it). The decision holds its markers' refs itself (it counts
+    them as forwarded), so a retake is for the pins, and for a decision whose pinned units
+    alone leave its markers no room (retaken once: the same budget again changes nothing)."""
     deciding, held = request, 0
     retake = _Retake()
     for _ in range(3):
@@ -156,7 +158,9 @@ def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: 
         room = _wanted_room(request, result, plain)
         if plain + room <= request.target_tokens or room <= 0 or plain > request.target_tokens:
             break
-        held = max(held, room)
+        if room <= held:  # the same lower budget again would take the same decision
+            break
+        held = room
         deciding = dataclasses.replace(request, target_tokens=request.target_tokens - held)
     if result.changed and _no_gain(request, result):
         # The refs are forwarded too: a decision that saved less than its markers' refs

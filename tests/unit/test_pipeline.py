@@ -8,15 +8,19 @@ import time
 import pytest
 import tiktoken
 
+from gateway.pruning.assembly import count_forwarded
 from gateway.pruning.compression import is_omission_marker, marker_ids
 from gateway.pruning.conversation import KIND_BROKEN, KIND_TOOL_CHAIN, build_conversation
+from gateway.pruning.decision import DecisionTask, decide
 from gateway.pruning.expansion import expandable
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.normalize import structural_problems
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
+from gateway.pruning.request import PruneRequest
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounter, TokenCounters, encoding_name_for
+from gateway.pruning.vocabulary import Mode
 from tests.conversations import GOAL, agent_history
 
 COUNTER = TokenCounters().for_model("gpt-4o-mini")
@@ -244,6 +248,27 @@ def test_an_unattainable_target_keeps_the_pins_and_lists_the_ids_of_the_rest():
     assert structural_problems(sent) == []
 
 
+def test_a_decision_holds_its_markers_refs_itself():
+    # With the tool on, the decision counts each marker as forwarded (naming its ref), in its
+    # reserve, its over-target shrink and the room its ids take: one decision meets the target,
+    # so the pipeline rarely takes it again; the plan keeps the plain markers all the same.
+    history = agent_history(30, output_lines=12)
+    conv = build_conversation(history, COUNTER.count_message)
+    total, named = sum(conv.tokens), 0
+    for ratio in (0.15, 0.2, 0.25, 0.3, 0.4, 0.5):
+        target = int(total * ratio)
+        request = PruneRequest.counted({"model": "gpt-4o-mini", "messages": history}, Policy(), COUNTER,
+                                       Steering(target_tokens=target), None)
+        result = decide(DecisionTask(request, conv, SCORER, mode=Mode.STATELESS, budget=target, epoch=1))
+        wire = on_the_wire(result, history)
+        held = count_forwarded(wire, result.sources, request.tokens, COUNTER.count_message)
+        assert held <= target, (ratio, held, target)
+        named += held - result.target_rule_tokens
+        markers = [m for _, m in result.state.inserts if is_omission_marker(m)]
+        assert markers and all(", ref " not in m["content"] for m in markers)  # the plan stays plain
+    assert named >= 6 * 10  # every decision's marker named a ref, and it was counted
+
+
 def test_a_target_that_only_dropping_the_goal_could_meet_is_unattainable():
     # System prompt + current step fit the target, the goal does not: the goal is never
     # given up, so the target cannot be met, and the protected window stays like every
@@ -326,6 +351,7 @@ _PRUNE_IN_A_FRESH_PROCESS = """
 import json, sys
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
+from gateway.pruning.request import PruneRequest
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from tests.conversations import agent_history
