@@ -96,7 +96,7 @@ def expandable(result: PruneResult, messages: Sequence[Mapping[str, Any]]) -> Ex
         if action == MASKED and j < len(plan.fingerprints):
             refs[ref_of(plan.fingerprints[j])] = [j]
     spans = marker_spans(plan.inserts, actions, plan.fingerprints)
-    for _, ref, span in spans:
+    for _, _, ref, span in spans:
         for unit in units_of(span, messages):
             refs.setdefault(ref_of(plan.fingerprints[unit[0]]), unit)
         refs[ref] = span
@@ -104,30 +104,37 @@ def expandable(result: PruneResult, messages: Sequence[Mapping[str, Any]]) -> Ex
 
 
 def marker_spans(inserts: Sequence[tuple[int, Mapping[str, Any]]], actions: Sequence[Action],
-                 fingerprints: Sequence[str]) -> list[tuple[Mapping[str, Any], str, list[int]]]:
-    """Each omission marker among a plan's ``inserts`` that stands for something, with the
-    ref it names and the original messages its span omits (up to the next marker).
-    ``actions``: every original message's."""
+                 fingerprints: Sequence[str]) -> list[tuple[int, Mapping[str, Any], str, list[int]]]:
+    """Each omission marker among a plan's ``inserts`` that stands for something: its
+    rank among the plan's omission markers, the marker, the ref it names and the
+    original messages its span omits (up to the next marker). ``actions``: every
+    original message's."""
     markers = [(pos, m) for pos, m in inserts if is_omission_marker(m)]
     ends = [pos for pos, _ in markers[1:]] + [len(actions)]
     out = []
-    for (pos, marker), end in zip(markers, ends):
+    for rank, ((pos, marker), end) in enumerate(zip(markers, ends)):
         span = [j for j in range(pos, end) if actions[j] == DROPPED]
         if span and pos < len(fingerprints):
-            out.append((marker, span_ref(fingerprints[pos]), span))
+            out.append((rank, marker, span_ref(fingerprints[pos]), span))
     return out
 
 
 def with_refs(forwarded: Sequence[dict[str, Any]], sources: Sequence[int],
-              spans: Sequence[tuple[Mapping[str, Any], str, list[int]]]) -> list[dict[str, Any]]:
+              spans: Sequence[tuple[int, Mapping[str, Any], str, list[int]]]) -> list[dict[str, Any]]:
     """``forwarded`` with each inserted omission marker naming the ref of its span
-    (``marker_spans``): the bytes the expander forwards, which the decision counts too."""
-    decorated = {str(marker["content"]): with_ref(marker, ref) for marker, ref, _ in spans}
+    (``marker_spans``): the bytes the expander forwards, which the decision counts too.
+    A marker is known by its rank: the forward inserts the plan's markers in the plan's
+    order, and two plain markers have the same text, each naming its own span."""
+    decorated = {rank: (str(marker["content"]), with_ref(marker, ref)) for rank, marker, ref, _ in spans}
     out = list(forwarded)
+    rank = 0
     for i, src in enumerate(sources):
-        content = out[i].get("content") if src < 0 else None
-        if isinstance(content, str) and content in decorated:
-            out[i] = decorated[content]
+        if src >= 0 or not is_omission_marker(out[i]):
+            continue
+        text, marked = decorated.get(rank, (None, None))
+        if out[i].get("content") == text:
+            out[i] = marked
+        rank += 1
     return out
 
 

@@ -88,3 +88,21 @@ def test_the_pipeline_holds_pinned_exchanges_under_the_target():
             assert result.forwarded_tokens <= plain.forwarded_tokens + size
         else:
             assert result.forwarded_tokens == plain.forwarded_tokens
+
+
+def test_two_plain_markers_each_name_their_own_span():
+    """With no ids listed, two markers have the same text: each names the ref of its own span."""
+    from gateway.pruning.expansion import marker_spans, with_refs
+    from gateway.pruning.vocabulary import KEPT
+
+    plain = dropped_marker()
+    actions = [KEPT, KEPT, DROPPED, DROPPED, KEPT, KEPT, DROPPED, DROPPED, KEPT]
+    fingerprints = [f"{i:02d}" * 12 for i in range(len(actions))]
+    inserts = [(2, plain), (6, plain)]
+    sources = [0, 1, -1, 4, 5, -1, 8]
+    forwarded = [{"role": "user", "content": f"m{s}"} if s >= 0 else dict(plain) for s in sources]
+    spans = marker_spans(inserts, actions, fingerprints)
+    named = with_refs(forwarded, sources, spans)
+    first, second = named[2]["content"], named[5]["content"]
+    assert f"ref {span_ref(fingerprints[2])}" in first and f"ref {span_ref(fingerprints[6])}" in second
+    assert [s for _, _, _, s in spans] == [[2, 3], [6, 7]]
