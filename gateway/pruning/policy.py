@@ -52,6 +52,9 @@ class Policy:
     min_prompt_tokens: int = 4_000
     min_messages: int = 12
     protect_last_units: int = 2
+    # The newest tool exchanges before that window, protected too (0: none): more of
+    # an agent's working set kept whole, at the cost of room (BENCHMARKS.md, the frontier).
+    protect_last_tool_units: int = 0
     protect_active_chain: bool = True
     keep_threshold: int = 4
     compress_threshold: int = 2

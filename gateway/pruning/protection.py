@@ -94,13 +94,20 @@ def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_to
 
 
 def _window(conv: Conversation, policy: Policy) -> list[int]:
-    """The protected recent units: the last N, and the active tool chain (every
-    unit since the newest user message)."""
+    """The protected recent units: the last N, the active tool chain (every unit
+    since the newest user message) and, with ``protect_last_tool_units``, the newest
+    tool exchanges before them: an agent's working set is its latest results (it looks
+    a record up, then changes it; reads a file, then edits it), whatever was said
+    between. A conversation without tool calls has none, so nothing changes for it."""
     n = len(conv.units)
     start = max(0, n - policy.protect_last_units)
     if policy.protect_active_chain and conv.last_user_unit is not None:
         start = min(start, conv.last_user_unit)
-    return [i for i in range(start, n) if conv.units[i].kind != KIND_SYSTEM]
+    window = [i for i in range(start, n) if conv.units[i].kind != KIND_SYSTEM]
+    if policy.protect_last_tool_units > 0:
+        tools = [u.index for u in conv.units[:start] if u.tool_result_tokens][-policy.protect_last_tool_units:]
+        window = tools + window
+    return window
 
 
 def _masked_forms(conv: Conversation, prior_masks: Mapping[int, str]) -> dict[int, dict[str, Any]]:

@@ -381,3 +381,22 @@ def test_replicas_with_other_hash_seeds_decide_the_same_bytes():
         outputs.add(done.stdout)
     assert len(outputs) == 1
     assert '"dropped"' in next(iter(outputs)) or '"masked"' in next(iter(outputs))
+
+
+def test_the_newest_tool_exchanges_join_the_window_when_the_policy_asks():
+    """``protect_last_tool_units``: the newest tool exchanges before the last units are
+    protected; a conversation without tool calls keeps the same window."""
+    from gateway.pruning.protection import protect
+
+    counter = TokenCounters().for_model("gpt-4o-mini")
+    history = agent_history(12)
+    conv = build_conversation(history, counter.count_message)
+    plain = protect(conv, Policy(protect_last_units=2), counter, 100_000)
+    wider = protect(conv, Policy(protect_last_units=2, protect_last_tool_units=2), counter, 100_000)
+    tools = [u.index for u in conv.units if u.tool_result_tokens and u.index not in plain.in_window]
+    assert tools and set(wider.window) == set(plain.window) | set(tools[-2:])
+    assert wider.window == sorted(wider.window)
+    chat = build_conversation([m for m in history if m["role"] in ("system", "user")] +
+                              [{"role": "assistant", "content": "ok"}], counter.count_message)
+    assert protect(chat, Policy(protect_last_tool_units=2), counter, 100_000).window == \
+        protect(chat, Policy(), counter, 100_000).window
