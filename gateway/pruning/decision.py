@@ -25,7 +25,7 @@ from gateway.pruning.assembly import Assembled, assemble, count_forwarded
 from gateway.pruning.compression import dropped_marker, goal_reminder, is_marker, is_omission_marker
 from gateway.pruning.conversation import KIND_USER, Conversation
 from gateway.pruning.epochs import settled_prefix
-from gateway.pruning.expansion import marker_spans, span_ref, with_ref, with_refs
+from gateway.pruning.expansion import marker_spans, refs_tokens, span_ref, with_ref
 from gateway.pruning.key_lines import KeyLineMasks
 from gateway.pruning.markers import MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids
 from gateway.pruning.normalize import check_no_new_problems
@@ -255,8 +255,8 @@ def _assembled(d: _Decision, markers: Mapping[int, dict[str, Any]]) -> Assembled
     if d.task.request.policy.expand_tool and markers:
         plan, count = done.plan, d.task.request.counter.count_message
         actions = [plan.actions.get(j, KEPT) for j in range(len(plan.fingerprints))]
-        named = with_refs(done.forwarded, done.sources, marker_spans(plan.inserts, actions, plan.fingerprints))
-        done.refs_tokens = sum(count(m) - count(o) for m, o in zip(named, done.forwarded) if m is not o)
+        done.refs_tokens = refs_tokens(done.forwarded, done.sources,
+                                       marker_spans(plan.inserts, actions, plan.fingerprints), count)
     return done
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import orjson
 
@@ -117,6 +117,15 @@ def marker_spans(inserts: Sequence[tuple[int, Mapping[str, Any]]], actions: Sequ
         if span and pos < len(fingerprints):
             out.append((rank, marker, span_ref(fingerprints[pos]), span))
     return out
+
+
+def refs_tokens(forwarded: Sequence[Mapping[str, Any]], sources: Sequence[int],
+                spans: Sequence[tuple[int, Mapping[str, Any], str, list[int]]],
+                count: Callable[[Mapping[str, Any]], int]) -> int:
+    """The tokens the spans' refs add to ``forwarded``'s markers, by ``count``: only the
+    markers change, so only they are counted again."""
+    named = with_refs(forwarded, sources, spans)
+    return sum(count(m) - count(o) for m, o in zip(named, forwarded) if m is not o)
 
 
 def with_refs(forwarded: Sequence[dict[str, Any]], sources: Sequence[int],

@@ -37,11 +37,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from gateway.pruning.assembly import count_forwarded
 from gateway.pruning.conversation import Conversation, build_conversation
 from gateway.pruning.decision import DecisionTask, decide
 from gateway.pruning.epochs import forced_unit_actions, low_water
-from gateway.pruning.expansion import expandable
+from gateway.pruning.expansion import marker_spans, refs_tokens
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pins import pin_budget, placed
 from gateway.pruning.policy import Policy, Steering
@@ -114,11 +113,10 @@ def _as_forwarded(request: PruneRequest, result: PruneResult) -> PruneResult:
     if not request.policy.expand_tool:
         return result
     if result.changed:
-        decorated = expandable(result, request.messages).messages
-        result.target_rule_tokens = count_forwarded(decorated, result.sources, request.tokens,
-                                                    request.counter.count_message)
-        result.forwarded_tokens = count_forwarded(decorated, result.sources, request.model_tokens,
-                                                  request.counter.model_tokens)
+        plan, forwarded = result.state, result.request.get("messages") or ()
+        spans = marker_spans(plan.inserts, result.message_actions, plan.fingerprints)
+        result.target_rule_tokens += refs_tokens(forwarded, result.sources, spans, request.counter.count_message)
+        result.forwarded_tokens += refs_tokens(forwarded, result.sources, spans, request.counter.model_tokens)
     room = min(_pin_budget(request), request.target_tokens - result.target_rule_tokens)
     going = placed(request.pinned, result.message_actions, room)
     result.pinned = tuple(p.pin for p in going)
@@ -185,9 +183,10 @@ def _below_trigger(request: PruneRequest) -> bool:
     """At most the target (the pinned exchanges that go back with it included); or, with no
     explicit target, below the policy's minimum sizes (on short requests pruning costs more
     than it saves)."""
-    everything = [KEPT] * len(request.messages)
-    pinned = sum(p.tokens for p in placed(request.pinned, everything, _pin_budget(request))) \
-        if request.policy.expand_tool else 0
+    pinned = 0
+    if request.policy.expand_tool and request.pinned:
+        everything = [KEPT] * len(request.messages)
+        pinned = sum(p.tokens for p in placed(request.pinned, everything, _pin_budget(request)))
     if request.original_target_rule_tokens + pinned <= request.target_tokens:
         return True
     policy = request.policy
