@@ -23,7 +23,7 @@ from gateway.wire.chat import check_chat_body
 from gateway.errors import ConfigError, InvalidRequest, SieveError
 from gateway.policies import load_policies
 from gateway.pruner import conversation_key
-from gateway.pruning.expansion import expandable
+from gateway.pruning.expansion import shown_with_refs
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.messages import fingerprint
 from gateway.pruning.pipeline import prune
@@ -62,8 +62,8 @@ def prune_file(path: Path | str, settings: Settings, policy_name: str | None, ta
     policy = _policy(settings, policy_name)
     result = prune(view.body, policy, scorer=LocalScorer(), counter=TokenCounters().for_model(body["model"]),
                    steering=Steering(target_tokens=target, strategy=strategy))
-    if policy.expand_tool and result.changed:  # markers naming their refs, as /v1/prune shows them
-        result.request = {**result.request, "messages": expandable(result, view.body["messages"]).messages}
+    if policy.expand_tool:  # markers naming their refs, as /v1/prune shows them
+        shown_with_refs(result)
     report = result.report()
     report["format"] = fmt
     out.write(orjson.dumps({"request": adapter.write(body, view, result), "report": report},

@@ -40,7 +40,7 @@ from gateway.errors import SieveError, UpstreamUnavailable
 from gateway.expand_record import ExpandRecord
 from gateway.expander import Expander, Session
 from gateway.pruner import PruneOutcome, Pruner
-from gateway.pruning.expansion import expandable
+from gateway.pruning.expansion import shown_with_refs
 from gateway.pruning.result import PruneResult
 from gateway.pruning.vocabulary import Cohort, PolicyMode
 from gateway.telemetry.metrics import FailOpen, Outcome
@@ -91,9 +91,8 @@ class ChatProxy:
         them already); the tool schema and the conversation's pinned exchanges are left out: a
         dry run reads and writes no expansion record."""
         outcome = await self._pruner.prune(call)
-        result = outcome.result
-        if call.policy.expand_tool and outcome.unpruned_reason is None and result.changed:
-            result.request = {**result.request, "messages": expandable(result, call.body["messages"]).messages}
+        if call.policy.expand_tool and outcome.unpruned_reason is None:
+            shown_with_refs(outcome.result)
         return outcome
 
     async def complete(self, call: ChatCall) -> Reply:

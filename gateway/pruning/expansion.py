@@ -103,6 +103,18 @@ def expandable(result: PruneResult, messages: Sequence[Mapping[str, Any]]) -> Ex
     return Expandable(with_refs(forwarded, result.sources, spans), refs)
 
 
+def shown_with_refs(result: PruneResult) -> PruneResult:
+    """``result`` with its forwarded messages as the expander sends them (each omission
+    marker naming its ref), for a dry run to show: no index of refs, as it answers no call."""
+    if not result.changed:
+        return result
+    plan = result.state
+    spans = marker_spans(plan.inserts, result.message_actions, plan.fingerprints)
+    result.request = {**result.request,
+                      "messages": with_refs(result.request.get("messages") or (), result.sources, spans)}
+    return result
+
+
 def marker_spans(inserts: Sequence[tuple[int, Mapping[str, Any]]], actions: Sequence[Action],
                  fingerprints: Sequence[str]) -> list[tuple[int, Mapping[str, Any], str, list[int]]]:
     """Each omission marker among a plan's ``inserts`` that stands for something: its
