@@ -35,11 +35,16 @@ def main() -> int:
     ap.add_argument("--source", action="append")
     ap.add_argument("--limit", type=int)
     ap.add_argument("--stride", type=int, default=1, help="take every N-th case")
+    ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                    help="a policy knob for this run, e.g. --set protect_last_units=4 (repeatable)")
     args = ap.parse_args()
     quality.setup_tokenizer()
     cases = quality.load_cases(args.fixtures, set(args.source) if args.source else None, args.limit)
     cases = cases[:: args.stride]
-    counters, scorer, policy = TokenCounters(), LocalScorer(), Policy()
+    knobs = dict(kv.split("=", 1) for kv in args.set)
+    policy = Policy(**{k: type(getattr(Policy(), k))(v) if not isinstance(getattr(Policy(), k), bool)
+                       else v.lower() in ("1", "true", "yes") for k, v in knobs.items()})
+    counters, scorer = TokenCounters(), LocalScorer()
     for ratio in [float(r) for r in args.ratio.split(",")]:
         by_source: dict[str, list] = {}
         t0 = time.perf_counter()

@@ -116,6 +116,11 @@ class LocalScorer:
     WINDOW_W = 0.35
     WINDOW_CAP = 0.6
     WINDOW_HALF = 1.0
+    # The window's exact entities: full weight in the active chain (the results the
+    # next call consumes); before the user's newest message, halving as the request
+    # grows, like the window's words (a question of its own names its own entities).
+    WINDOW_ENTITY_W = 0.7
+    WINDOW_ENTITY_HALF = 2.0
     SPEAKER_BOOST = 1.6       # a message by the person the request names
     ENTITY_IDF_FLOOR = 1.5    # a named entity counts even when the conversation repeats it
     # Dialogue adjacency: an answer follows its question (next/previous shares), and a
@@ -326,9 +331,13 @@ class LocalScorer:
     def _entity_weights(self, conv: Conversation, window: Sequence[int], feats,
                         request: _Features) -> dict[str, float]:
         weights: dict[str, float] = {e: 0.4 for e in tf.entities(conv.goal_text)}
+        n_req = sum(1 for t in request.counts if not t.startswith("~"))
+        before_chain = self.WINDOW_ENTITY_W / (1.0 + n_req / self.WINDOW_ENTITY_HALF)
+        chain_start = conv.last_user_unit if conv.last_user_unit is not None else 0
         for i in window:
+            w = self.WINDOW_ENTITY_W if i >= chain_start else before_chain
             for ent in feats[i].entities:
-                weights[ent] = max(weights.get(ent, 0.0), 0.7)
+                weights[ent] = max(weights.get(ent, 0.0), w)
         for ent in request.entities:
             weights[ent] = 1.0
         return weights
