@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.ids import strong_ids
+from gateway.pruning.ids import field_codes, strong_ids
 from gateway.pruning.messages import content_text
 
 MASKED_PREFIX = "[sieve: masked"
 MAX_KEPT_VALUES = 48  # about 200 tokens: a mask stays a fraction of the output it replaces
+MAX_KEPT_CODES = 16   # and after them, a record's codes (``ids.field_codes``)
 
 
 def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, keep_ids: bool = True,
@@ -38,10 +39,12 @@ def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, ke
 def kept_values(text: str) -> list[str]:
     """The exact values of a tool output that name one record (``values.is_strong``: a
     digit, an @, a /: ids, e-mails, paths, dates), in the order of first occurrence,
-    at most MAX_KEPT_VALUES. Codes in capitals and names of code stay out of masks: a
-    mask repeats on every step, and those more often name a kind of thing (USB, a
-    field) than the record; omission markers still list them, ranked after."""
-    return list(strong_ids(text)[:MAX_KEPT_VALUES])
+    at most MAX_KEPT_VALUES; then up to MAX_KEPT_CODES codes that are whole field
+    values of a structured output (a fare class, a state, an airport). Codes in
+    capitals and names of code in prose or code stay out: a mask repeats on every
+    step, and there they more often name a kind of thing (USB, a field) than the
+    record; omission markers still list them, ranked after."""
+    return list(strong_ids(text)[:MAX_KEPT_VALUES]) + list(field_codes(text)[:MAX_KEPT_CODES])
 
 
 OMITTED_PREFIX = "[sieve: some earlier messages omitted"

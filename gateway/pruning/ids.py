@@ -79,6 +79,25 @@ def strong_ids(text: str) -> tuple[str, ...]:
     return strong
 
 
+# A whole JSON string value, not a key: '"basic_economy"' before a comma, brace or bracket.
+_FIELD_VALUE = re.compile(r'"([A-Za-z_][\w.+-]{1,38})"\s*[,}\]]')
+_FIELD_CODES: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
+
+
+def field_codes(text: str) -> tuple[str, ...]:
+    """The codes and names of code that are whole string values of a structured output
+    (``"cabin": "basic_economy"``, ``"origin": "SFO"``, ``"status": "pending"`` is a word,
+    not a code), first occurrence first, without the values that name one record
+    (``strong_ids`` has those) (memoised). A field's own value is the record's: the
+    next call copies it as it stands (a fare class, a state, a kind), where the same
+    shape in prose or code more often names a kind of thing."""
+    codes = _FIELD_CODES.get(text)
+    if codes is None:
+        found = dict.fromkeys(v for v in _FIELD_VALUE.findall(text) if not is_strong(v) and values_of(v) == (v,))
+        codes = _FIELD_CODES.put(text, tuple(found))
+    return codes
+
+
 def _runs(text: str) -> list[str]:
     """The runs of value characters of a text, split in C where it can be (runs.py). A
     JSON string quoted inside another text keeps its escapes ("...delivered.\\nRefund"):
@@ -118,6 +137,7 @@ def clear_ids_memo() -> None:
     """Forget the per-text ids and the per-run values (benchmarks of a cold process)."""
     _IDS.clear()
     _STRONG_IDS.clear()
+    _FIELD_CODES.clear()
     _VALUES.clear()
 
 

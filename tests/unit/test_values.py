@@ -89,7 +89,17 @@ def test_a_json_objects_keys_are_fields_but_an_id_used_as_a_key_is_a_value():
     text = json.dumps({"order_id": "#W6239298", "user_id": "lucas_brown_6720", "country": "USA",
                        "variants": {"6805564527": {"available": True}}})
     assert text_ids(text) == ("#W6239298", "lucas_brown_6720", "USA", "6805564527")
-    assert kept_values(text) == ["#W6239298", "lucas_brown_6720", "6805564527"]  # masks: what names a record
+    # masks: what names a record, then the record's codes
+    assert kept_values(text) == ["#W6239298", "lucas_brown_6720", "6805564527", "USA"]
+
+
+def test_a_mask_keeps_the_codes_a_record_holds_as_field_values_but_not_codes_in_prose_or_code():
+    record = json.dumps({"reservation_id": "HTGCBX", "origin": "SFO", "flight_type": "one_way",
+                         "cabin": "basic_economy", "status": "pending", "name": "Sophia", "flights": ["HAT097"]})
+    assert kept_values(record) == ["HAT097", "HTGCBX", "SFO", "one_way", "basic_economy"]
+    prose = "The SFO office said USB and HEPA parts ship one_way; see parse_args in main."
+    code = 'def parse_args(argv):\n    MAX_RETRIES = 3\n    return ArgParser(argv).run()'
+    assert kept_values(prose) == [] and kept_values(code) == []
 
 
 def test_a_numbered_field_is_a_field_and_an_id_key_stays_a_value():
