@@ -160,7 +160,8 @@ def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int,
     copy; then by how many words
     of the current request stand in the id's record (an order listing names
     "laptop" next to the laptop's product id), then those that name one record
-    before codes and names of code (``values.is_strong``), then by how often the span
+    (``values.is_strong``) or are a record's codes (``field_codes``: its fare
+    class, its airports) before other codes and names of code, then by how often the span
     mentions it (dialogue counts double: an id the agent or the user repeats is
     one the task turns on), then newest first. A later call is far more likely
     to reuse an old id than an old sentence, and an id costs a few tokens where
@@ -192,7 +193,8 @@ class _Tally:
     def __init__(self, words: tuple[str, ...]) -> None:
         self.words = words
         # value -> [in a text the forwarded request quotes, query words around it,
-        #           names one record (values.is_strong), mentions, first seen]
+        #           names one record (values.is_strong) or is a record's code
+        #           (field_codes), mentions, first seen]
         self.best: dict[str, list[int]] = {}
 
     def read(self, text: str, dialogue: bool, present: set[str], referenced: bool = False) -> None:
@@ -209,6 +211,7 @@ class _Tally:
         readable -= present
         if not readable:
             return
+        codes = set(field_codes(text)) if '"' in text else ()  # a record's codes rank with its ids
         for match in _ID_TOKEN.finditer(text):
             for value in _VALUES[match.group()]:
                 if value not in readable:
@@ -221,9 +224,10 @@ class _Tally:
                         matches = record_matches[record] = sum(map(record.__contains__, words))
                 entry = best.get(value)
                 if entry is None:
-                    entry = best[value] = [referenced, matches, is_strong(value), 0, len(best)]
+                    entry = best[value] = [referenced, matches, is_strong(value) or value in codes, 0, len(best)]
                 else:
                     entry[0] |= referenced
+                    entry[2] |= value in codes
                     if matches > entry[1]:  # another mention sits in a more telling record
                         entry[1] = matches
                 if value not in counted:
