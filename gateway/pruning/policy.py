@@ -52,9 +52,10 @@ class Policy:
     min_prompt_tokens: int = 4_000
     min_messages: int = 12
     protect_last_units: int = 2
-    # The newest tool exchanges before that window, protected too (0: none): more of
-    # an agent's working set kept whole, at the cost of room (BENCHMARKS.md, the frontier).
-    protect_last_tool_units: int = 0
+    # At least this many tool exchanges protected: when the window holds fewer, the newest
+    # ones before it join it (0: none). An agent's working set kept whole, at some room
+    # (BENCHMARKS.md, the frontier).
+    protect_last_tool_units: int = 1
     protect_active_chain: bool = True
     keep_threshold: int = 4
     compress_threshold: int = 2

@@ -95,17 +95,21 @@ def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_to
 
 def _window(conv: Conversation, policy: Policy) -> list[int]:
     """The protected recent units: the last N, the active tool chain (every unit
-    since the newest user message) and, with ``protect_last_tool_units``, the newest
-    tool exchanges before them: an agent's working set is its latest results (it looks
-    a record up, then changes it; reads a file, then edits it), whatever was said
-    between. A conversation without tool calls has none, so nothing changes for it."""
+    since the newest user message) and, when these hold fewer than
+    ``protect_last_tool_units`` tool exchanges, the newest exchanges before them up to
+    that many: an agent's working set is its latest results (it looks a record up,
+    then changes it; reads a file, then edits it), whatever was said between. A
+    window that already holds results has its working set (an older exchange there
+    is an earlier task's); a conversation without tool calls has none, so nothing
+    changes for it."""
     n = len(conv.units)
     start = max(0, n - policy.protect_last_units)
     if policy.protect_active_chain and conv.last_user_unit is not None:
         start = min(start, conv.last_user_unit)
     window = [i for i in range(start, n) if conv.units[i].kind != KIND_SYSTEM]
-    if policy.protect_last_tool_units > 0:
-        tools = [u.index for u in conv.units[:start] if u.tool_result_tokens][-policy.protect_last_tool_units:]
+    wanted = policy.protect_last_tool_units - sum(1 for i in window if conv.units[i].tool_result_tokens)
+    if wanted > 0:
+        tools = [u.index for u in conv.units[:start] if u.tool_result_tokens][-wanted:]
         window = tools + window
     return window
 

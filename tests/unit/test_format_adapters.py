@@ -89,8 +89,10 @@ def test_messages_unchanged_below_the_target_is_the_body_itself():
 
 def test_messages_pruned_keeps_thinking_masks_in_native_shape_and_moves_breakpoints():
     body = claude_code_body(14)
+    _, first, first_view = run(MESSAGES, body, 3000)
     dropped_mark = next(k for k, t in enumerate(body["messages"]) if k > 4 and t["role"] == "user"
-                        and isinstance(t["content"], list) and t["content"][0]["type"] == "tool_result")
+                        and isinstance(t["content"], list) and t["content"][0]["type"] == "tool_result"
+                        and not {j for j, o in enumerate(first_view.origins) if o.turn == k} & set(first.sources))
     body["messages"][dropped_mark]["content"][0]["cache_control"] = CACHE  # a client breakpoint mid-history
     out, result, view = run(MESSAGES, body, 3000)
     assert result.mode == Mode.STATELESS and result.changed

@@ -281,7 +281,8 @@ def test_a_target_that_only_dropping_the_goal_could_meet_is_unattainable():
     target = system + step + 40
     assert goal > 40
     result = run(history, target_tokens=target, policy=policy)
-    window = {len(conv.units) - 1 - k for k in range(policy.protect_last_units)}
+    from gateway.pruning.protection import protect
+    window = set(protect(conv, policy, COUNTER, target).window)  # the last units and the newest tool exchange
     for u in conv.units:
         actions = {result.message_actions[j] for j in u.indices}
         assert actions == ({"kept"} if u.index in {0, 1} | window else {"dropped"}), (u.index, actions)
@@ -383,20 +384,29 @@ def test_replicas_with_other_hash_seeds_decide_the_same_bytes():
     assert '"dropped"' in next(iter(outputs)) or '"masked"' in next(iter(outputs))
 
 
-def test_the_newest_tool_exchanges_join_the_window_when_the_policy_asks():
-    """``protect_last_tool_units``: the newest tool exchanges before the last units are
-    protected; a conversation without tool calls keeps the same window."""
+def test_the_window_holds_at_least_the_newest_tool_exchanges_the_policy_asks_for():
+    """``protect_last_tool_units``: when the last units hold fewer tool exchanges than
+    that, the newest ones before them are protected too; a window that holds them
+    already, or a conversation without tool calls, keeps the same window."""
     from gateway.pruning.protection import protect
 
     counter = TokenCounters().for_model("gpt-4o-mini")
-    history = agent_history(12)
+    history = agent_history(12) + [{"role": "assistant", "content": "Done."},
+                                   {"role": "user", "content": "Thanks, now the next one."}]
     conv = build_conversation(history, counter.count_message)
-    plain = protect(conv, Policy(protect_last_units=2), counter, 100_000)
+    plain = protect(conv, Policy(protect_last_units=2, protect_last_tool_units=0), counter, 100_000)
+    assert not any(conv.units[i].tool_result_tokens for i in plain.window)
     wider = protect(conv, Policy(protect_last_units=2, protect_last_tool_units=2), counter, 100_000)
-    tools = [u.index for u in conv.units if u.tool_result_tokens and u.index not in plain.in_window]
-    assert tools and set(wider.window) == set(plain.window) | set(tools[-2:])
+    tools = [u.index for u in conv.units if u.tool_result_tokens]
+    assert set(wider.window) == set(plain.window) | set(tools[-2:])
     assert wider.window == sorted(wider.window)
+    # The window already holds two exchanges: nothing older joins it.
+    holding = build_conversation(agent_history(12), counter.count_message)
+    base = protect(holding, Policy(protect_last_units=6, protect_last_tool_units=0), counter, 100_000)
+    assert sum(1 for i in base.window if holding.units[i].tool_result_tokens) >= 2
+    assert protect(holding, Policy(protect_last_units=6, protect_last_tool_units=2), counter, 100_000).window == \
+        base.window
     chat = build_conversation([m for m in history if m["role"] in ("system", "user")] +
                               [{"role": "assistant", "content": "ok"}], counter.count_message)
     assert protect(chat, Policy(protect_last_tool_units=2), counter, 100_000).window == \
-        protect(chat, Policy(), counter, 100_000).window
+        protect(chat, Policy(protect_last_tool_units=0), counter, 100_000).window
