@@ -111,8 +111,10 @@ def test_control_conversation_reason_is_in_the_prune_report_and_the_audit(tmp_pa
 
 def test_shadow_policy_forwards_bodies_as_sent_and_measures_would_be_savings(tmp_path, upstream, capsys) -> None:
     audit = tmp_path / "audit.jsonl"
+    # The window is the last units alone (no tool exchange joins it), so the steps below
+    # land where the comment on the modes says.
     with GatewayServer(Settings(upstream_base_url=upstream.base_url, audit_log=str(audit),
-                                policies_dir=policies(tmp_path, "mode: shadow\n", 8000))) as gw:
+                                policies_dir=policies(tmp_path, "mode: shadow\nprotect_last_tool_units: 0\n", 8000))) as gw:
         before = metrics(gw)
         bodies = [{"model": MODEL, "messages": agent_history(steps)} for steps in (10, 11, 12, 16)]
         for body in bodies:

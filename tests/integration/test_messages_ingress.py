@@ -152,7 +152,7 @@ def test_over_target_the_provider_gets_fewer_tokens_and_valid_turns(gateway, pro
 
 
 def test_parallel_tool_uses_and_their_results_stay_together(gateway, providers):
-    body = history(9)
+    body = history(10)  # the newest step (9) has parallel uses
     # Its breakpoints say the conversation goes on: the first decision goes to the low-water mark.
     client(gateway, headers={"x-sieve-target-tokens": "3000"}).messages.create(**body)
     sent = providers.requests[-1].json

@@ -40,6 +40,8 @@ def regex_ids(text: str) -> tuple[str, ...]:
     rule, JSON keys left out."""
     seen: dict[str, None] = {}
     keys = ids._json_keys(text)
+    if "\\" in text:  # a quoted JSON string's escapes split like the space they stand for
+        text = ids._ESCAPE.sub("  ", text)
     for token in ids._ID_TOKEN.findall(text):
         for value in values_of(token):
             if value not in seen and value not in keys:
