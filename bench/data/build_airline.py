@@ -21,6 +21,7 @@ import random
 import statistics
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -35,6 +36,21 @@ SEED = 20261201
 MODEL = "gpt-4o-mini"
 SOURCE = "tau2-airline"
 MIN_STEPS, MAX_STEPS, TASKS_PER_SESSION = 30, 80, 4
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What one tau2 domain's fixtures set: the rest of this module (schedule, sessions, labels,
+    cases, figures) is shared by the domains' builders."""
+    source: str
+    domain: str
+    wheel: str
+    conversation: type   # Conversation(domain, rng)
+    player: type         # player(conversation, task).play()
+    seed: int = SEED
+
+
+AIRLINE = Spec(SOURCE, "airline", airline_tau2.WHEEL, Conversation, TaskPlayer)
 
 
 def literal_forms(v) -> list[str]:
@@ -85,10 +101,10 @@ def steps_of(messages: list[dict]) -> list[dict]:
     return steps
 
 
-def task_schedule(tasks: list[dict], n_sessions: int) -> list[list[int]]:
+def task_schedule(tasks: list, n_sessions: int, seed: int = SEED) -> list[list[int]]:
     """Task indices per session: every task in turn (reshuffled each round), distinct within a session,
     plus spare tasks used when a session is still short."""
-    rng = random.Random(f"{SEED}:schedule")
+    rng = random.Random(f"{seed}:schedule")
     stream: list[int] = []
     while len(stream) < n_sessions * (TASKS_PER_SESSION + 4):
         rnd = list(range(len(tasks)))
@@ -109,33 +125,37 @@ def n_steps(messages: list[dict]) -> int:
     return sum(m["role"] == "assistant" for m in messages)
 
 
-def build_session(domain, i: int, candidates: list[int]) -> tuple[list[dict], list[dict]]:
+def task_id(task) -> str:
+    return task["id"] if isinstance(task, dict) else task.id
+
+
+def build_session(domain, i: int, candidates: list[int], spec: Spec = AIRLINE) -> tuple[list[dict], list[dict]]:
     """Plays tasks in order until the session has TASKS_PER_SESSION tasks and MIN_STEPS steps;
     a task that would push it past MAX_STEPS is taken back and the next candidate tried."""
-    conv = Conversation(domain, random.Random(f"{SEED}:sess:{i}"))
+    conv = spec.conversation(domain, random.Random(f"{spec.seed}:sess:{i}"))
     played = []
     for t in candidates:
         if len(played) >= TASKS_PER_SESSION and n_steps(conv.messages) >= MIN_STEPS:
             break
         start = len(conv.messages)
-        TaskPlayer(conv, domain.tasks[t]).play()
+        spec.player(conv, domain.tasks[t]).play()
         if n_steps(conv.messages) > MAX_STEPS and played:
             del conv.messages[start:]
             continue
-        played.append({"task_id": domain.tasks[t]["id"], "start": start, "n_messages": len(conv.messages) - start})
+        played.append({"task_id": task_id(domain.tasks[t]), "start": start, "n_messages": len(conv.messages) - start})
     return conv.messages, played
 
 
-def sessions(domain, n: int, count) -> list[dict]:
+def sessions(domain, n: int, count, spec: Spec = AIRLINE) -> list[dict]:
     out = []
-    for i, cands in enumerate(task_schedule(domain.tasks, n)):
-        messages, played = build_session(domain, i, cands)
+    for i, cands in enumerate(task_schedule(domain.tasks, n, spec.seed)):
+        messages, played = build_session(domain, i, cands, spec)
         toks = [message_tokens(count, m) for m in messages]
         out.append({
-            "id": f"{SOURCE}:sess{i:02d}", "source": SOURCE, "model": MODEL, "tools": domain.tools,
+            "id": f"{spec.source}:sess{i:02d}", "source": spec.source, "model": MODEL, "tools": domain.tools,
             "messages": messages, "steps": steps_of(messages),
-            "meta": {"benchmark": "tau2-bench", "domain": "airline", "agent": "scripted", "index": i,
-                     "tau2_wheel": airline_tau2.WHEEL, "trajectories": played, "n_messages": len(messages),
+            "meta": {"benchmark": "tau2-bench", "domain": spec.domain, "agent": "scripted", "index": i,
+                     "tau2_wheel": spec.wheel, "trajectories": played, "n_messages": len(messages),
                      "tokens": sum(toks), "system_tokens": toks[0]},
         })
         print(f"  {out[-1]['id']}: {len(out[-1]['steps'])} steps, {sum(toks)} tokens", file=sys.stderr)
@@ -147,9 +167,9 @@ def evidence_index(msgs: list[dict], g) -> int:
     return next(j for j, m in enumerate(msgs) if any(f in (m.get("content") or "") for f in forms))
 
 
-def sample_steps(sess_list: list[dict], n: int) -> list[tuple[dict, dict]]:
+def sample_steps(sess_list: list[dict], n: int, seed: int = SEED) -> list[tuple[dict, dict]]:
     """Tool-call steps with grounding and k >= 8, sampled without replacement with weight k (seeded)."""
-    rng = random.Random(f"{SEED}:cases")
+    rng = random.Random(f"{seed}:cases")
     pool = [(s, st) for s in sess_list for st in s["steps"]
             if st["next_call"] and st["grounding"] and st["k"] >= 8]
     idx, chosen = list(range(len(pool))), []
@@ -159,14 +179,14 @@ def sample_steps(sess_list: list[dict], n: int) -> list[tuple[dict, dict]]:
     return [pool[i] for i in sorted(chosen, key=lambda i: (pool[i][0]["id"], pool[i][1]["k"]))]
 
 
-def cases_from(sess_list: list[dict], n: int, count) -> list[dict]:
+def cases_from(sess_list: list[dict], n: int, count, spec: Spec = AIRLINE) -> list[dict]:
     out = []
-    for s, st in sample_steps(sess_list, n):
+    for s, st in sample_steps(sess_list, n, spec.seed):
         msgs = s["messages"][:st["k"]]
         ev_idx = [evidence_index(msgs, g) for g in st["grounding"]]
         task = next(t["task_id"] for t in reversed(s["meta"]["trajectories"]) if t["start"] < st["k"])
         out.append({
-            "id": f"{s['id']}:k{st['k']:03d}", "source": SOURCE,
+            "id": f"{s['id']}:k{st['k']:03d}", "source": spec.source,
             "request": {"model": MODEL, "messages": msgs, "tools": s["tools"]},
             "labels": {"evidence_idx": ev_idx, "evidence_text": [msgs[e]["content"] for e in ev_idx],
                        "next_call": st["next_call"], "grounding": st["grounding"]},
