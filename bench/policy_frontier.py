@@ -1,4 +1,4 @@
-"""The policy frontier: quality and replay cost on all three dev domains per setting.
+"""The policy frontier: quality and replay cost on every dev domain per setting.
 
     python bench/policy_frontier.py protect_last_units=3 "low_water_ratio=0.6,keep_threshold=3" [--port 8500]
 
@@ -7,8 +7,9 @@ comma-separated. The default policy is measured first, then each setting, one at
 time (the evaluators are CPU-bound: two runs at once would measure each other). Per
 setting: a copy of ``policies/`` with those lines of ``default.yaml`` edited, a
 gateway on it (``SIEVE_POLICIES_DIR``), the quality evaluator at 0.3 / 0.2 / 0.5
-on LoCoMo, tau retail and coding, the replay at 4000 / 8000 on the retail and
-coding sessions, and the replay's epochs (``replay_epochs.summarize``). Prints one
+on LoCoMo, tau retail, coding, airline and telecom, the replay at 4000 / 8000 on the
+retail, coding, airline and telecom sessions, and the replay's epochs
+(``replay_epochs.summarize``, over all sessions). Prints one
 row a setting, the columns of BENCHMARKS.md's frontier tables. The evaluators and
 the LoCoMo / tau data are read from ``shared/`` beside the checkout, or ``--shared``
 (bench/README.md).
@@ -31,20 +32,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+DATA = ROOT / "bench/data"
+
+
 def quality_sets(shared: Path) -> tuple[Path, ...]:
-    return shared / "data/dev-locomo.jsonl.gz", shared / "data/dev-tau-retail.jsonl.gz", ROOT / "bench/data/dev-coding.jsonl.gz"
+    return (shared / "data/dev-locomo.jsonl.gz", shared / "data/dev-tau-retail.jsonl.gz", DATA / "dev-coding.jsonl.gz",
+            DATA / "dev-airline.jsonl.gz", DATA / "dev-telecom.jsonl.gz")
 
 
 def replay_sets(shared: Path) -> tuple[Path, ...]:
-    return shared / "data/dev-sessions-retail.jsonl.gz", ROOT / "bench/data/dev-sessions-coding.jsonl.gz"
+    return (shared / "data/dev-sessions-retail.jsonl.gz", DATA / "dev-sessions-coding.jsonl.gz",
+            DATA / "dev-sessions-airline.jsonl.gz", DATA / "dev-sessions-telecom.jsonl.gz")
 
 
 RATIOS = (0.3, 0.2, 0.5)
 TARGETS = (4000, 8000)
-# (source in the evaluators' output, the recall that source is scored by)
-QUALITY_COLUMNS = (("locomo", "evidence_recall"), ("tau2-retail", "grounding_recall"),
-                   ("coding", "grounding_recall"))
-REPLAY_SOURCES = ("tau2-retail", "coding")
+# (column name, source in the evaluators' output, the recall that source is scored by)
+QUALITY_COLUMNS = (("LoCoMo", "locomo", "evidence_recall"), ("retail", "tau2-retail", "grounding_recall"),
+                   ("coding", "coding", "grounding_recall"), ("airline", "tau2-airline", "grounding_recall"),
+                   ("telecom", "tau2-telecom", "grounding_recall"))
+REPLAY_COLUMNS = (("retail", "tau2-retail"), ("coding", "coding"), ("airline", "tau2-airline"),
+                  ("telecom", "tau2-telecom"))
 
 sys.path.insert(0, str(ROOT / "bench"))
 from replay_epochs import summarize  # noqa: E402
@@ -107,14 +115,14 @@ def row(label: str, measured: dict) -> str:
     quality = {(src, r["ratio"]): s for r in measured["quality"]["results"] for src, s in r["by_source"].items()}
     replay = {(src, r["target"]): s for r in measured["replay"]["results"] for src, s in r["by_source"].items()}
     cells = [label]
-    for source, recall in QUALITY_COLUMNS:
+    for _, source, recall in QUALITY_COLUMNS:
         cells.append(" / ".join(f"{100 * quality[(source, ratio)][recall]:.1f}" for ratio in RATIOS))
     for target in TARGETS:
-        for source in REPLAY_SOURCES:
+        for _, source in REPLAY_COLUMNS:
             s = replay[(source, target)]
             cells.append(f"{100 * s['grounding_recall']['total']:.1f} % · {s['cost_ratio_openai']['total']:.3f}"
                          f" · {s['cost_ratio_anthropic']['total']:.3f}")
-    cells.append(" / ".join(f"{e['epochs_mean']:.2f}" for e in measured["epochs"]))
+    cells.append(" / ".join(f"{e['epochs_mean']:.2f}" for e in measured["epochs"] if e["source"] == "all"))
     valid = min(s["valid_rate"] for s in quality.values())
     return "| " + " | ".join(cells) + " |" + ("" if valid == 1.0 else f"  (valid {100 * valid:.1f} %)")
 
@@ -127,9 +135,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the folder holding data/ and bench/ (the evaluators)")
     args = parser.parse_args(argv)
     settings = [{}] + [dict(kv.split("=", 1) for kv in s.split(",")) for s in args.settings]
-    print("| setting | LoCoMo @0.3 / 0.2 / 0.5 | retail @0.3 / 0.2 / 0.5 | coding @0.3 / 0.2 / 0.5 | retail 4000 "
-          "| coding 4000 | retail 8000 | coding 8000 | epochs / session 4000 / 8000 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    header = (["setting"] + [f"{name} @0.3 / 0.2 / 0.5" for name, _, _ in QUALITY_COLUMNS]
+              + [f"{name} {target}" for target in TARGETS for name, _ in REPLAY_COLUMNS]
+              + ["epochs / session 4000 / 8000"])
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
     for setting in settings:
         with tempfile.TemporaryDirectory() as work:
             label = ", ".join(f"`{k}` {v}" for k, v in setting.items()) or "default"
