@@ -79,8 +79,11 @@ def strong_ids(text: str) -> tuple[str, ...]:
     return strong
 
 
-# A whole JSON string value, not a key: '"basic_economy"' before a comma, brace or bracket.
-_FIELD_VALUE = re.compile(r'"([A-Za-z_][\w.+-]{1,38})"\s*[,}\]]')
+# A whole JSON string value, not a key: '"basic_economy"' before a comma, brace or bracket,
+# with what every code or name of code holds (values.py): a capital, '_' or '.' after its
+# first character (a plain word, "pending" or "Sophia", is passed over in C).
+_FIELD_VALUE = re.compile(r'"([A-Za-z_][a-z0-9+-]*[A-Z_.][\w.+-]*)"\s*[,}\]]')
+_FIELD_VALUE_CHARS = 40
 _FIELD_CODES: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
 
 
@@ -93,7 +96,8 @@ def field_codes(text: str) -> tuple[str, ...]:
     shape in prose or code more often names a kind of thing."""
     codes = _FIELD_CODES.get(text)
     if codes is None:
-        found = dict.fromkeys(v for v in _FIELD_VALUE.findall(text) if not is_strong(v) and values_of(v) == (v,))
+        found = dict.fromkeys(v for v in _FIELD_VALUE.findall(text)
+                              if len(v) < _FIELD_VALUE_CHARS and not is_strong(v) and values_of(v) == (v,))
         codes = _FIELD_CODES.put(text, tuple(found))
     return codes
 
