@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gateway.pruning.assembly import Assembled, assemble, count_forwarded
-from gateway.pruning.compression import dropped_marker, goal_reminder, is_marker, is_omission_marker
+from gateway.pruning.compression import dropped_marker, goal_reminder, is_marker, is_omission_marker, marker_ids
 from gateway.pruning.conversation import KIND_USER, Conversation
 from gateway.pruning.epochs import settled_prefix
 from gateway.pruning.expansion import marker_spans, refs_tokens, span_ref, with_ref
@@ -182,9 +182,12 @@ def _forwarded(d: _Decision) -> Assembled:
         shrink_to_fit(d.task.conversation, d.actions, order + sorted(p.soft_pins), p.masked_cost, over)
         markers, fresh = _markers(d)
         done = _assembled(d, markers)
+    if done.held > request.target_tokens and p.attainable:
+        markers = _without_carried_ids(markers, fresh)
+        done = _assembled(d, markers)
     ids_tokens = request.policy.omitted_ids_tokens
     if fresh and ids_tokens > 0:
-        room = min(ids_tokens, d.task.budget - done.held) if p.attainable else ids_tokens
+        room = min(ids_tokens, _ids_room(d, done)) if p.attainable else ids_tokens
         refs = {pos: span_ref(d.task.conversation.fingerprints[pos]) for pos in fresh} \
             if request.policy.expand_tool else None
         markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded, room,
@@ -193,6 +196,25 @@ def _forwarded(d: _Decision) -> Assembled:
     done = _with_key_lines(d, done)
     check_no_new_problems(d.task.conversation.messages, done.forwarded)
     return done
+
+
+def _without_carried_ids(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Over an attainable target with nothing left to shed, the omission markers carried
+    from an earlier decision give up their ids: the target is the client's limit, an id
+    list a help (the bytes from such a marker on are written to the cache again)."""
+    return {pos: dropped_marker() if pos not in fresh and is_omission_marker(m) and marker_ids(m) else m
+            for pos, m in markers.items()}
+
+
+def _ids_room(d: _Decision, done: Assembled) -> int:
+    """The room the fresh markers' ids may take: what the decision's budget leaves. An
+    epoch aims at the low-water mark so that the next steps share a cached prefix, but
+    the client's limit is the target: when the pins alone fill the low-water mark, the
+    ids still get up to half of what the target leaves. An id costs a few tokens where
+    its message cost hundreds, and a new span whose marker gets no ids has none of its
+    own (the older marker stands for it, listing only what it omitted then)."""
+    free = d.task.budget - done.held
+    return free if free > 0 else (d.task.request.target_tokens - done.held) // 2
 
 
 def _with_key_lines(d: _Decision, done: Assembled) -> Assembled:

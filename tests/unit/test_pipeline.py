@@ -410,3 +410,25 @@ def test_the_window_holds_at_least_the_newest_tool_exchanges_the_policy_asks_for
                               [{"role": "assistant", "content": "ok"}], counter.count_message)
     assert protect(chat, Policy(protect_last_tool_units=2), counter, 100_000).window == \
         protect(chat, Policy(protect_last_tool_units=0), counter, 100_000).window
+
+
+def test_an_epoch_whose_pins_fill_the_low_water_mark_still_lists_the_new_spans_ids_within_the_target():
+    """A large system prompt and a current step of bulky results fill the low-water mark
+    (2,277 + 0.5 of the rest = 3,138 tokens of a 4,000 target) by themselves: each epoch's
+    new omitted span still gets a marker with its own ids, from the room the target
+    leaves, and the forward stays within the target (an earlier marker gives its ids up
+    when they would push it over)."""
+    system = {"role": "system", "content": "You are a support agent. Policy: " + "be exact and kind. " * 450}
+    plan, epochs = None, 0
+    for steps in range(6, 14):
+        messages = [system] + agent_history(steps, output_lines=40)[1:-2]  # ends on the step's results
+        result = prune({"model": "gpt-4o-mini", "messages": messages}, Policy(), scorer=SCORER, counter=COUNTER,
+                       state=plan, steering=Steering(target_tokens=4000), continued=True)
+        plan = FrozenPlan.from_bytes(result.state.to_bytes())
+        forwarded = on_the_wire(result, messages)
+        assert sum(COUNTER.model_tokens(m) for m in forwarded) <= result.forwarded_tokens <= 4000
+        if result.mode == Mode.EPOCH:
+            epochs += 1
+            newest = [m for m in forwarded if is_omission_marker(m)][-1]
+            assert marker_ids(newest), (steps, newest["content"])
+    assert epochs >= 5
