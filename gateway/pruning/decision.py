@@ -188,7 +188,7 @@ def _forwarded(d: _Decision) -> Assembled:
     ids_tokens = request.policy.omitted_ids_tokens
     if fresh and ids_tokens > 0:
         room = min(ids_tokens, _ids_room(d, done)) if p.attainable else ids_tokens
-        refs = {pos: span_ref(d.task.conversation.fingerprints[pos]) for pos in fresh} \
+        refs = {pos: span_ref(d.task.conversation.fingerprints[pos], pos) for pos in fresh} \
             if request.policy.expand_tool else None
         markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded, room,
                                    request.counter, refs)
@@ -301,7 +301,7 @@ def _as_named(task: DecisionTask, pos: int, marker: dict[str, Any]) -> dict[str,
     policy's ``expand_tool`` on, an omission marker names the ref of its span."""
     fingerprints = task.conversation.fingerprints
     if task.request.policy.expand_tool and is_omission_marker(marker) and pos < len(fingerprints):
-        return with_ref(marker, span_ref(fingerprints[pos]))
+        return with_ref(marker, span_ref(fingerprints[pos], pos))
     return marker
 
 

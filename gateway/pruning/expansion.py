@@ -9,8 +9,8 @@ the call itself (``gateway.expander``) and asks the provider again.
 A ref is 8 hex digits:
 
 * a masked tool result: its message's fingerprint (the ref its mask shows);
-* an omission marker: a hash of the fingerprint of the span's first message (the
-  marker is placed at that message); the ref restores every message of the span
+* an omission marker: a hash of the fingerprint of the span's first message and its
+  place (the marker is placed at that message); the ref restores every message of the span
   that is omitted, or, for a span too long to show whole, lists its units;
 * a unit of a span (a call and its results, or one message): its first message's
   fingerprint, named in that list, so any omitted fact is two rounds away at most;
@@ -65,10 +65,13 @@ def ref_of(fingerprint: str) -> str:
     return fingerprint[:REF_CHARS]
 
 
-def span_ref(first: str) -> str:
-    """The ref of an omitted span, from the fingerprint of the message it starts at (the
-    span's first unit has that message's own ref: the two must differ)."""
-    return ref_of(hashlib.blake2b(b"span\x00" + first.encode(), digest_size=12).hexdigest())
+def span_ref(first: str, position: int) -> str:
+    """The ref of an omitted span, from the fingerprint of the message it starts at and
+    that message's place in the history (the span's first unit has the message's own
+    ref: the two must differ). The place tells two spans apart whose first messages are
+    alike (an agent's "How can I help you today?" opening each task); the history before
+    it is the frozen prefix, so the place is as stable as the bytes."""
+    return ref_of(hashlib.blake2b(b"span\x00%d\x00" % position + first.encode(), digest_size=12).hexdigest())
 
 
 @dataclass(slots=True)
@@ -127,7 +130,7 @@ def marker_spans(inserts: Sequence[tuple[int, Mapping[str, Any]]], actions: Sequ
     for rank, ((pos, marker), end) in enumerate(zip(markers, ends)):
         span = [j for j in range(pos, end) if actions[j] == DROPPED]
         if span and pos < len(fingerprints):
-            out.append((rank, marker, span_ref(fingerprints[pos]), span))
+            out.append((rank, marker, span_ref(fingerprints[pos], pos), span))
     return out
 
 

@@ -84,7 +84,7 @@ def omission_ref(forwarded: dict[str, Any], history: list[dict[str, Any]]) -> tu
         content = m.get("content")
         if isinstance(content, str) and content.startswith("[sieve: some earlier messages omitted"):
             ref = REF.search(content).group(1)
-            return ref, [h for h in history if span_ref(fingerprint(h)) == ref]
+            return ref, [h for j, h in enumerate(history) if span_ref(fingerprint(h), j) == ref]
     raise AssertionError("no omission marker forwarded")
 
 

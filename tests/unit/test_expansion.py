@@ -47,7 +47,7 @@ def test_every_ref_forwarded_restores_what_it_stands_for():
         assert ref in named or f"ref {ref}:" in lists
         assert all(result.message_actions[j] in (MASKED, DROPPED) for j in indices)
         first = fingerprint(history[indices[0]])
-        assert first.startswith(ref) or span_ref(first) == ref
+        assert first.startswith(ref) or span_ref(first, indices[0]) == ref
         text, n = restore([ref], found.refs, history)
         assert n == 1 and NOT_AVAILABLE not in text
     text, n = restore(["deadbeef"], found.refs, history)
@@ -104,5 +104,25 @@ def test_two_plain_markers_each_name_their_own_span():
     spans = marker_spans(inserts, actions, fingerprints)
     named = with_refs(forwarded, sources, spans)
     first, second = named[2]["content"], named[5]["content"]
-    assert f"ref {span_ref(fingerprints[2])}" in first and f"ref {span_ref(fingerprints[6])}" in second
+    assert f"ref {span_ref(fingerprints[2], 2)}" in first and f"ref {span_ref(fingerprints[6], 6)}" in second
     assert [s for _, _, _, s in spans] == [[2, 3], [6, 7]]
+
+
+def test_two_spans_that_open_alike_have_refs_of_their_own():
+    """An agent opens every task with the same line: two omitted spans starting at equal
+    messages still name different refs, and each restores its own messages."""
+    from gateway.pruning.expansion import marker_spans, restore
+
+    greeting = {"role": "assistant", "content": "Hi! How can I help you today?"}
+    history = [{"role": "system", "content": "You help customers."}, {"role": "user", "content": "task one"},
+               dict(greeting), {"role": "user", "content": "order #W1 please"}, {"role": "user", "content": "kept"},
+               dict(greeting), {"role": "user", "content": "order #W2 please"}, {"role": "user", "content": "now"}]
+    fingerprints = [fingerprint(m) for m in history]
+    assert fingerprints[2] == fingerprints[5]
+    actions = [KEPT, KEPT, DROPPED, DROPPED, KEPT, DROPPED, DROPPED, KEPT]
+    spans = marker_spans([(2, dropped_marker()), (5, dropped_marker())], actions, fingerprints)
+    (_, _, first, first_span), (_, _, second, second_span) = spans
+    assert first != second
+    index = {first: first_span, second: second_span}
+    assert "#W1" in restore([first], index, history)[0] and "#W2" not in restore([first], index, history)[0]
+    assert "#W2" in restore([second], index, history)[0]
