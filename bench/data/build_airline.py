@@ -229,23 +229,29 @@ def stats(sess_list: list[dict], cases: list[dict], count) -> dict:
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tau2", required=True, help=f"the wheel {airline_tau2.WHEEL} or an unpacked copy")
+def build(spec: Spec, load, doc: str, argv: list[str] | None = None) -> int:
+    """A domain's command line: ``load(wheel, deps)`` gives its tau2 domain; writes the
+    sessions and the cases named after ``spec.domain`` and prints their figures."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tau2", required=True, help=f"the wheel {spec.wheel} or an unpacked copy")
     ap.add_argument("--deps", help="extra sys.path entry with tau2's imports (loguru, toml, ...)")
     ap.add_argument("--out", default=str(HERE))
     ap.add_argument("--sessions", type=int, default=40)
     ap.add_argument("--cases", type=int, default=400)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     count = token_counter()
-    domain = airline_tau2.load(args.tau2, args.deps)
+    domain = load(args.tau2, args.deps)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    replay = sessions(domain, args.sessions, count)
-    cases = cases_from(replay, args.cases, count)
-    write_gz(Path(args.out) / "dev-sessions-airline.jsonl.gz", replay)
-    write_gz(Path(args.out) / "dev-airline.jsonl.gz", cases)
+    replay = sessions(domain, args.sessions, count, spec)
+    cases = cases_from(replay, args.cases, count, spec)
+    write_gz(Path(args.out) / f"dev-sessions-{spec.domain}.jsonl.gz", replay)
+    write_gz(Path(args.out) / f"dev-{spec.domain}.jsonl.gz", cases)
     print(json.dumps(stats(replay, cases, count), indent=1), file=sys.stderr)
     return 0
+
+
+def main() -> int:
+    return build(AIRLINE, airline_tau2.load, __doc__)
 
 
 if __name__ == "__main__":

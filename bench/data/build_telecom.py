@@ -14,8 +14,6 @@ the build stops if one fails. Deterministic: the same inputs give the same bytes
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -23,8 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import telecom_tau2  # noqa: E402
-from build_airline import Spec, cases_from, sessions, stats  # noqa: E402
-from build_coding import token_counter, write_gz  # noqa: E402
+from build_airline import Spec, build  # noqa: E402
 from telecom_agent import TelecomConversation  # noqa: E402
 from telecom_tasks import TroubleshootPlayer, check  # noqa: E402
 
@@ -43,22 +40,7 @@ TELECOM = Spec("tau2-telecom", "telecom", telecom_tau2.WHEEL, TelecomConversatio
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tau2", required=True, help=f"the wheel {telecom_tau2.WHEEL} or an unpacked copy")
-    ap.add_argument("--deps", help="extra sys.path entry with tau2's imports (loguru, toml, ...)")
-    ap.add_argument("--out", default=str(HERE))
-    ap.add_argument("--sessions", type=int, default=40)
-    ap.add_argument("--cases", type=int, default=400)
-    args = ap.parse_args()
-    count = token_counter()
-    domain = telecom_tau2.load(args.tau2, args.deps)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    replay = sessions(domain, args.sessions, count, TELECOM)
-    cases = cases_from(replay, args.cases, count, TELECOM)
-    write_gz(Path(args.out) / "dev-sessions-telecom.jsonl.gz", replay)
-    write_gz(Path(args.out) / "dev-telecom.jsonl.gz", cases)
-    print(json.dumps(stats(replay, cases, count), indent=1), file=sys.stderr)
-    return 0
+    return build(TELECOM, telecom_tau2.load, __doc__)
 
 
 if __name__ == "__main__":

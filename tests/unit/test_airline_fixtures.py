@@ -129,13 +129,15 @@ def test_session_labels_are_the_real_next_call_and_its_literals(sessions):
     assert len(literals) > 1000
 
 
-def test_cases_are_session_prefixes_with_honest_labels(sessions, cases):
+def check_cases(cases: list[dict], sessions: list[dict], source: str) -> None:
+    """Every case is a session's prefix, labelled as that step is, with honest labels
+    (recomputed here) and its token count as the shared README counts it."""
     by_id = {s["id"]: s for s in sessions}
     enc = tiktoken.get_encoding("cl100k_base")
     assert 350 <= len(cases) <= 400
     for c in cases:
         s, k, msgs = by_id[c["meta"]["session"]], c["meta"]["k"], c["request"]["messages"]
-        assert c["source"] == "tau2-airline" and msgs == s["messages"][:k]
+        assert c["source"] == source and msgs == s["messages"][:k]
         step = next(st for st in s["steps"] if st["k"] == k)
         assert c["labels"]["next_call"] == step["next_call"] and c["labels"]["grounding"] == step["grounding"]
         assert c["labels"]["grounding"] == expected_grounding(step["next_call"]["arguments"], msgs) != []
@@ -146,6 +148,10 @@ def test_cases_are_session_prefixes_with_honest_labels(sessions, cases):
             tc["function"]["name"] + tc["function"]["arguments"] for tc in m.get("tool_calls") or []),
             disallowed_special=())) + 4 for m in c["request"]["messages"])
         assert c["meta"]["orig_tokens"] == toks
+
+
+def test_cases_are_session_prefixes_with_honest_labels(sessions, cases):
+    check_cases(cases, sessions, "tau2-airline")
 
 
 def test_checks_catch_a_wrong_literal_and_an_orphan_tool_result(sessions):

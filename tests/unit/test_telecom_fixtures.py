@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import tiktoken
 
-from tests.unit.test_airline_fixtures import DEPS, WHEEL, _load, expected_grounding, step_errors, structure_errors
+from tests.unit.test_airline_fixtures import DEPS, WHEEL, _load, check_cases, step_errors, structure_errors
 
 DATA = Path(__file__).resolve().parents[2] / "bench" / "data"
 SESSIONS = DATA / "dev-sessions-telecom.jsonl.gz"
@@ -103,22 +102,7 @@ def test_agent_writes_are_the_tasks_expected_actions(sessions):
 
 
 def test_cases_are_session_prefixes_with_honest_labels(sessions, cases):
-    by_id = {s["id"]: s for s in sessions}
-    enc = tiktoken.get_encoding("cl100k_base")
-    assert 350 <= len(cases) <= 400
-    for c in cases:
-        s, k, msgs = by_id[c["meta"]["session"]], c["meta"]["k"], c["request"]["messages"]
-        assert c["source"] == "tau2-telecom" and msgs == s["messages"][:k]
-        step = next(st for st in s["steps"] if st["k"] == k)
-        assert c["labels"]["next_call"] == step["next_call"] and c["labels"]["grounding"] == step["grounding"]
-        assert c["labels"]["grounding"] == expected_grounding(step["next_call"]["arguments"], msgs) != []
-        assert c["labels"]["evidence_text"] == [msgs[i]["content"] for i in c["labels"]["evidence_idx"]]
-        assert structure_errors(msgs) == [] and msgs[-1]["role"] in ("user", "tool")
-    for c in cases[:20]:
-        toks = sum(len(enc.encode((m.get("content") or "") + "".join(
-            tc["function"]["name"] + tc["function"]["arguments"] for tc in m.get("tool_calls") or []),
-            disallowed_special=())) + 4 for m in c["request"]["messages"])
-        assert c["meta"]["orig_tokens"] == toks
+    check_cases(cases, sessions, "tau2-telecom")
 
 
 def test_checks_catch_a_phone_tool_called_by_the_agent_and_a_missing_write(sessions):
