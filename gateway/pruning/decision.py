@@ -84,7 +84,11 @@ class _Decision:
 def decide(task: DecisionTask) -> PruneResult:
     """Decide every unit of ``task.conversation`` and build the request to forward."""
     conv, policy, counter = task.conversation, task.request.policy, task.request.counter
-    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens, task.prior_masks),
+    # The newest tool exchanges join the window only where the decision has the whole
+    # target: an epoch aims at the low-water mark and leaves the rest to the next steps,
+    # as it leaves the key lines (``_with_key_lines``).
+    tool_units = policy.protect_last_tool_units if task.budget >= task.request.target_tokens else 0
+    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens, task.prior_masks, tool_units),
                   dict(task.forced),
                   carried=[counter.count_message(_as_named(task, pos, m)) for pos, m in task.prior_inserts
                            if is_marker(m)])

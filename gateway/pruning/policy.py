@@ -53,8 +53,8 @@ class Policy:
     min_messages: int = 12
     protect_last_units: int = 2
     # At least this many tool exchanges protected: when the window holds fewer, the newest
-    # ones before it join it (0: none). An agent's working set kept whole, at some room
-    # (BENCHMARKS.md, the frontier).
+    # ones before it join it (0: none). An agent's working set kept whole, where a decision
+    # has the whole target; an epoch leaves that room to the next steps (BENCHMARKS.md).
     protect_last_tool_units: int = 1
     protect_active_chain: bool = True
     keep_threshold: int = 4

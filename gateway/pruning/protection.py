@@ -65,15 +65,16 @@ class Protection:
 
 
 def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_tokens: int,
-            prior_masks: Mapping[int, str] | None = None) -> Protection:
+            prior_masks: Mapping[int, str] | None = None, tool_units: int | None = None) -> Protection:
     """The pins, window and candidates of ``conv``, and the masked forms and costs of its
     tool results; the current step squeezed when that is what meets ``target_tokens``.
     ``prior_masks``: the masked text earlier epochs forwarded, per message; those
-    masks stay as they were (the provider cached them)."""
+    masks stay as they were (the provider cached them). ``tool_units``: the tool
+    exchanges the window holds at least (None: the policy's ``protect_last_tool_units``)."""
     units = conv.units
     last = len(units) - 1
     hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last}
-    window = _window(conv, policy)
+    window = _window(conv, policy, policy.protect_last_tool_units if tool_units is None else tool_units)
     in_window = set(window)
     masked_forms = _masked_forms(conv, prior_masks or {}) if policy.mask_tool_outputs else {}
     masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units
@@ -93,11 +94,10 @@ def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_to
     )
 
 
-def _window(conv: Conversation, policy: Policy) -> list[int]:
+def _window(conv: Conversation, policy: Policy, tool_units: int) -> list[int]:
     """The protected recent units: the last N, the active tool chain (every unit
-    since the newest user message) and, when these hold fewer than
-    ``protect_last_tool_units`` tool exchanges, the newest exchanges before them up to
-    that many: an agent's working set is its latest results (it looks a record up,
+    since the newest user message) and, when these hold fewer than ``tool_units`` tool
+    exchanges, the newest exchanges before them up to that many: an agent's working set is its latest results (it looks a record up,
     then changes it; reads a file, then edits it), whatever was said between. A
     window that already holds results has its working set (an older exchange there
     is an earlier task's); a conversation without tool calls has none, so nothing
@@ -107,7 +107,7 @@ def _window(conv: Conversation, policy: Policy) -> list[int]:
     if policy.protect_active_chain and conv.last_user_unit is not None:
         start = min(start, conv.last_user_unit)
     window = [i for i in range(start, n) if conv.units[i].kind != KIND_SYSTEM]
-    wanted = policy.protect_last_tool_units - sum(1 for i in window if conv.units[i].tool_result_tokens)
+    wanted = tool_units - sum(1 for i in window if conv.units[i].tool_result_tokens)
     if wanted > 0:
         tools = [u.index for u in conv.units[:start] if u.tool_result_tokens][-wanted:]
         window = tools + window

@@ -432,3 +432,20 @@ def test_an_epoch_whose_pins_fill_the_low_water_mark_still_lists_the_new_spans_i
             newest = [m for m in forwarded if is_omission_marker(m)][-1]
             assert marker_ids(newest), (steps, newest["content"])
     assert epochs >= 5
+
+
+def test_the_newest_tool_exchange_is_protected_where_the_decision_has_the_whole_target():
+    """A one-off prune protects the newest tool exchange before the window (the agent's
+    working set); a conversation that goes on decides to the low-water mark and leaves
+    that room to its next steps, so there the exchange is scored like the rest."""
+    history = agent_history(12, output_lines=30)  # ends on an answer and a user turn: no results in the window
+    conv = build_conversation(history, COUNTER.count_message)
+    newest = max(u.index for u in conv.units if u.tool_result_tokens)
+    first = conv.units[newest].start
+    reasons = {}
+    for continued in (False, True):
+        result = prune({"model": "gpt-4o-mini", "messages": history}, Policy(), scorer=SCORER, counter=COUNTER,
+                       steering=Steering(target_tokens=3000), continued=continued)
+        reasons[continued] = result.report()["messages"][first]["reason"]
+    assert reasons[False] == "pinned: recent window"
+    assert reasons[True] != "pinned: recent window"
