@@ -173,11 +173,13 @@ def units_of(indices: Sequence[int], messages: Sequence[Mapping[str, Any]]) -> l
     return units
 
 
-def with_ref(marker: Mapping[str, Any], ref: str) -> dict[str, Any]:
-    """The omission marker naming its ref (before its ids, which stay last: ``marker_ids``)."""
+def with_ref(marker: Mapping[str, Any], *refs: str) -> dict[str, Any]:
+    """The omission marker naming its ref, or the refs of the spans it stands for when two
+    were merged into one (before its ids, which stay last: ``marker_ids``)."""
     content = str(marker["content"])
     rest = content[len(OMITTED_PREFIX):]
-    return {**marker, "content": f"{OMITTED_PREFIX}, ref {ref}, {REF_HINT}{rest}"}
+    named = "".join(f", ref {ref}" for ref in refs)
+    return {**marker, "content": f"{OMITTED_PREFIX}{named}, {REF_HINT}{rest}"}
 
 
 def refs_of_call(arguments: Any) -> list[str]:

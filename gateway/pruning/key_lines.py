@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 from gateway.pruning.compression import masked_message
 from gateway.pruning.conversation import KIND_USER, Conversation
 from gateway.pruning.messages import content_text
-from gateway.pruning.text_features import STOPWORDS
+from gateway.pruning.text_features import query_words
 
 MAX_FOCUS_WORDS = 48         # the current step's words looked for in each output
 MAX_KEY_LINES = 3            # per mask: a mask repeats on every later step
@@ -37,7 +37,6 @@ RARE_SHARE = 4               # a locator is in at most 1/RARE_SHARE of the outpu
 MAX_LINES_PER_WORD = 3       # a word on more lines of one output locates nothing there
 FOCUS_TEXT_CHARS = 8_000     # of the current step: its head says what it is about
 
-_WORD = re.compile(r"[^\W_]\w*|_\w+", re.UNICODE)
 _LONG_LINE = 200
 
 
@@ -89,13 +88,7 @@ def focus_words(text: str) -> tuple[str, ...]:
     """The distinct words of the current step, lower-cased, in order of first
     occurrence: identifiers, names and numbers of two characters or more, no
     stopwords. Numbers stay (a line number, a code): they are the most exact locators."""
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(text[:FOCUS_TEXT_CHARS].lower()):
-        if len(word) >= 2 and word not in STOPWORDS:
-            seen.setdefault(word)
-            if len(seen) >= MAX_FOCUS_WORDS:
-                break
-    return tuple(seen)
+    return query_words(text, MAX_FOCUS_WORDS, numbers=True, chars=FOCUS_TEXT_CHARS)
 
 
 def output_rarity(focus: Sequence[str], outputs: Sequence[str]) -> dict[str, int]:

@@ -235,13 +235,14 @@ def analyse(text: str) -> TextInfo:
     return TextInfo(counts, sum(counts.values()), frozenset(found), constraint, error)
 
 
-def query_words(text: str, limit: int = 64) -> tuple[str, ...]:
-    """The first ``limit`` distinct content words of a request, lower-cased (numbers
-    and stopwords left out). Bounded: each is looked for around every candidate id."""
+def query_words(text: str, limit: int = 64, *, numbers: bool = False, chars: int = 20_000) -> tuple[str, ...]:
+    """The first ``limit`` distinct content words of the first ``chars`` of a request,
+    lower-cased, stopwords left out, numbers too unless ``numbers``. Bounded: each is
+    looked for around every candidate id, or in every output."""
     seen: dict[str, None] = {}
-    for word in _WORD.finditer(text[:20_000].lower()):
+    for word in _WORD.finditer(text[:chars].lower()):
         word = word.group()
-        if len(word) >= 2 and word not in STOPWORDS and not word.isdigit():
+        if len(word) >= 2 and word not in STOPWORDS and (numbers or not word.isdigit()):
             seen.setdefault(word)
             if len(seen) >= limit:
                 break

@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from gateway.pruning.compression import OMITTED_PREFIX, dropped_marker, is_omission_marker, marker_ids
-from gateway.pruning.expansion import REF_CHARS, REF_HINT
+from gateway.pruning.compression import dropped_marker, is_omission_marker, marker_ids
+from gateway.pruning.expansion import REF_CHARS, with_ref
 
 _REF = re.compile(rf", ref ([0-9a-f]{{{REF_CHARS}}})\b")
 
@@ -38,13 +38,10 @@ def merged_marker_text(first: str, second: str) -> str:
     their refs, the first's first, when they name any."""
     ids = marker_ids({"role": "user", "content": first})
     ids += [i for i in marker_ids({"role": "user", "content": second}) if i not in ids]
-    merged = dropped_marker(ids)["content"]
+    merged = dropped_marker(ids)
     refs = _refs(first)
     refs += [r for r in _refs(second) if r not in refs]
-    if not refs:
-        return merged
-    named = "".join(f", ref {r}" for r in refs)
-    return f"{OMITTED_PREFIX}{named}, {REF_HINT}{merged[len(OMITTED_PREFIX):]}"
+    return (with_ref(merged, *refs) if refs else merged)["content"]
 
 
 def _refs(marker: str) -> list[str]:
