@@ -11,7 +11,9 @@ as ``quality.py`` does. A literal is lost when no form of it (``quality.py``'s
 tallied by: the next call's name, the argument path it fills, the value's shape
 (by characters, in any domain), the actions /v1/prune's report gives the
 messages whose content held it, and the kinds of those messages; with the
-first example of each kind.
+first example of each kind. The numbers that stand in the request only as a
+numbered listing's line prefixes are counted apart (``gutter_only``), with the
+recall of the rest.
 """
 from __future__ import annotations
 
@@ -64,6 +66,27 @@ def paths(args: Any, value: Any, prefix: str = "") -> Iterator[str]:
         yield prefix
 
 
+def gutter_only(value: Any, texts: list[str]) -> bool:
+    """Whether a number stands in ``texts`` only as a numbered listing's line prefix
+    (``cat -n``: spaces, the number, a tab), never where a search hit or a traceback
+    names it. In the coding fixtures (``bench/data/coding_agent.py``) the scripted agent
+    starts a read at a line a search named (or one it works out) and works its end out
+    (a span after the line it looks for), so there such a number is one it computed,
+    which no reading of the context predicts; a real agent may also copy one from a
+    listing's gutter."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    anywhere = re.compile(rf"(?<![\w.]){value}(?![\w.])")
+    gutter = re.compile(rf"(?m)^[ ]*{value}\t")
+    seen = False
+    for text in texts:
+        for match in anywhere.finditer(text):
+            seen = True
+            if not gutter.match(text, text.rfind("\n", 0, match.start()) + 1):
+                return False
+    return seen
+
+
 def message_text(m: dict) -> str:
     text = m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content") or "")
     for tc in m.get("tool_calls") or []:
@@ -84,6 +107,7 @@ class Tally:
         self.kinds: Counter = Counter()
         self.examples: dict[tuple, tuple] = {}
         self.total = self.lost = 0
+        self.gutter_total = self.gutter_lost = 0
 
     def score(self, where: str, request: dict, body: dict, next_call: dict, grounding: list) -> None:
         forwarded = "\n".join(message_text(m) for m in body["request"]["messages"])
@@ -91,10 +115,13 @@ class Tally:
         msgs = request["messages"]
         for value in grounding:
             self.total += 1
+            holders = [i for i, m in enumerate(msgs) if any(f in (m.get("content") or "") for f in forms(value))]
+            gutter = gutter_only(value, [msgs[i].get("content") or "" for i in holders])
+            self.gutter_total += gutter
             if any(f in forwarded for f in forms(value)):
                 continue
             self.lost += 1
-            holders = [i for i, m in enumerate(msgs) if any(f in (m.get("content") or "") for f in forms(value))]
+            self.gutter_lost += gutter
             key = (next_call["name"], next(paths(next_call["arguments"], value), "?"), shape(value),
                    "+".join(sorted({actions.get(i, "?") for i in holders})),
                    "+".join(sorted({kind_of(msgs, i) for i in holders})))
@@ -103,6 +130,9 @@ class Tally:
 
     def print(self, top: int) -> None:
         print(f"{self.lost} of {self.total} grounding literals lost")
+        rest_total, rest_lost = self.total - self.gutter_total, self.lost - self.gutter_lost
+        print(f"{self.gutter_lost} of them ({self.gutter_total} labelled) stand only as a listing's line numbers; "
+              f"the rest: {rest_lost} of {rest_total} lost, recall {100 * (1 - rest_lost / max(1, rest_total)):.1f} %")
         print("count | next call | argument | shape | action on holders | holders")
         for key, n in self.kinds.most_common(top):
             print(f"{n:5d} | " + " | ".join(key) + f"\n        e.g. {self.examples[key]}")
