@@ -136,7 +136,8 @@ def _scores(d: _Decision) -> dict[int, UnitScore]:
 def _selected(d: _Decision) -> dict[int, Action]:
     """Every unit's action within the budget: pins, hard user constraints and the settled
     prefix as they are, the rest selected by score; the protected window shed oldest
-    first when it alone is over an attainable budget."""
+    first when it alone is over the budget: masked, then dropped under an attainable
+    target; under one the hard pins alone break, masked only (``protection``)."""
     task, p, policy = d.task, d.protection, d.task.request.policy
     hard = {i for i, s in d.scores.items() if s.hard}  # user constraints: pinned like the goal
     locked_keep = {i for i, a in d.settled.items() if a == KEPT}
@@ -155,9 +156,9 @@ def _selected(d: _Decision) -> dict[int, Action]:
     if p.squeezed_tokens is not None:
         actions[p.last] = MASKED
     excess = pinned_tokens + reserve - task.budget
-    if excess > 0 and p.attainable:
+    if excess > 0:
         release = sorted(p.soft_pins) + sorted(hard - p.hard_pins)
-        shrink_to_fit(task.conversation, actions, release, p.masked_cost, excess)
+        shrink_to_fit(task.conversation, actions, release, p.masked_cost, excess, drop=p.attainable)
     return actions
 
 
@@ -175,17 +176,19 @@ def _reserve(d: _Decision, pinned_tokens: int) -> int:
 
 def _forwarded(d: _Decision) -> Assembled:
     """The markers placed and the messages assembled. Markers cost tokens the reserve may
-    not cover: over an attainable target, more is shed and all is placed again. Then the
-    fresh markers take the ids of what they stand for, within the room left."""
+    not cover: over the target, more is shed (masked only, under an unattainable one) and
+    all is placed again. Then the fresh markers take the ids of what they stand for,
+    within the room left."""
     request, p = d.task.request, d.protection
     markers, fresh = _markers(d)
     done = _assembled(d, markers)
     over = done.held - request.target_tokens
-    if over > 0 and p.attainable:
+    if over > 0:
         order = sorted(d.candidates, key=lambda i: (d.scores[i].score, d.scores[i].relevance, i))
-        shrink_to_fit(d.task.conversation, d.actions, order + sorted(p.soft_pins), p.masked_cost, over)
-        markers, fresh = _markers(d)
-        done = _assembled(d, markers)
+        if shrink_to_fit(d.task.conversation, d.actions, order + sorted(p.soft_pins), p.masked_cost, over,
+                         drop=p.attainable) < over:
+            markers, fresh = _markers(d)
+            done = _assembled(d, markers)
     if done.held > request.target_tokens and p.attainable:
         markers = _without_carried_ids(markers, fresh)
         done = _assembled(d, markers)

@@ -3,15 +3,17 @@
 * Hard pins: the system prompt, the goal (the task's first user message) and
   the current step (the last unit) always go whole.
 * The protected window: the last units and the active tool chain. It yields,
-  oldest first, only when it alone breaks a target the hard pins fit in.
+  oldest first, only when it alone breaks the target: masked, then dropped when
+  the hard pins fit in the target; masked only when they do not.
 * Candidates: every other unit, scored and selected.
 
 The target is *attainable* when the hard pins fit in it. When they do not,
-shedding the window would harm the agent and still miss the target: every
-pinned unit goes whole, everything else is omitted (the request comes as close
-to the target as the pins allow), and the omission marker lists the ids of what
-it stands for: an exact id costs a few tokens, and the next call is likely to
-reuse one. A current step of many parallel results can be what breaks the
+dropping the window would harm the agent and still miss the target: the window
+stays, its bulky tool outputs masked (their calls and exact ids kept: every
+token over a limit the client set is one too many, and a mask is most of what a
+later call copies), everything else is omitted, and the omission marker lists
+the ids of what it stands for: an exact id costs a few tokens, and the next call
+is likely to reuse one. A current step of many parallel results can be what breaks the
 target: then its earlier results are masked (every call still answered), the
 newest stays whole, and the unit stays pinned (it is *squeezed*)::
 

@@ -110,10 +110,11 @@ def shrink_to_fit(
     order: Sequence[int],
     masked_cost: Mapping[int, int],
     excess: int,
+    drop: bool = True,
 ) -> int:
     """Free ``excess`` tokens from ``order`` (oldest first): first by masking bulky
-    tool output, which keeps the calls and their ids, then by dropping. Returns
-    what is still over."""
+    tool output, which keeps the calls and their ids, then, if ``drop``, by dropping.
+    Returns what is still over."""
     for i in order:
         if excess <= 0:
             return excess
@@ -122,6 +123,8 @@ def shrink_to_fit(
             if gain > 0:
                 actions[i] = MASKED
                 excess -= gain
+    if not drop:
+        return excess
     for i in order:
         if excess <= 0:
             break

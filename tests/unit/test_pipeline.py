@@ -219,7 +219,7 @@ def test_pinned_exceeding_target_still_valid(strategy):
 
 def test_an_unattainable_target_keeps_the_pins_and_lists_the_ids_of_the_rest():
     # The current step alone is over the target: the pinned units (system, goal, the
-    # protected window) go whole, everything else is omitted, and the marker lists
+    # protected window, here without a bulky output) go whole, everything else is omitted, and the marker lists
     # the omitted ids within omitted_ids_tokens. It used to keep a share of the
     # history, measured from the system prompt up: a request 50 % over a target it
     # missed by a few tokens.
@@ -271,8 +271,11 @@ def test_a_decision_holds_its_markers_refs_itself():
 
 def test_a_target_that_only_dropping_the_goal_could_meet_is_unattainable():
     # System prompt + current step fit the target, the goal does not: the goal is never
-    # given up, so the target cannot be met, and the protected window stays like every
-    # other pin (it used to be shed for a target that was then missed all the same).
+    # given up, so the target cannot be met. The protected window is not dropped (it used
+    # to be shed for a target that was then missed all the same), but its bulky tool
+    # outputs are masked, their calls and ids kept: every token over the client's limit
+    # is one too many (it used to go whole, a request 1,000 tokens over a target its pins
+    # missed by 20).
     history = agent_history(20)
     history[1] = {"role": "user", "content": GOAL + " Details: " + "the lamp is broken " * 150}
     policy = Policy()
@@ -283,11 +286,29 @@ def test_a_target_that_only_dropping_the_goal_could_meet_is_unattainable():
     result = run(history, target_tokens=target, policy=policy)
     from gateway.pruning.protection import protect
     window = set(protect(conv, policy, COUNTER, target).window)  # the last units and the newest tool exchange
+    masked_window = []
     for u in conv.units:
         actions = {result.message_actions[j] for j in u.indices}
-        assert actions == ({"kept"} if u.index in {0, 1} | window else {"dropped"}), (u.index, actions)
-    assert any(is_omission_marker(m) and marker_ids(m) for m in result.request["messages"])
-    assert structural_problems(result.request["messages"]) == []
+        if u.index in {0, 1, len(conv.units) - 1}:
+            assert actions == {"kept"}, (u.index, actions)
+        elif u.index in window:
+            assert "dropped" not in actions, (u.index, actions)
+            if u.tool_result_tokens >= policy.mask_min_tokens:
+                assert "masked" in actions, (u.index, actions)
+                masked_window.append(u)
+        else:
+            assert actions == {"dropped"}, (u.index, actions)
+    assert masked_window  # the case the test is about: a bulky output in the window
+    sent = result.request["messages"]
+    for u in masked_window:  # each mask keeps its output's order id and item skus
+        order = history[u.start]["tool_calls"][0]["function"]["arguments"].split('"')[-2]
+        masks = [m["content"] for m in sent if m.get("tool_call_id") in
+                 {tc["id"] for tc in history[u.start]["tool_calls"]}]
+        assert masks and all(order in c and "sku" not in c and "7" in c.split("ids:", 1)[1] for c in masks)
+    whole = sum(conv.units[i].tokens for i in {0, 1} | window)
+    assert result.target_rule_tokens < whole - 200  # the masks saved most of the window's outputs
+    assert any(is_omission_marker(m) and marker_ids(m) for m in sent)
+    assert structural_problems(sent) == []
 
 
 def test_unit_counts_count_a_chain_once():
