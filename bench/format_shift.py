@@ -10,7 +10,8 @@ nothing keeps its surface form but the content: JSON field names and tool names
 go from snake_case to camelCase (in the schemas, the calls, the outputs and the
 system prompt alike), and each shape of id takes another (``#W5061109`` ->
 ``W-5061109``, ``credit_card_7901829`` -> ``CREDIT-CARD-7901829``, ``6254646215``
--> ``N6254-646215``, ``HAT170`` -> ``hat170``).
+-> ``N6254-646215``, ``HAT170`` -> ``hat170``); a numbered listing's ``cat -n`` tab
+becomes Claude Code's arrow (``   717→``).
 The labels follow: grounding literals and the next call through the same
 rewrite, evidence texts taken again from the rewritten messages, token counts
 counted again. A session file (the shared session format) is rewritten alike:
@@ -42,6 +43,11 @@ _ID = re.compile(
     r"|(?P<code>\b(?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{3,8}\b)")  # 'HAT170' -> 'hat170'
 
 
+# A numbered listing's gutter: `cat -n`'s tab after the line number becomes the arrow
+# Claude Code's Read tool prints ('   717\tdef f():' -> '   717→def f():').
+_GUTTER = re.compile(r"(?m)^( *\d+)\t")
+
+
 def _shifted_id(m: re.Match) -> str:
     text, kind = m.group(), m.lastgroup
     if kind == "tag":
@@ -69,7 +75,7 @@ class Shift:
         self.names = names
 
     def text(self, text: str) -> str:
-        text = _ID.sub(_shifted_id, text)
+        text = _ID.sub(_shifted_id, _GUTTER.sub("\\1→", text))
         return _SNAKE.sub(lambda m: camel(m.group()) if m.group() in self.names else m.group(), text)
 
     def value(self, v: Any) -> Any:

@@ -68,7 +68,7 @@ def paths(args: Any, value: Any, prefix: str = "") -> Iterator[str]:
 
 def gutter_only(value: Any, texts: list[str]) -> bool:
     """Whether a number stands in ``texts`` only as a numbered listing's line prefix
-    (``cat -n``: spaces, the number, a tab), never where a search hit or a traceback
+    (``cat -n``: spaces, the number, a tab; Claude Code's Read: an arrow), never where a search hit or a traceback
     names it. In the coding fixtures (``bench/data/coding_agent.py``) the scripted agent
     starts a read at a line a search named (or one it works out) and works its end out
     (a span after the line it looks for), so there such a number is one it computed,
@@ -77,7 +77,7 @@ def gutter_only(value: Any, texts: list[str]) -> bool:
     if isinstance(value, bool) or not isinstance(value, int):
         return False
     anywhere = re.compile(rf"(?<![\w.]){value}(?![\w.])")
-    gutter = re.compile(rf"(?m)^[ ]*{value}\t")
+    gutter = re.compile(rf"(?m)^[ ]*{value}(?:\t|→)")  # cat -n; Claude Code's Read
     seen = False
     for text in texts:
         for match in anywhere.finditer(text):
