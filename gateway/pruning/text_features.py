@@ -268,11 +268,13 @@ def looks_like_error(text: str) -> bool:
     return _ERROR.search(text[:2000]) is not None
 
 
-# "Name: text" transcripts (group chats, meeting notes), optionally after a
-# bracketed time stamp: the speaker is who the message is by.
-_SPEAKER = re.compile(r"^(?:\[[^\]\n]{1,60}\]\s*)?([A-Z][\w'.-]{1,30}(?: [A-Z][\w'.-]{1,30})?):\s")
+# Transcripts (group chats, meeting notes, chat logs) name who each message is by:
+# "Name: text", or "<Name> text" as IRC-style logs do, optionally after a time stamp
+# in brackets or parentheses.
+_NAME = r"[A-Z][\w'.-]{1,30}(?: [A-Z][\w'.-]{1,30})?"
+_SPEAKER = re.compile(rf"^(?:[\[(][^\])\n]{{1,60}}[\])]\s*)?(?:({_NAME}):\s|<({_NAME})>\s)")
 
 
 def speaker(text: str) -> str | None:
     m = _SPEAKER.match(text)
-    return m.group(1).lower() if m else None
+    return (m.group(1) or m.group(2)).lower() if m else None

@@ -148,6 +148,11 @@ def test_speaker_prefix():
     assert tf.speaker("Melanie: hey there") == "melanie"
     assert tf.speaker("[1:56 pm on 8 May, 2023] Caroline: Hey Mel!") == "caroline"
     assert tf.speaker("no speaker here: lower case") is None
+    # IRC-style chat logs, and a time stamp in parentheses
+    assert tf.speaker("<Melanie> hey there") == "melanie"
+    assert tf.speaker("(2023-05-08 13:56) <Caroline> Hey Mel!") == "caroline"
+    assert tf.speaker("(2023-05-08 13:56) Caroline: Hey Mel!") == "caroline"
+    assert tf.speaker("<b> bold text") is None and tf.speaker("x <Melanie> hey") is None
 
 
 def test_deterministic():
