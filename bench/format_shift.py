@@ -11,7 +11,8 @@ go from snake_case to camelCase (in the schemas, the calls, the outputs and the
 system prompt alike), and each shape of id takes another (``#W5061109`` ->
 ``W-5061109``, ``credit_card_7901829`` -> ``CREDIT-CARD-7901829``, ``6254646215``
 -> ``N6254-646215``, ``HAT170`` -> ``hat170``); a numbered listing's ``cat -n`` tab
-becomes Claude Code's arrow (``   717→``).
+becomes Claude Code's arrow (``   717→``); in a conversation without tools, a transcript
+line's ``[stamp] Name: `` becomes IRC's ``(stamp) <Name> ``.
 The labels follow: grounding literals and the next call through the same
 rewrite, evidence texts taken again from the rewritten messages, token counts
 counted again. A session file (the shared session format) is rewritten alike:
@@ -46,6 +47,19 @@ _ID = re.compile(
 # A numbered listing's gutter: `cat -n`'s tab after the line number becomes the arrow
 # Claude Code's Read tool prints ('   717\tdef f():' -> '   717→def f():').
 _GUTTER = re.compile(r"(?m)^( *\d+)\t")
+
+
+# A transcript line's speaker and time stamp, in a conversation without tools:
+# '[1:56 pm on 8 May, 2023] Caroline: Hey' -> '(1:56 pm on 8 May, 2023) <Caroline> Hey' (IRC-style logs).
+_TRANSCRIPT = re.compile(r"^(?:\[([^\]\n]{1,60})\]\s*)?([A-Z][\w'.-]{1,30}(?: [A-Z][\w'.-]{1,30})?): ")
+
+
+def _irc_style(text: str) -> str:
+    m = _TRANSCRIPT.match(text)
+    if m is None:
+        return text
+    stamp = f"({m.group(1)}) " if m.group(1) else ""
+    return f"{stamp}<{m.group(2)}> {text[m.end():]}"
 
 
 def _shifted_id(m: re.Match) -> str:
@@ -159,6 +173,9 @@ def shifted_tool(shift: Shift, tool: dict) -> dict:
 def shifted_case(shift: Shift, c: dict) -> dict:
     req = dict(c["request"])
     req["messages"] = [shift.message(m) for m in c["request"]["messages"]]
+    if not req.get("tools"):  # a conversation: its transcript lines in another style
+        req["messages"] = [dict(m, content=_irc_style(m["content"])) if m.get("role") in ("user", "assistant")
+                           and isinstance(m.get("content"), str) else m for m in req["messages"]]
     if req.get("tools"):
         req["tools"] = [shifted_tool(shift, t) for t in req["tools"]]
     labels = dict(c["labels"])
