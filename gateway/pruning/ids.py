@@ -49,7 +49,13 @@ def text_ids(text: str) -> tuple[str, ...]:
     """All id-like values of a text, first occurrence first, deduplicated (memoised)."""
     ids = _IDS.get(text)
     if ids is None:
-        ids = _IDS.put(text, _ids_of_runs(_runs(text), _json_keys(text)))
+        ids = _ids_of_runs(_runs(text))
+        # Only a value without a digit, or a numbered word, may be a field name.
+        if ids and (not all(map(_DIGIT, ids)) or any(map(_FIELD_NUMBER, ids))):
+            keys = _field_keys(text)
+            if keys:
+                ids = tuple(filterfalse(keys.__contains__, ids))
+        ids = _IDS.put(text, ids)
     return ids
 
 
@@ -72,32 +78,42 @@ def strong_ids(text: str) -> tuple[str, ...]:
         runs = filter(_MAY_BE_STRONG, dict.fromkeys(_runs(text)))
         found = tuple(filter(is_strong, dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs)))))
         # Only a value without a digit, or a numbered word, may be a field name.
-        if '":' in text and (not all(map(_DIGIT, found)) or any(map(_FIELD_NUMBER, found))):
-            keys = _json_keys(text)
-            found = tuple(filterfalse(keys.__contains__, found))
+        if found and (not all(map(_DIGIT, found)) or any(map(_FIELD_NUMBER, found))):
+            keys = _field_keys(text)
+            if keys:
+                found = tuple(filterfalse(keys.__contains__, found))
         strong = _STRONG_IDS.put(text, found)
     return strong
 
 
-# A whole JSON string value, not a key: '"basic_economy"' before a comma, brace or bracket,
-# with what every code or name of code holds (values.py): a capital, '_' or '.' after its
-# first character (a plain word, "pending" or "Sophia", is passed over in C).
-_FIELD_VALUE = re.compile(r'"([A-Za-z_][a-z0-9+-]*[A-Z_.][\w.+-]*)"\s*[,}\]]')
+# A field's whole value, with what every code or name of code holds (values.py): a capital,
+# '_' or '.' after its first character (a plain word, "pending" or "Sophia", is passed over
+# in C). In JSON a string value, not a key: '"basic_economy"' before a comma, brace or
+# bracket. In YAML and other "key: value" text, the rest of a line after its key or a list
+# item's dash: 'cabin: basic_economy', '- DGZSYX'.
+_CODE = r"[A-Za-z_][a-z0-9+-]*[A-Z_.][\w.+-]*"
+_FIELD_VALUE = re.compile(
+    rf'"({_CODE})"\s*[,}}\]]'
+    rf"|^[ \t]*(?:-[ \t]+(?:[A-Za-z_][\w.-]{{0,40}}:[ \t]+)?|[A-Za-z_][\w.-]{{0,40}}:[ \t]+)({_CODE})[ \t]*$",
+    re.M)
 _FIELD_VALUE_CHARS = 40
 _FIELD_CODES: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
 
 
 def field_codes(text: str) -> tuple[str, ...]:
-    """The codes and names of code that are whole string values of a structured output
-    (``"cabin": "basic_economy"``, ``"origin": "SFO"``, ``"status": "pending"`` is a word,
-    not a code), first occurrence first, without the values that name one record
-    (``strong_ids`` has those) (memoised). A field's own value is the record's: the
-    next call copies it as it stands (a fare class, a state, a kind), where the same
-    shape in prose or code more often names a kind of thing."""
+    """The codes and names of code that are whole field values of a structured output,
+    JSON or YAML-like (``"cabin": "basic_economy"``, ``origin: SFO``, ``"status": "pending"``
+    is a word, not a code), first occurrence first, without the values that name one
+    record (``strong_ids`` has those) (memoised). A field's own value is the record's:
+    the next call copies it as it stands (a fare class, a state, a kind), however the
+    tool printed it, where the same shape in prose or code more often names a kind of thing."""
     codes = _FIELD_CODES.get(text)
     if codes is None:
-        found = dict.fromkeys(v for v in _FIELD_VALUE.findall(text)
-                              if len(v) < _FIELD_VALUE_CHARS and not is_strong(v) and values_of(v) == (v,))
+        pairs = _FIELD_VALUE.findall(text)
+        if pairs and any(line for _, line in pairs) and not _line_keys(text):  # not a record: JSON values only
+            pairs = [(json_value, "") for json_value, _ in pairs]
+        found = dict.fromkeys(v for pair in pairs for v in pair
+                              if v and len(v) < _FIELD_VALUE_CHARS and not is_strong(v) and values_of(v) == (v,))
         codes = _FIELD_CODES.put(text, tuple(found))
     return codes
 
@@ -123,18 +139,35 @@ def _ids_of_runs(runs: Iterable[str], keys: frozenset[str] = frozenset()) -> tup
     return tuple(found)
 
 
-def _json_keys(text: str) -> frozenset[str]:
-    """The keys of a JSON text's objects that name fields (none for other texts): those
-    without a digit, and a word numbered by one or two digits (``address1``, ``line_2``:
-    the second of a kind of field, not a record); a key that is an id
-    (``{"6805564527": {...}}``) stays a value. The text split at each '":' in C, each
-    piece's last quoted word (a regex scan of the text cost three times the split)."""
-    if '":' not in text:
-        return frozenset()
-    pieces = text.split('":')
-    pieces.pop()
-    keys = {piece[piece.rfind('"') + 1:] for piece in pieces}
+# A YAML-like line's key: the word before its colon (then a space or the line's end), at
+# the line's start or after a list item's dash ('  address1: 786 Elm St', '- id: 42').
+_LINE_KEY = re.compile(r"^[ \t]*(?:-[ \t]+)?([A-Za-z_][\w.-]{0,63}):(?=[ \t]|$)", re.M)
+
+
+def _field_keys(text: str) -> frozenset[str]:
+    """The keys of a structured text's records that name fields (none for other texts):
+    those without a digit, and a word numbered by one or two digits (``address1``,
+    ``line_2``: the second of a kind of field, not a record); a key that is an id
+    (``{"6805564527": {...}}``) stays a value. JSON objects' keys (the text split at each
+    '":' in C, each piece's last quoted word: a regex scan cost three times the split),
+    and the keys of YAML-like ``key: value`` lines, the same fields printed otherwise."""
+    keys: set[str] = set()
+    if '":' in text:
+        pieces = text.split('":')
+        pieces.pop()
+        keys.update(piece[piece.rfind('"') + 1:] for piece in pieces)
+    keys.update(_line_keys(text))
     return frozenset(key for key in keys if 0 < len(key) <= 64 and (_DIGIT(key) is None or _FIELD_NUMBER(key)))
+
+
+def _line_keys(text: str) -> list[str]:
+    """The keys of a YAML-like text's ``key: value`` lines; none unless such lines are at
+    least three and half of its lines: a lone 'ValueError: ...' in a traceback, or a
+    'Note: ...' in prose, labels a line, it does not make the text a record."""
+    if ": " not in text and ":\n" not in text:
+        return []
+    keys = _LINE_KEY.findall(text)
+    return keys if len(keys) >= 3 and 2 * len(keys) >= text.count("\n") + 1 else []
 
 
 def clear_ids_memo() -> None:
@@ -215,7 +248,7 @@ class _Tally:
         readable -= present
         if not readable:
             return
-        codes = set(field_codes(text)) if '"' in text else ()  # a record's codes rank with its ids
+        codes = set(field_codes(text)) if '"' in text or ": " in text or "- " in text else ()  # rank with its ids
         for match in _ID_TOKEN.finditer(text):
             for value in _VALUES[match.group()]:
                 if value not in readable:

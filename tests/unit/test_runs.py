@@ -39,7 +39,7 @@ def regex_ids(text: str) -> tuple[str, ...]:
     """The reading the split replaces: every run that may hold a value, read by the value
     rule, JSON keys left out."""
     seen: dict[str, None] = {}
-    keys = ids._json_keys(text)
+    keys = ids._field_keys(text)
     if "\\" in text:  # a quoted JSON string's escapes split like the space they stand for
         text = ids._ESCAPE.sub("  ", text)
     for token in ids._ID_TOKEN.findall(text):

@@ -102,6 +102,21 @@ def test_a_mask_keeps_the_codes_a_record_holds_as_field_values_but_not_codes_in_
     assert kept_values(prose) == [] and kept_values(code) == []
 
 
+def test_a_record_printed_as_yaml_keeps_its_codes_and_its_keys_are_fields():
+    """The same record as ``key: value`` lines (how many tools print one): its field values
+    are its codes, its keys are fields, not values; a traceback's one 'ValueError: ...'
+    line or a 'Note: ...' in prose makes no record."""
+    clear_ids_memo()
+    record = ("reservation_id: HTGCBX\norigin: SFO\nflight_type: one_way\ncabin: basic_economy\n"
+              "status: pending\nname: Sophia\naddress:\n  address1: 159 Hickory Lane\n  zip: 28243\n"
+              "flights:\n  - HAT097\n  - LBKQZR")
+    assert kept_values(record) == ["28243", "HAT097", "HTGCBX", "SFO", "one_way", "basic_economy", "LBKQZR"]
+    assert "address1" not in text_ids(record) and "reservation_id" not in text_ids(record)
+    traceback = 'Traceback (most recent call last):\n  File "app.py", line 3, in f\nValueError: bad parse_args'
+    assert "ValueError" in text_ids(traceback) and "parse_args" in text_ids(traceback)
+    assert kept_values("Note: SFO_HUB\nThe office moved.\nCall us.\nThanks.") == []
+
+
 def test_a_numbered_field_is_a_field_and_an_id_key_stays_a_value():
     """``address1``, ``line_2``: the second of a kind of field, not a record."""
     for clear in (True, False):  # masks read strong ids alone, markers every value: both skip the fields
