@@ -82,11 +82,34 @@ def camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-class Shift:
-    """The rewrite: ids by shape, then the field and tool names it was told about."""
+def yaml_like(value: Any, indent: str = "") -> str:
+    """A JSON value as indented ``key: value`` lines (YAML-like, unquoted), the way many
+    tools print records for a model to read."""
+    if isinstance(value, dict):
+        lines = []
+        for k, v in value.items():
+            if isinstance(v, (dict, list)) and v:
+                lines.append(f"{indent}{k}:\n{yaml_like(v, indent + '  ')}")
+            else:
+                lines.append(f"{indent}{k}: {_scalar(v)}")
+        return "\n".join(lines)
+    if isinstance(value, list):
+        return "\n".join(f"{indent}- " + yaml_like(v, indent + "  ").lstrip() for v in value)
+    return indent + _scalar(value)
 
-    def __init__(self, names: set[str]) -> None:
-        self.names = names
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    return "[]" if v == [] else "{}" if v == {} else str(v)
+
+
+class Shift:
+    """The rewrite: ids by shape, then the field and tool names it was told about; with
+    ``yaml``, JSON tool outputs printed as YAML-like lines."""
+
+    def __init__(self, names: set[str], yaml: bool = False) -> None:
+        self.names, self.yaml = names, yaml
 
     def text(self, text: str) -> str:
         text = _ID.sub(_shifted_id, _GUTTER.sub("\\1→", text))
@@ -110,6 +133,11 @@ class Shift:
         out = dict(m)
         if isinstance(m.get("content"), str):
             out["content"] = self.text(m["content"])
+            if self.yaml and m.get("role") == "tool" and out["content"][:1] in "{[":
+                try:
+                    out["content"] = yaml_like(json.loads(out["content"]))
+                except ValueError:
+                    pass
         if m.get("tool_calls"):
             out["tool_calls"] = [self.call(tc) for tc in m["tool_calls"]]
         return out
@@ -219,11 +247,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("fixture")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--yaml-outputs", action="store_true", help="also print JSON tool outputs as YAML-like lines")
     args = ap.parse_args()
     quality.setup_tokenizer()
     with gzip.open(args.fixture, "rt", encoding="utf-8") as f:
         cases = [json.loads(line) for line in f if line.strip()]
-    shift = Shift(names_of(cases))
+    shift = Shift(names_of(cases), yaml=args.yaml_outputs)
     out = [shifted_session(shift, c) if "steps" in c else shifted_case(shift, c) for c in cases]
     for c in out:
         check(c)
