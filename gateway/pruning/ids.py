@@ -241,7 +241,9 @@ class _Tally:
         text (a kept later message quoted it), so its other values rank first."""
         words, best = self.words, self.best
         lowered = text.lower() if words else ""
-        bounds = ("{", "}") if text.lstrip()[:1] in ("{", "[") else ("\n", "\n")
+        # A JSON object is bounded by its braces, a line of plain text by its ends; a
+        # YAML-like record spans lines, and its ids' context is the characters around them.
+        bounds = ("{", "}") if text.lstrip()[:1] in ("{", "[") else ("\0", "\0") if _line_keys(text) else ("\n", "\n")
         counted: set[str] = set()
         record_matches: dict[str, int] = {}  # the values of one JSON object share its record
         readable = set(text_ids(text))  # memoised: a masked output's values were read already
