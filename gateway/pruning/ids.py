@@ -88,14 +88,14 @@ def strong_ids(text: str) -> tuple[str, ...]:
 
 # A field's whole value, with what every code or name of code holds (values.py): a capital,
 # '_' or '.' after its first character (a plain word, "pending" or "Sophia", is passed over
-# in C). In JSON a string value, not a key: '"basic_economy"' before a comma, brace or
-# bracket. In YAML and other "key: value" text, the rest of a line after its key or a list
+# in C). In JSON (or a Python repr, in single quotes) a string value, not a key:
+# '"basic_economy"' before a comma, brace or bracket. In YAML and other "key: value" text, the rest of a line after its key or a list
 # item's dash: 'cabin: basic_economy', '- DGZSYX'.
 _CODE = r"[A-Za-z_][a-z0-9+-]*[A-Z_.][\w.+-]*"
-_FIELD_VALUE = re.compile(
-    rf'"({_CODE})"\s*[,}}\]]'
-    rf"|^[ \t]*(?:-[ \t]+(?:[A-Za-z_][\w.-]{{0,40}}:[ \t]+)?|[A-Za-z_][\w.-]{{0,40}}:[ \t]+)({_CODE})[ \t]*$",
-    re.M)
+_LINE_VALUE = rf"^[ \t]*(?:-[ \t]+(?:[A-Za-z_][\w.-]{{0,40}}:[ \t]+)?|[A-Za-z_][\w.-]{{0,40}}:[ \t]+)({_CODE})[ \t]*$"
+_FIELD_VALUE = re.compile(rf'"({_CODE})"\s*[,}}\]]()|{_LINE_VALUE}', re.M)
+# Single quotes too, for a text with a repr's "'key':" (most texts have none: one scan fewer).
+_FIELD_VALUE_REPR = re.compile(rf"""(?:"({_CODE})"|'({_CODE})')\s*[,}}\]]|{_LINE_VALUE}""", re.M)
 _FIELD_VALUE_CHARS = 40
 _FIELD_CODES: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
 
@@ -109,9 +109,9 @@ def field_codes(text: str) -> tuple[str, ...]:
     tool printed it, where the same shape in prose or code more often names a kind of thing."""
     codes = _FIELD_CODES.get(text)
     if codes is None:
-        pairs = _FIELD_VALUE.findall(text)
-        if pairs and any(line for _, line in pairs) and not _line_keys(text):  # not a record: JSON values only
-            pairs = [(json_value, "") for json_value, _ in pairs]
+        pairs = (_FIELD_VALUE_REPR if "':" in text else _FIELD_VALUE).findall(text)
+        if pairs and any(line for *_, line in pairs) and not _line_keys(text):  # not a record: quoted values only
+            pairs = [(double, single, "") for double, single, _ in pairs]
         found = dict.fromkeys(v for pair in pairs for v in pair
                               if v and len(v) < _FIELD_VALUE_CHARS and not is_strong(v) and values_of(v) == (v,))
         codes = _FIELD_CODES.put(text, tuple(found))
@@ -148,14 +148,16 @@ def _field_keys(text: str) -> frozenset[str]:
     """The keys of a structured text's records that name fields (none for other texts):
     those without a digit, and a word numbered by one or two digits (``address1``,
     ``line_2``: the second of a kind of field, not a record); a key that is an id
-    (``{"6805564527": {...}}``) stays a value. JSON objects' keys (the text split at each
-    '":' in C, each piece's last quoted word: a regex scan cost three times the split),
-    and the keys of YAML-like ``key: value`` lines, the same fields printed otherwise."""
+    (``{"6805564527": {...}}``) stays a value. JSON objects' keys, and a Python repr's
+    in single quotes (the text split at each '":' in C, each piece's last quoted word: a
+    regex scan cost three times the split), and the keys of YAML-like ``key: value``
+    lines: the same fields printed otherwise."""
     keys: set[str] = set()
-    if '":' in text:
-        pieces = text.split('":')
-        pieces.pop()
-        keys.update(piece[piece.rfind('"') + 1:] for piece in pieces)
+    for quote in ('"', "'"):  # JSON, and Python's repr of a dict (what str() prints)
+        if quote + ":" in text:
+            pieces = text.split(quote + ":")
+            pieces.pop()
+            keys.update(piece[piece.rfind(quote) + 1:] for piece in pieces)
     keys.update(_line_keys(text))
     return frozenset(key for key in keys if 0 < len(key) <= 64 and (_DIGIT(key) is None or _FIELD_NUMBER(key)))
 
@@ -250,7 +252,7 @@ class _Tally:
         readable -= present
         if not readable:
             return
-        codes = set(field_codes(text)) if '"' in text or ": " in text or "- " in text else ()  # rank with its ids
+        codes = set(field_codes(text)) if '"' in text or "'" in text or ": " in text or "- " in text else ()
         for match in _ID_TOKEN.finditer(text):
             for value in _VALUES[match.group()]:
                 if value not in readable:

@@ -117,6 +117,16 @@ def test_a_record_printed_as_yaml_keeps_its_codes_and_its_keys_are_fields():
     assert kept_values("Note: SFO_HUB\nThe office moved.\nCall us.\nThanks.") == []
 
 
+def test_a_record_printed_as_a_python_repr_reads_like_its_json():
+    """``str(dict)``, what a LangChain tool's output often is: single quotes, same record."""
+    clear_ids_memo()
+    record = {"reservation_id": "HTGCBX", "origin": "SFO", "cabin": "basic_economy", "status": "pending",
+              "address": {"address1": "159 Hickory Lane", "zip": "28243"}, "flights": ["HAT097", "LBKQZR"]}
+    assert kept_values(repr(record)) == kept_values(json.dumps(record))
+    assert text_ids(repr(record)) == text_ids(json.dumps(record))
+    assert "address1" not in text_ids(repr(record)) and "SFO" in kept_values(repr(record))
+
+
 def test_a_numbered_field_is_a_field_and_an_id_key_stays_a_value():
     """``address1``, ``line_2``: the second of a kind of field, not a record."""
     for clear in (True, False):  # masks read strong ids alone, markers every value: both skip the fields
