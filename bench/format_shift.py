@@ -106,10 +106,10 @@ def _scalar(v: Any) -> str:
 
 class Shift:
     """The rewrite: ids by shape, then the field and tool names it was told about; with
-    ``yaml``, JSON tool outputs printed as YAML-like lines."""
+    ``yaml``, JSON tool outputs printed as YAML-like lines, with ``repr_`` as Python's repr."""
 
-    def __init__(self, names: set[str], yaml: bool = False) -> None:
-        self.names, self.yaml = names, yaml
+    def __init__(self, names: set[str], yaml: bool = False, repr_: bool = False) -> None:
+        self.names, self.yaml, self.repr = names, yaml, repr_
 
     def text(self, text: str) -> str:
         text = _ID.sub(_shifted_id, _GUTTER.sub("\\1→", text))
@@ -133,11 +133,13 @@ class Shift:
         out = dict(m)
         if isinstance(m.get("content"), str):
             out["content"] = self.text(m["content"])
-            if self.yaml and m.get("role") == "tool" and out["content"][:1] in "{[":
+            if (self.yaml or self.repr) and m.get("role") == "tool" and out["content"][:1] in "{[":
                 try:
-                    out["content"] = yaml_like(json.loads(out["content"]))
+                    value = json.loads(out["content"])
                 except ValueError:
-                    pass
+                    value = None
+                if value is not None:  # Python's repr: what str(dict) gives a LangChain tool's output
+                    out["content"] = yaml_like(value) if self.yaml else repr(value)
         if m.get("tool_calls"):
             out["tool_calls"] = [self.call(tc) for tc in m["tool_calls"]]
         return out
@@ -248,11 +250,13 @@ def main() -> int:
     ap.add_argument("fixture")
     ap.add_argument("--out", required=True)
     ap.add_argument("--yaml-outputs", action="store_true", help="also print JSON tool outputs as YAML-like lines")
+    ap.add_argument("--repr-outputs", action="store_true",
+                    help="also print JSON tool outputs as Python's repr (str(dict), single quotes)")
     args = ap.parse_args()
     quality.setup_tokenizer()
     with gzip.open(args.fixture, "rt", encoding="utf-8") as f:
         cases = [json.loads(line) for line in f if line.strip()]
-    shift = Shift(names_of(cases), yaml=args.yaml_outputs)
+    shift = Shift(names_of(cases), yaml=args.yaml_outputs, repr_=args.repr_outputs)
     out = [shifted_session(shift, c) if "steps" in c else shifted_case(shift, c) for c in cases]
     for c in out:
         check(c)
