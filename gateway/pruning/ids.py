@@ -92,10 +92,14 @@ def strong_ids(text: str) -> tuple[str, ...]:
 # '"basic_economy"' before a comma, brace or bracket. In YAML and other "key: value" text, the rest of a line after its key or a list
 # item's dash: 'cabin: basic_economy', '- DGZSYX'.
 _CODE = r"[A-Za-z_][a-z0-9+-]*[A-Z_.][\w.+-]*"
+_QUOTED_VALUE = rf'"({_CODE})"\s*[,}}\]]'
+_SINGLE_QUOTED_VALUE = rf"'({_CODE})'\s*[,}}\]]"
 _LINE_VALUE = rf"^[ \t]*(?:-[ \t]+(?:[A-Za-z_][\w.-]{{0,40}}:[ \t]+)?|[A-Za-z_][\w.-]{{0,40}}:[ \t]+)({_CODE})[ \t]*$"
-_FIELD_VALUE = re.compile(rf'"({_CODE})"\s*[,}}\]]()|{_LINE_VALUE}', re.M)
-# Single quotes too, for a text with a repr's "'key':" (most texts have none: one scan fewer).
-_FIELD_VALUE_REPR = re.compile(rf"""(?:"({_CODE})"|'({_CODE})')\s*[,}}\]]|{_LINE_VALUE}""", re.M)
+# One pattern per kind of text, each scanning only for the forms it may hold: single quotes
+# in a text with a repr's "'key':", lines in a YAML-like one (most texts are neither).
+_FIELD_VALUES = {(repr_, lines): re.compile("|".join(
+    [_QUOTED_VALUE] + ([_SINGLE_QUOTED_VALUE] if repr_ else []) + ([_LINE_VALUE] if lines else [])), re.M)
+    for repr_ in (False, True) for lines in (False, True)}
 _FIELD_VALUE_CHARS = 40
 _FIELD_CODES: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
 
@@ -109,10 +113,11 @@ def field_codes(text: str) -> tuple[str, ...]:
     tool printed it, where the same shape in prose or code more often names a kind of thing."""
     codes = _FIELD_CODES.get(text)
     if codes is None:
-        pairs = (_FIELD_VALUE_REPR if "':" in text else _FIELD_VALUE).findall(text)
-        if pairs and any(line for *_, line in pairs) and not _line_keys(text):  # not a record: quoted values only
-            pairs = [(double, single, "") for double, single, _ in pairs]
-        found = dict.fromkeys(v for pair in pairs for v in pair
+        pattern = _FIELD_VALUES["':" in text, bool(_line_keys(text))]
+        values = pattern.findall(text)
+        if pattern.groups > 1:
+            values = [v for groups in values for v in groups]
+        found = dict.fromkeys(v for v in values
                               if v and len(v) < _FIELD_VALUE_CHARS and not is_strong(v) and values_of(v) == (v,))
         codes = _FIELD_CODES.put(text, tuple(found))
     return codes
@@ -166,7 +171,11 @@ def _line_keys(text: str) -> list[str]:
     """The keys of a YAML-like text's ``key: value`` lines; none unless such lines are at
     least three and half of its lines: a lone 'ValueError: ...' in a traceback, or a
     'Note: ...' in prose, labels a line, it does not make the text a record."""
-    if ": " not in text and ":\n" not in text:
+    lines = text.count("\n") + 1
+    if lines < 3:  # a line or two (a JSON document, a sentence) is no YAML-like record: no scan
+        return []
+    colons = text.count(": ") + text.count(":\n")
+    if colons < 3 or 2 * colons < lines:
         return []
     keys = _LINE_KEY.findall(text)
     return keys if len(keys) >= 3 and 2 * len(keys) >= text.count("\n") + 1 else []
@@ -252,7 +261,8 @@ class _Tally:
         readable -= present
         if not readable:
             return
-        codes = set(field_codes(text)) if '"' in text or "'" in text or ": " in text or "- " in text else ()
+        # A record's codes rank with its ids: read where a record may stand (JSON, a repr, YAML).
+        codes = set(field_codes(text)) if '"' in text or "':" in text or _line_keys(text) else ()
         for match in _ID_TOKEN.finditer(text):
             for value in _VALUES[match.group()]:
                 if value not in readable:
