@@ -49,13 +49,7 @@ def text_ids(text: str) -> tuple[str, ...]:
     """All id-like values of a text, first occurrence first, deduplicated (memoised)."""
     ids = _IDS.get(text)
     if ids is None:
-        ids = _ids_of_runs(_runs(text))
-        # Only a value without a digit, or a numbered word, may be a field name.
-        if ids and (not all(map(_DIGIT, ids)) or any(map(_FIELD_NUMBER, ids))):
-            keys = _field_keys(text)
-            if keys:
-                ids = tuple(filterfalse(keys.__contains__, ids))
-        ids = _IDS.put(text, ids)
+        ids = _IDS.put(text, _without_field_keys(text, _ids_of_runs(_runs(text))))
     return ids
 
 
@@ -77,20 +71,16 @@ def strong_ids(text: str) -> tuple[str, ...]:
     if strong is None:
         runs = filter(_MAY_BE_STRONG, dict.fromkeys(_runs(text)))
         found = tuple(filter(is_strong, dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs)))))
-        # Only a value without a digit, or a numbered word, may be a field name.
-        if found and (not all(map(_DIGIT, found)) or any(map(_FIELD_NUMBER, found))):
-            keys = _field_keys(text)
-            if keys:
-                found = tuple(filterfalse(keys.__contains__, found))
-        strong = _STRONG_IDS.put(text, found)
+        strong = _STRONG_IDS.put(text, _without_field_keys(text, found))
     return strong
 
 
 # A field's whole value, with what every code or name of code holds (values.py): a capital,
 # '_' or '.' after its first character (a plain word, "pending" or "Sophia", is passed over
 # in C). In JSON (or a Python repr, in single quotes) a string value, not a key:
-# '"basic_economy"' before a comma, brace or bracket. In YAML and other "key: value" text, the rest of a line after its key or a list
-# item's dash: 'cabin: basic_economy', '- DGZSYX'.
+# '"basic_economy"' before a comma, brace or bracket. In YAML and other "key: value"
+# text, the rest of a line after its key or a list item's dash: 'cabin: basic_economy',
+# '- DGZSYX'.
 _CODE = r"[A-Za-z_][a-z0-9+-]*[A-Z_.][\w.+-]*"
 _QUOTED_VALUE = rf'"({_CODE})"\s*[,}}\]]'
 _SINGLE_QUOTED_VALUE = rf"'({_CODE})'\s*[,}}\]]"
@@ -135,13 +125,21 @@ def _runs(text: str) -> list[str]:
     return runs if runs is not None else _ID_TOKEN.findall(text)
 
 
-def _ids_of_runs(runs: Iterable[str], keys: frozenset[str] = frozenset()) -> tuple[str, ...]:
+def _ids_of_runs(runs: Iterable[str]) -> tuple[str, ...]:
     # values.py's rule per distinct run, memoised, in C iteration throughout: map over
     # dict.fromkeys (first occurrence first), chained, deduplicated again.
-    found = dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, filter(_MAY_HOLD, dict.fromkeys(runs)))))
-    if keys:
-        return tuple(filterfalse(keys.__contains__, found))
-    return tuple(found)
+    return tuple(dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, filter(_MAY_HOLD, dict.fromkeys(runs))))))
+
+
+def _without_field_keys(text: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``values`` of ``text`` less its records' field names (``_field_keys``), which are
+    looked for only when some value could be one: a value without a digit, or a
+    numbered word."""
+    if values and (not all(map(_DIGIT, values)) or any(map(_FIELD_NUMBER, values))):
+        keys = _field_keys(text)
+        if keys:
+            return tuple(filterfalse(keys.__contains__, values))
+    return values
 
 
 # A YAML-like line's key: the word before its colon (then a space or the line's end), at
@@ -178,7 +176,7 @@ def _line_keys(text: str) -> list[str]:
     if colons < 3 or 2 * colons < lines:
         return []
     keys = _LINE_KEY.findall(text)
-    return keys if len(keys) >= 3 and 2 * len(keys) >= text.count("\n") + 1 else []
+    return keys if len(keys) >= 3 and 2 * len(keys) >= lines else []
 
 
 def clear_ids_memo() -> None:
@@ -252,9 +250,10 @@ class _Tally:
         text (a kept later message quoted it), so its other values rank first."""
         words, best = self.words, self.best
         lowered = text.lower() if words else ""
+        yaml = bool(_line_keys(text))
         # A JSON object is bounded by its braces, a line of plain text by its ends; a
         # YAML-like record spans lines, and its ids' context is the characters around them.
-        bounds = ("{", "}") if text.lstrip()[:1] in ("{", "[") else ("\0", "\0") if _line_keys(text) else ("\n", "\n")
+        bounds = ("{", "}") if text.lstrip()[:1] in ("{", "[") else ("\0", "\0") if yaml else ("\n", "\n")
         counted: set[str] = set()
         record_matches: dict[str, int] = {}  # the values of one JSON object share its record
         readable = set(text_ids(text))  # memoised: a masked output's values were read already
@@ -262,7 +261,7 @@ class _Tally:
         if not readable:
             return
         # A record's codes rank with its ids: read where a record may stand (JSON, a repr, YAML).
-        codes = set(field_codes(text)) if '"' in text or "':" in text or _line_keys(text) else ()
+        codes = set(field_codes(text)) if '"' in text or "':" in text or yaml else ()
         for match in _ID_TOKEN.finditer(text):
             for value in _VALUES[match.group()]:
                 if value not in readable:

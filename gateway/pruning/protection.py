@@ -13,8 +13,8 @@ stays, its bulky tool outputs masked (their calls and exact ids kept: every
 token over a limit the client set is one too many, and a mask is most of what a
 later call copies), everything else is omitted, and the omission marker lists
 the ids of what it stands for: an exact id costs a few tokens, and the next call
-is likely to reuse one. A current step of many parallel results can be what breaks the
-target: then its earlier results are masked (every call still answered), the
+is likely to reuse one. A current step of many parallel results can be what breaks
+the target: then its earlier results are masked (every call still answered), the
 newest stays whole, and the unit stays pinned (it is *squeezed*)::
 
     p = protect(conv, policy, counter, target_tokens=8000)
@@ -99,8 +99,9 @@ def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_to
 def _window(conv: Conversation, policy: Policy, tool_units: int) -> list[int]:
     """The protected recent units: the last N, the active tool chain (every unit
     since the newest user message) and, when these hold fewer than ``tool_units`` tool
-    exchanges, the newest exchanges before them up to that many: an agent's working set is its latest results (it looks a record up,
-    then changes it; reads a file, then edits it), whatever was said between. A
+    exchanges, the newest exchanges before them up to that many: an agent's working set
+    is its latest results (it looks a record up, then changes it; reads a file, then
+    edits it), whatever was said between. A
     window that already holds results has its working set (an older exchange there
     is an earlier task's); a conversation without tool calls has none, so nothing
     changes for it."""

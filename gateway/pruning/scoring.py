@@ -318,8 +318,7 @@ class LocalScorer:
             weights[term] = self.GOAL_W
         # The recent window says what the step is about when the request itself is
         # short ("yes, go ahead"); a self-contained request needs it less.
-        n_req = sum(1 for t in request.counts if not t.startswith("~"))
-        window_w = self.WINDOW_W / (1.0 + n_req / self.WINDOW_HALF)
+        window_w = _fading(self.WINDOW_W, self.WINDOW_HALF, request)
         if window_w > 0.01:
             for i in window:
                 for term in feats[i].counts:
@@ -331,8 +330,7 @@ class LocalScorer:
     def _entity_weights(self, conv: Conversation, window: Sequence[int], feats,
                         request: _Features) -> dict[str, float]:
         weights: dict[str, float] = {e: 0.4 for e in tf.entities(conv.goal_text)}
-        n_req = sum(1 for t in request.counts if not t.startswith("~"))
-        before_chain = self.WINDOW_ENTITY_W / (1.0 + n_req / self.WINDOW_ENTITY_HALF)
+        before_chain = _fading(self.WINDOW_ENTITY_W, self.WINDOW_ENTITY_HALF, request)
         chain_start = conv.last_user_unit if conv.last_user_unit is not None else 0
         for i in window:
             w = self.WINDOW_ENTITY_W if i >= chain_start else before_chain
@@ -360,6 +358,13 @@ class LocalScorer:
             else:
                 newest[key] = u.index
         return dupes & set(candidates)
+
+
+def _fading(weight: float, half: int | float, request: _Features) -> float:
+    """``weight`` halved when the request has ``half`` terms of its own (prefix terms not
+    counted), and further as it grows: the more a request says, the less its context must."""
+    own = sum(1 for t in request.counts if not t.startswith("~"))
+    return weight / (1.0 + own / half)
 
 
 def _with_neighbours(lexical: dict[int, float], next_share: float, prev_share: float,
