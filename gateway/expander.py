@@ -68,6 +68,7 @@ from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, cha
     continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, tool_definition, \
     with_pins, with_tool
 from gateway.wire.formats import WireFormat
+from gateway.wire.formats.reasoning import input_transformations
 
 log = logging.getLogger("sieve.expander")
 
@@ -299,6 +300,7 @@ class Expander:
         """The round just answered, settled at its usage; without one, as the accounting settles
         a whole answer without usage: the forwarded prompt plus the answer's characters / 4
         (a usage that is there but unreadable is junk: the reservation's estimate is charged)."""
+        record.transformations.extend(input_transformations(payload))  # the provider's report, every round's
         raw = payload.get("usage")
         usage = usage_from_provider(raw) if usage_is_readable(raw) else None
         if usage is not None:

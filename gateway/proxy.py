@@ -43,13 +43,14 @@ from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.expansion import shown_with_refs
 from gateway.pruning.result import PruneResult
 from gateway.pruning.vocabulary import Cohort, PolicyMode
+from gateway.reasoning import Guarded, ReasoningGuard, is_prefix_error, needs_beta, with_beta
 from gateway.telemetry.metrics import FailOpen, Outcome
 from gateway.telemetry.redaction import without_secrets
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
 from gateway.upstream.router import ModelRouter
 from gateway.wire.call import ChatCall
 from gateway.wire.formats import WireFormat
-from gateway.wire.headers import response_headers
+from gateway.wire.headers import REASONING_HEADER, response_headers
 from gateway.wire.ingress import INGRESSES, Ingress
 from gateway.wire.sse import SSEUsageTap
 
@@ -75,9 +76,10 @@ class Reply:
 
 class ChatProxy:
     def __init__(self, *, router: ModelRouter, pruner: Pruner, accountant: Accountant, budgets: BudgetGuard,
-                 deferred: Deferred, expander: Expander | None = None) -> None:
+                 deferred: Deferred, expander: Expander | None = None, reasoning: ReasoningGuard | None = None) -> None:
         self._router = router
         self._expander = expander
+        self._reasoning = reasoning
         self._pruner = pruner
         self._accountant = accountant
         self._budgets = budgets
@@ -110,16 +112,20 @@ class ChatProxy:
             outcome = await self._pruner.pass_through(call, WRITE_FAILED, FailOpen.PRUNING_ERROR)
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
             expansion = None
+        guarded = await self._guard(call, forwarded, outcome.result.changed or expansion is not None)
+        forwarded = guarded.body
         hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded, call.format)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold,
                                answer_chars=ingress.answer_chars,
-                               shadow_pending=outcome.cohort is Cohort.SHADOW and outcome.unpruned_reason == SHADOW)
+                               shadow_pending=outcome.cohort is Cohort.SHADOW and outcome.unpruned_reason == SHADOW,
+                               reasoning=guarded)
         call.forwarded = True  # from here on, the accounting writes its access line
         self._open[id(record)] = record
-        headers = sieve_headers(call.request_id, outcome, hold)
+        headers = sieve_headers(call.request_id, outcome, hold, guarded)
         response = await self._forward_then_decide(record, forwarded, headers)
+        response = await self._retried(record, response, headers)
         if expansion is not None:
-            response = await self._expand(expansion, record, forwarded, response, headers)
+            response = await self._expand(expansion, record, guarded.body, response, headers)
         record.status = response.status
         if response.chunks is None:
             record.upstream_s = time.perf_counter() - record.upstream_started
@@ -139,12 +145,54 @@ class ChatProxy:
         assert self._expander is not None
         try:
             return await self._expander.answer(expansion, record, forwarded, response,
-                                               lambda body: self._forward(record, body, headers))
+                                               lambda body: self._round(record, body, headers))
         except BaseException:
             record.outcome_label = record.outcome_label or Outcome.UPSTREAM_ERROR
             record.error_status = record.error_status or 500
             self._account(record)
             raise
+
+    async def _guard(self, call: ChatCall, forwarded: dict[str, Any], changed: bool) -> Guarded:
+        """The forward made valid for a provider that binds reasoning to its prefix, and what
+        Sieve's rewrite cost in reasoning (``gateway.reasoning``); its record saved before it
+        goes (the answer's reasoning is bound to it, and the client's next request may come
+        as soon as the answer ends)."""
+        if self._reasoning is None:
+            return Guarded(forwarded, fmt=call.format, changed=changed)
+        try:
+            guarded = await self._reasoning.guard(call, forwarded, changed)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not fail the request
+            log.exception("reasoning guard failed (%s); forwarding as written", type(exc).__name__)
+            return Guarded(forwarded, fmt=call.format, changed=changed)
+        if needs_beta(guarded.body):
+            call.headers = with_beta(call.headers)
+        self._reasoning.sent(guarded, guarded.body)
+        await self._reasoning.save(guarded, call.policy.state_ttl_s)
+        return guarded
+
+    async def _retried(self, record: RequestRecord, response: UpstreamResponse,
+                       headers: Mapping[str, str]) -> UpstreamResponse:
+        """A prefix-check 400 on a request Sieve changed: sent once more with drop_block
+        (``gateway.reasoning``); the client never gets an error Sieve's rewrite caused."""
+        guarded = record.reasoning
+        if self._reasoning is None or guarded is None or not is_prefix_error(response.status, response.body):
+            return response
+        body = self._reasoning.safe_form(guarded)
+        if body is None:
+            return response
+        log.warning("request %s: the provider refused reasoning Sieve's rewrite invalidated; sent again with "
+                    "drop_block", record.call.request_id)
+        record.call.headers = with_beta(record.call.headers)
+        await self._reasoning.save(guarded, record.call.policy.state_ttl_s)
+        return await self._forward(record, body, headers)
+
+    async def _round(self, record: RequestRecord, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamResponse:
+        """A sieve_expand round: its body is a prefix the answer's reasoning is bound to."""
+        guarded = record.reasoning
+        if self._reasoning is not None and guarded is not None and guarded.record is not None:
+            self._reasoning.sent(guarded, body)
+            await self._reasoning.save(guarded, record.call.policy.state_ttl_s)
+        return await self._forward(record, body, headers)
 
     async def _prune(self, call: ChatCall, ingress: Ingress) -> tuple[PruneOutcome, ExpandRecord | None]:
         """The request's prune, and its conversation's sieve_expand record when it is pruned
@@ -279,6 +327,7 @@ class ChatProxy:
         finally:
             record.upstream_s = time.perf_counter() - record.upstream_started
             record.stream_usage = tap.usage
+            record.transformations.extend(tap.transformations)
             record.completion_estimate = tap.delta_events
             record.completed = completed
             if response.release is not None:
@@ -310,11 +359,16 @@ def _client_wants_usage(body: Mapping[str, Any]) -> bool:
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
-def sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None = None) -> dict[str, str]:
-    """The ``x-sieve-*`` response headers of a pruned request (both routes send them)."""
+def sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None = None,
+                  guarded: Guarded | None = None) -> dict[str, str]:
+    """The ``x-sieve-*`` response headers of a pruned request (both routes send them); with
+    reasoning in play, what Sieve's rewrite invalidated of it (``gateway.reasoning``)."""
     r = outcome.result
-    return response_headers(request_id, r.original_tokens, r.forwarded_tokens,
-                            hold.remaining_tokens if hold is not None else None)
+    headers = response_headers(request_id, r.original_tokens, r.forwarded_tokens,
+                               hold.remaining_tokens if hold is not None else None)
+    if guarded is not None and guarded.record is not None:
+        headers[REASONING_HEADER] = str(guarded.invalidated)
+    return headers
 
 
 def _close_quietly(resp: Any) -> None:

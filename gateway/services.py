@@ -28,6 +28,7 @@ from gateway.expander import Expander
 from gateway.proxy import ChatProxy
 from gateway.pruner import Pruner
 from gateway.pruning.scoring import LocalScorer
+from gateway.reasoning import ReasoningGuard
 from gateway.pruning.tokens import TokenCounters
 from gateway.scorers.llm import LLMScorer
 from gateway.scorers.summaries import Summarizer
@@ -122,7 +123,8 @@ class Services:
         router = _router(settings, fast_path)
         proxy = ChatProxy(router=router, pruner=pruner,
                           accountant=Accountant(recorder, prices, budgets, audit), budgets=budgets, deferred=deferred,
-                          expander=Expander(stores.conversations, budgets, metrics, counters))
+                          expander=Expander(stores.conversations, budgets, metrics, counters),
+                          reasoning=ReasoningGuard(stores.conversations, settings.preserved_thinking_models))
         return cls(settings, policies, authenticator, stores, proxy, PassThrough(router, fast_path, budgets, recorder, audit, deferred),
                    ModelCatalog(settings, session), recorder, budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,

@@ -58,6 +58,9 @@ SIEVE_SHUTDOWN_GRACE_S          on SIGTERM, how long in-flight requests and stre
                                 may run on before they are cut (default 30)
 SIEVE_TOKEN_ENGINE              "rs-bpe" or "tiktoken" (default: rs-bpe where installed;
                                 both count the same, rs-bpe 2-3x faster)
+SIEVE_PRESERVED_THINKING_MODELS the Anthropic models whose thinking blocks are bound to their prefix
+                                (model-name prefixes, comma-separated; default: the Claude models
+                                with preserved thinking, docs/reasoning.md)
 ==============================  ==============================================
 
 Offline operation is also arranged here: tiktoken is pointed at the encoding
@@ -84,6 +87,9 @@ DEFAULT_POLICIES_DIR = PACKAGE_ROOT.parent / "policies"
 # Every other route needs a key; it cannot be opened by configuration.
 OPS_ROUTES = ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs")
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+# Anthropic's models with preserved thinking ("Prefix checks on thinking blocks"), as name prefixes.
+PRESERVED_THINKING_MODELS = ("claude-fable-5", "claude-mythos-5", "claude-opus-5-5", "claude-sonnet-5-5",
+                             "claude-haiku-5-5")
 
 
 class RouteKind(StrEnum):
@@ -145,6 +151,7 @@ class Settings:
     scorer_api_key: str | None = None
     shutdown_grace_s: float = 30.0
     token_engine: str | None = None
+    preserved_thinking_models: tuple[str, ...] = PRESERVED_THINKING_MODELS
     models: Mapping[str, ModelRoute] = field(default_factory=dict)
     virtual_keys: tuple[Mapping[str, Any], ...] = ()
     passthrough: Mapping[str, str] = field(default_factory=dict)   # sha256(provider key) -> org
@@ -197,6 +204,7 @@ class Settings:
             log_level=env.get("SIEVE_LOG_LEVEL", cls.log_level),
             shutdown_grace_s=_float(env, "SIEVE_SHUTDOWN_GRACE_S", cls.shutdown_grace_s),
             token_engine=env.get("SIEVE_TOKEN_ENGINE", "").strip().lower() or None,
+            preserved_thinking_models=_routes(env, "SIEVE_PRESERVED_THINKING_MODELS", cls.preserved_thinking_models),
         )
         settings = replace(settings, **overrides)
         if settings.shutdown_grace_s < 0:

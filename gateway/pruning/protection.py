@@ -1,6 +1,7 @@
 """What one decision never gives up, what it protects, and what each unit costs kept or masked.
 
-* Hard pins: the system prompt, the goal (the task's first user message) and
+* Hard pins: the system prompt, the goal (the task's first user message), the
+  active task (the newest user message, which the running tool loop works on) and
   the current step (the last unit) always go whole.
 * The protected window: the last units and the active tool chain. It yields,
   oldest first, only when it alone breaks the target: masked, then dropped when
@@ -75,7 +76,10 @@ def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_to
     exchanges the window holds at least (None: the policy's ``protect_last_tool_units``)."""
     units = conv.units
     last = len(units) - 1
-    hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last}
+    # The newest user message is the task the running loop works on: dropped or masked mid-loop,
+    # the agent loses track of what it is doing (it ends its loop early, or works on an older task).
+    task = {conv.last_user_unit} if conv.last_user_unit is not None else set()
+    hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last} | task
     window = _window(conv, policy, policy.protect_last_tool_units if tool_units is None else tool_units)
     in_window = set(window)
     masked_forms = _masked_forms(conv, prior_masks or {}) if policy.mask_tool_outputs else {}

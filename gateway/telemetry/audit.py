@@ -17,6 +17,9 @@ A line looks like (keys always present; ``request`` only with content)::
               "net_usd": ..., ...token figures...} | null,
      "timings": {"prune_ms": 1.2, "scorer_ms": 0.0, "upstream_ms": 350.0, "overhead_ms": 2.0},
      "cohort": "pruned" | "control" | "shadow" | null,
+     "reasoning": {"invalidated": {"current_loop": 1, "earlier": 4}, "stripped": 4, "dropped": 1,
+                   "retried": false, "provider_transformations": {"prefix_binding_mismatch": 1}},
+                   (only on a request where reasoning was in play and something happened to it)
      "shadow": {"mode": "epoch", "forwarded_tokens": 400, "saved_tokens": 500, "prefix_changed": true,
                 "priced": true, "billed_usd": ..., "would_be_usd": ..., "scorer_usd": ..., "net_usd": ...,
                 "would_be_prompt_tokens": ..., "would_be_cached_tokens": ...,
@@ -108,6 +111,9 @@ class AuditEntry:
     shadow_mode: str | None = None  # the shadow decision's prune mode (epoch, frozen, ...)
     expand_refs: Sequence[str] = ()  # the refs the model asked sieve_expand for (gateway.expander)
     expand_rounds: int = 0           # the provider calls Sieve made for them
+    # Preserved reasoning (gateway.reasoning): what Sieve's rewrite invalidated (per scope), the
+    # blocks it took out or left for the provider to drop, a retry, and the provider's own report.
+    reasoning: Mapping[str, Any] | None = None
 
 
 def audit_record(entry: AuditEntry) -> dict[str, Any]:
@@ -142,6 +148,8 @@ def audit_record(entry: AuditEntry) -> dict[str, Any]:
     record["shadow"] = _shadow(entry.shadow, entry.shadow_mode)
     if entry.expand_rounds or entry.expand_refs:
         record["expand"] = {"refs": list(entry.expand_refs), "rounds": entry.expand_rounds}
+    if entry.reasoning:
+        record["reasoning"] = dict(entry.reasoning)
     if entry.include_content and entry.request_body is not None:
         record["request"] = entry.request_body
     return record

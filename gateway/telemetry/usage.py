@@ -139,3 +139,4 @@ def _int(d: Mapping[str, Any], *names: str) -> int:
         except (TypeError, ValueError):
             return 0
     return 0
+

@@ -54,6 +54,8 @@ class SSEUsageTap:
         self.delta_events = 0
         self.finished = False
         self.error: dict[str, Any] | None = None
+        # The provider's input_transformations (reasoning it dropped): the formats that report them.
+        self.transformations: list[Any] = []
         self._held: list[bytes] = []   # the incomplete event so far; it never holds a blank line
         self._held_len = 0
 
