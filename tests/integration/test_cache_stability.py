@@ -34,8 +34,10 @@ def test_agent_loop_keeps_a_byte_identical_prefix_between_epochs(gateway, upstre
     breaks = [n for n in range(1, len(bodies)) if not bodies[n].startswith(_forwarded_prefix(bodies[n - 1]))]
     pruned_steps = sum(1 for s in saved if s > 0)
     assert pruned_steps > len(cuts) // 2, "the history outgrows the target: most steps must be pruned"
-    # Hysteresis: an epoch prunes to the low-water mark, so several steps share a prefix.
-    assert 1 <= len(breaks) <= len(cuts) // 4, f"prefix changed at steps {breaks}"
+    # Hysteresis: an epoch prunes to the low-water mark, so several steps share a prefix. Here each
+    # turn's loop takes most of what the low-water mark leaves, so the epoch a loop would need is
+    # taken at the turn boundary before it (gateway.pruning.turns): about one turn in two.
+    assert 1 <= len(breaks) <= len(cuts) // 3, f"prefix changed at steps {breaks}"
     for n in range(1, len(bodies)):
         sent = orjson.loads(bodies[n])["messages"]
         assert sum(1 for m in sent if m["role"] == "tool") >= 1
@@ -54,8 +56,15 @@ def test_agent_loop_keeps_a_byte_identical_prefix_between_epochs(gateway, upstre
     markers = [[m["content"] for m in orjson.loads(body)["messages"] if is_omission_marker(m)] for body in bodies]
     with_ids = [c for found in markers for c in found if "; ids: #W" in c]
     assert with_ids, "dropped order lookups leave their order ids in a marker"
-    for earlier, later in zip(markers, markers[1:]):
-        assert later[: len(earlier)] == earlier or later[:1] == earlier[:1]
+    # Between epochs a marker keeps its bytes; an epoch keeps the first one too, unless it decides
+    # anew from before it (one that re-scores the old units for the turn that opens).
+    moved = 0
+    for n, (earlier, later) in enumerate(zip(markers, markers[1:]), start=1):
+        if n not in breaks:
+            assert later == earlier
+        elif not (later[: len(earlier)] == earlier or later[:1] == earlier[:1]):
+            moved += 1
+    assert moved <= len(breaks) // 4
 
 
 def test_history_edit_gets_a_fresh_prune(gateway, upstream):
