@@ -5,10 +5,11 @@ The proxy calls this at three points of one request:
 * ``pinned`` before the prune: the conversation's record (``gateway.expand_record``),
   with the room each pinned exchange takes; the pruner holds it under the target and
   says which pins go back (``gateway.pruning.pins``, ``PruneResult.pinned``).
-* ``open`` after the prune: with the policy's ``expand_tool`` on, when the forward
-  masks or omits anything (or the conversation had the tool before: adding or
-  removing a tool rewrites the provider's cached prefix, so once there it stays),
-  the omission markers name their refs (``gateway.pruning.expansion``);
+* ``open`` after the prune: with the policy's ``expand_tool`` on, for a conversation
+  that carries the tool (decided on the first request Sieve sees of it, for its whole
+  life: adding or removing a tool rewrites the prefix a provider binds reasoning and
+  its cache to; ``_offered``), the omission markers name their refs
+  (``gateway.pruning.expansion``);
   ``body_for`` then puts the pins the decision chose back where they were made,
   after the client turn they followed (pinned: the model asked for that content, and
   the provider's cached prefix of that round grows rather than breaks), and the tool
@@ -63,6 +64,7 @@ from gateway.telemetry.metrics import ExpandOutcome, Metrics
 from gateway.upstream.base import UpstreamResponse
 from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
+from gateway.wire.continuation import more_steps_follow
 from gateway.telemetry.usage import usage_from_provider
 from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
     continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, tool_definition, \
@@ -113,6 +115,12 @@ class Expander:
         if record is None or outcome.unpruned_reason:
             return None
         result = outcome.result
+        if record.tool is None:
+            record.tool = _offered(call, result)
+            await self._records.save(record, call.policy.state_ttl_s)
+        if not record.tool:
+            _without_pins(result, record)
+            return None
         try:
             found = expandable(result, call.body["messages"])
             counter = self._counters.for_model(call.body["model"])
@@ -123,14 +131,9 @@ class Expander:
             log.exception("sieve_expand left out of this request (%s)", type(exc).__name__)
             _without_pins(result, record)
             return None
-        if not found.removed and not record.had_tool:
-            _without_pins(result, record)
-            return None
         session = Session(call, outcome, found, record)
         result.request = {**result.request, "messages": found.messages}
         result.tool_tokens = tool_tokens
-        if not record.had_tool:
-            await self._records.save(record, call.policy.state_ttl_s)
         return session
 
     def body_for(self, session: Session | None, forwarded: dict[str, Any]) -> dict[str, Any]:
@@ -315,6 +318,17 @@ class Expander:
     async def _pin(self, session: Session, asked: dict[str, Any]) -> None:
         """Keep this request's expansion exchange for the conversation's later requests."""
         await self._records.pin(session.call, session.record, session.forwarded_turns, asked)
+
+
+def _offered(call: ChatCall, result: PruneResult) -> bool:
+    """Whether a conversation carries the tool, decided on the first request Sieve sees of it and
+    kept for its whole life (``tools`` is in the prefix a provider binds reasoning and its cache
+    to: the tool is there from that request on, or never). On when that request opens the
+    conversation (it holds no answer yet) and says more steps follow (``gateway.wire.continuation``),
+    or is pruned already (its prefix changes anyway); otherwise the conversation goes without it,
+    rather than gain it mid-way at its first prune."""
+    opens = not any(m.get("role") == "assistant" for m in call.body["messages"])
+    return (opens and more_steps_follow(call.sent_body, call.format, call.sieve.conversation_id)) or result.changed
 
 
 def _without_pins(result: PruneResult, record: ExpandRecord) -> None:

@@ -203,6 +203,9 @@ class ChatProxy:
         if call.policy.mode is PolicyMode.SHADOW:
             return await self._pruner.pass_through(call, SHADOW), None  # decided beside the forward
         record = await self._expander.pinned(call) if self._expander is not None else None
+        if record is not None and record.tool is False:
+            # A conversation without the tool: its markers name no ref (and are counted so).
+            call.policy, record = call.policy.with_overrides(expand_tool=False), None
         outcome = await self._pruner.prune(call, await self._budget_target(call),
                                            record.room if record is not None else ())
         return outcome, record

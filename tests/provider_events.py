@@ -42,6 +42,7 @@ class Turn:
     thinking: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
     transformations: tuple[dict[str, Any], ...] = ()
+    preamble: str | None = None  # text said before the call (Claude's habit: a text block, then the tool)
 
     def output_tokens(self) -> int:
         size = len(self.text or "") + (len(orjson.dumps(self.call.arguments)) if self.call else 0)
@@ -83,7 +84,8 @@ def _anthropic_block(turn: Turn) -> dict[str, Any]:
 def anthropic_message(turn: Turn, model: str, usage: Usage) -> dict[str, Any]:
     """The non-streamed ``Message``."""
     message = {"id": f"msg_fake{next(_ids):08d}", "type": "message", "role": "assistant", "model": model,
-               "content": ([turn.thinking] if turn.thinking else []) + [_anthropic_block(turn)],
+               "content": ([turn.thinking] if turn.thinking else []) +
+                          ([{"type": "text", "text": turn.preamble}] if turn.preamble else []) + [_anthropic_block(turn)],
                "stop_reason": "tool_use" if turn.call else "end_turn", "stop_sequence": None,
                "usage": _anthropic_usage(usage)}
     if turn.transformations:
@@ -112,6 +114,12 @@ def anthropic_stream(turn: Turn, model: str, usage: Usage) -> list[bytes]:
     if turn.thinking:
         frames.extend(_thinking_frames(turn.thinking))
         index = 1
+    if turn.preamble:
+        frames += [frame({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+                   frame({"type": "content_block_delta", "index": index,
+                          "delta": {"type": "text_delta", "text": turn.preamble}}),
+                   frame({"type": "content_block_stop", "index": index})]
+        index += 1
     if turn.call is not None:
         frames.append(frame({"type": "content_block_start", "index": index, "content_block": {
             "type": "tool_use", "id": turn.call.call_id, "name": turn.call.name, "input": {}}}))

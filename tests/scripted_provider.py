@@ -163,7 +163,8 @@ class ScriptedProvider(ThreadedServer):
 
     def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0, record: bool = True,
                  unscripted: events.Turn = events.Turn(text="ok"), latency_s: float = 0.0,
-                 chunk_delay_s: float = 0.0, checks: PrefixChecks | None = None, expand_every: int = 0) -> None:
+                 chunk_delay_s: float = 0.0, checks: PrefixChecks | None = None, expand_every: int = 0,
+                 expand_after_text: bool = False) -> None:
         super().__init__(host=host, port=port)
         self.script = script
         # Preserved reasoning (tests.prefix_checks): answers carry reasoning bound to their prefix,
@@ -172,6 +173,9 @@ class ScriptedProvider(ThreadedServer):
         # Every that many steps of a task, a request that offers Sieve's sieve_expand tool and shows a
         # marker's ref gets a call to it first (0: never): Sieve's own rounds, and the exchanges it pins.
         self.expand_every = expand_every
+        # Say a sentence before that call (Anthropic): a stream names the tool after text, so Sieve
+        # answers it at the call and splices the next round into the same message.
+        self.expand_after_text = expand_after_text
         self.record = record
         self.unscripted = unscripted  # the answer to a request of no task (side requests, benchmarks)
         self.latency_s = latency_s  # before the status line
@@ -261,7 +265,9 @@ class ScriptedProvider(ThreadedServer):
         refs = re.findall(r"ref ([0-9a-f]{8})\b", orjson.dumps(body.get("messages") or body.get("input")).decode())
         if not refs:
             return None
-        return events.Turn(call=events.ToolCall(f"call_expand_{step}_{len(results)}", EXPAND_TOOL, {"refs": refs[-1:]}))
+        preamble = "Let me read back what was left out." if self.expand_after_text and fmt == "messages" else None
+        return events.Turn(call=events.ToolCall(f"call_expand_{step}_{len(results)}", EXPAND_TOOL, {"refs": refs[-1:]}),
+                           preamble=preamble)
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
@@ -274,7 +280,10 @@ class ScriptedProvider(ThreadedServer):
             if checked.refused is not None:
                 return web.json_response(anthropic_refusal(checked.refused), status=400)
             checked.main_loop = is_main_loop("messages", body)
-            checked.round, checked.held = _answers_expansion("messages", body), not _calls_expansion(turn)
+            # A call after text in a stream reaches the client up to the call (Sieve splices the next
+            # round into the same message): the client holds that answer's thinking block too.
+            checked.round = _answers_expansion("messages", body)
+            checked.held = not _calls_expansion(turn) or (turn.preamble is not None and body.get("stream") is True)
             if self.checks.thinks(body):
                 turn = dataclasses.replace(turn, thinking=self.checks.thinking_block(body),
                                            transformations=tuple(checked.transformations))

@@ -105,10 +105,17 @@ def build_conversation(
         units.append(_unit(len(units), msgs, toks, start, i, kind))
 
     goal_units, goal_text = _locate_goal(msgs, units, explicit_goal)
-    last_user = next((u.index for u in reversed(units) if u.kind == KIND_USER), None)
+    last_user = next((u.index for u in reversed(units) if u.kind == KIND_USER and opens_turn(msgs, u.start)), None)
     current = content_text(msgs[units[last_user].start].get("content")) if last_user is not None else ""
     return Conversation(msgs, toks, fps, units, goal_units, goal_text, current, last_user, problems,
                         goal_explicit=bool(explicit_goal))
+
+
+def opens_turn(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
+    """Whether the user message at ``index`` opens a turn: one right after tool results is the
+    text of the turn that carries them (Claude Code adds its reminders there; an interruption
+    goes there too), so the loop it sits in goes on."""
+    return index == 0 or messages[index - 1].get("role") not in ("tool", "function")
 
 
 def _chain_end(msgs: list[Mapping[str, Any]], i: int, problems: list[str]) -> int:

@@ -1,7 +1,8 @@
 """Where a request stands in its conversation's turns: at a turn boundary, or inside a tool loop.
 
-A user message opens a turn; the assistant's tool calls and their results after
-it are that turn's loop, and the newest user message is the task the loop works
+A user message opens a turn (one right after tool results is part of the turn
+that carries them: ``conversation.opens_turn``); the assistant's tool calls and
+their results after it are that turn's loop, and the newest user message is the task the loop works
 on. Providers bind a model's reasoning to the exact history before it (Anthropic
 thinking blocks, OpenAI reasoning items: ARCHITECTURE.md 2a), so an epoch that
 rewrites history in the middle of a loop throws away the reasoning of every step
@@ -32,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from gateway.pruning.conversation import opens_turn
+
 RECENT_TURNS = 3
 # At a boundary, an early epoch needs the request at least this far from the low-water mark to
 # the target: below it, the loop to come is let run (and may force an epoch of its own).
@@ -47,7 +50,7 @@ class Turn:
 
 def turn_of(messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> Turn:
     """The turn ``messages`` (with their ``tokens``) stand in."""
-    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user" and opens_turn(messages, i)]
     if not users:
         return Turn(False, None, 0)
     task = users[-1]

@@ -120,10 +120,35 @@ def with_pins(forwarded: dict[str, Any], sent: Mapping[str, Any], fmt: WireForma
         place = _kept_at(out, history, at - 1) if at is not None else None
         if place is None:
             continue
-        out[place + 1:place + 1] = list(pins[i].get("items") or ())
+        items = list(pins[i].get("items") or ())
+        out[place + 1:place + 1] = items
+        _unspliced(out, place + 1 + len(items), items, fmt)
         added.append(i)
     key = "input" if fmt is WireFormat.RESPONSES else "messages"
     return ({**forwarded, key: out} if added else forwarded), sorted(added)
+
+
+def _unspliced(turns: list[Any], at: int, items: list[Any], fmt: WireFormat) -> None:
+    """After a pin put back at ``at - len(items)``: the client's answer that follows, when Sieve
+    spliced it (its stream named sieve_expand after text: the round's answer went on in the same
+    message), loses the part the pin's own turn already holds. The provider made that part in the
+    round and the rest after the exchange: forwarded as it made them, every piece of reasoning in
+    them keeps the prefix it is bound to (ARCHITECTURE.md 2a)."""
+    if fmt is WireFormat.MESSAGES:
+        said = next((t for t in items if isinstance(t, dict) and t.get("role") == "assistant"), None)
+        answer = turns[at] if at < len(turns) else None
+        if not isinstance(said, dict) or not isinstance(answer, dict) or answer.get("role") != "assistant" \
+                or not isinstance(said.get("content"), list) or not isinstance(answer.get("content"), list):
+            return
+        shown = [b for b in said["content"] if not (isinstance(b, dict) and b.get("name") == TOOL_NAME)]
+        if shown and len(answer["content"]) > len(shown) and plain(answer["content"][:len(shown)]) == plain(shown):
+            turns[at] = {**answer, "content": answer["content"][len(shown):]}
+    elif fmt is WireFormat.RESPONSES:
+        calls = {i.get("call_id") for i in items if isinstance(i, dict) and i.get("name") == TOOL_NAME}
+        shown = [i for i in items if isinstance(i, dict) and i.get("name") != TOOL_NAME
+                 and i.get("call_id") not in calls]
+        if shown and plain(turns[at:at + len(shown)]) == plain(shown):
+            del turns[at:at + len(shown)]
 
 
 def pin_needs(view: ChatView | None, fmt: WireFormat, at: int) -> tuple[int, ...]:

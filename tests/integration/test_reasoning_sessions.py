@@ -83,10 +83,64 @@ def test_a_long_session_loses_no_request_and_counts_what_it_cost(provider, sieve
     assert counter_total(sieve.metrics, "sieve_reasoning_invalidated_total") == sum(lost)
     assert counter_total(sieve.metrics, "sieve_provider_input_transformations_total") == \
         sum(len(c.transformations) for c in checks.log)
+    tools = {repr(body.get("tools")) for body in bodies}
+    assert len(tools) == 1 and "sieve_expand" in tools.pop()  # from the first request, for good
     grown = [_grown(before, after, fmt) for before, after in zip(bodies, bodies[1:])]
     firsts = [i for i, c in enumerate(loop) if not c.round]
     assert all(n == 0 for n, i in zip(lost[1:], firsts[1:]) if grown[i - 1]), (lost, grown)
     print(fmt, stream, target, "rounds", rounds, "lost", lost, "re-decided", sum(not g for g in grown))
+
+
+@pytest.mark.parametrize("target", [4000, 16000])
+def test_rounds_spliced_into_a_streamed_answer_keep_its_reasoning_valid(sieve_spliced, target):
+    """The model says a sentence, then calls sieve_expand (Claude's habit): Sieve answers the call at
+    that point of the stream and relays the next round in the same message. The client holds one
+    message made of two answers; Sieve forwards them as the provider made them (the pinned round,
+    then the rest), so no request fails and nothing the client holds is counted lost for it."""
+    sieve, provider = sieve_spliced
+    agent = MessagesAgent(sieve.base_url, headers={"x-sieve-target-tokens": str(target),
+                                                    "x-sieve-conversation-id": f"spliced-{target}",
+                                                    "anthropic-version": "2023-06-01"}, stream=True)
+    try:
+        for task in TASKS:
+            assert agent.task(f"{task.key}: read the ten logs and report.") == task.answer
+    finally:
+        agent.close()
+    checks = provider.checks
+    assert checks is not None and [c.refused for c in checks.log if c.refused] == []
+    merged = [e for e in agent.exchanges if sum(b.get("type") == "thinking" for b in e.answer["content"]) > 1]
+    assert merged, "no answer was spliced"
+    lost = newly_lost([c for c in checks.log if c.main_loop])
+    assert [int(e.headers.get(REASONING_HEADER, "0")) for e in agent.exchanges] == lost
+    sieve.wait_idle()
+    assert counter_total(sieve.metrics, "sieve_reasoning_invalidated_total") == sum(lost)
+
+
+@pytest.fixture
+def sieve_spliced() -> Iterator[tuple[GatewayServer, ScriptedProvider]]:
+    with ScriptedProvider(Script(*TASKS), checks=PrefixChecks(), expand_every=4, expand_after_text=True) as server:
+        settings = Settings(upstream_base_url=server.base_url, anthropic_base_url=server.root)
+        with GatewayServer(settings) as gateway:
+            yield gateway, server
+
+
+def test_a_conversation_first_seen_with_history_never_gains_the_tool(provider, sieve):
+    """Sieve's sieve_expand tool is in the prefix a provider binds reasoning to: a conversation
+    that comes with answers in it and is not pruned at once goes without the tool for good, even
+    once Sieve prunes it (adding it then would invalidate every block before)."""
+    agent = MessagesAgent(sieve.base_url, headers={"x-sieve-target-tokens": "4000",
+                                                    "x-sieve-conversation-id": "joined-late",
+                                                    "anthropic-version": "2023-06-01"})
+    agent.messages = [{"role": "user", "content": [{"type": "text", "text": "Hello."}]},
+                      {"role": "assistant", "content": [{"type": "text", "text": "Hi, what shall I do?"}]}]
+    try:
+        assert agent.task(f"{TASKS[0].key}: read the ten logs and report.") == TASKS[0].answer
+    finally:
+        agent.close()
+    bodies = provider.main_loop("messages")
+    assert len(bodies) >= 10 and all("sieve_expand" not in repr(b.get("tools")) for b in bodies)
+    assert any("[sieve:" in repr(b["messages"]) for b in bodies)  # it was pruned all the same
+    assert provider.checks is not None and [c.refused for c in provider.checks.log if c.refused] == []
 
 
 def _grown(before: dict, after: dict, fmt: str) -> bool:

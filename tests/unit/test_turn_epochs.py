@@ -9,6 +9,7 @@ previous forward as it can; and the task the loop works on is never dropped or m
 
 from __future__ import annotations
 
+from gateway.pruning.conversation import build_conversation
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
@@ -115,3 +116,15 @@ def test_the_task_a_loop_works_on_is_never_dropped_or_masked():
         result, state = run(history[:k], state, target)
         assert result.message_actions[task_b] == KEPT, k
     assert DROPPED in result.message_actions  # the loop itself was pruned
+
+
+def test_text_beside_tool_results_does_not_open_a_turn():
+    """Claude Code adds reminders to the user turn that carries tool results (Messages reads them
+    as a user message right after the tool messages): the loop goes on, its task stays the prompt."""
+    system = [{"role": "system", "content": "You look records up."}]
+    history = system + turn("A", 2)[:-1] + [{"role": "user", "content": "<system-reminder>Be brief.</system-reminder>"}]
+    tokens = [COUNTER.count_message(m) for m in history]
+    t = turn_of(history, tokens)
+    assert not t.boundary and history[t.task]["content"].startswith("Task A")
+    conv = build_conversation(history, COUNTER.count_message)
+    assert conv.units[conv.last_user_unit].start == 1

@@ -213,7 +213,7 @@ def _merged_turns(pieces: list[_Piece], turns: list[dict[str, Any]]) -> list[dic
     """Adjacent pieces of one role merged into one turn, unless the client sent them as
     adjacent turns of its own; a user turn first when the client's was."""
     groups: list[list[_Piece]] = []
-    for piece in pieces:
+    for piece in _markers_forward(pieces):
         last = groups[-1][-1] if groups else None
         if last is not None and last.role == piece.role and not _adjacent_turns(last, piece):
             groups[-1].append(piece)
@@ -223,6 +223,27 @@ def _merged_turns(pieces: list[_Piece], turns: list[dict[str, Any]]) -> list[dic
     if turns[0]["role"] == "user" and out and out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": [{"type": "text", "text": DROPPED_MARKER}]})
     return out
+
+
+def _markers_forward(pieces: list[_Piece]) -> list[_Piece]:
+    """The pieces with the inserted markers that would merge into the client's user turn before
+    them (an assistant turn after them: roles must alternate) moved into the next user turn
+    instead, after that assistant turn. The turn before keeps its bytes: the first position an
+    epoch changes is the first one it omitted, not an earlier turn (message 0, for a span right
+    after the task), so the prompt cache and the reasoning bound to what precedes it stay."""
+    out: list[_Piece] = []
+    waiting: list[_Piece] = []
+    for i, piece in enumerate(pieces):
+        after = next((p for p in pieces[i + 1:] if p.turn is not None), None)
+        if piece.turn is None and out and out[-1].role == "user" and out[-1].turn is not None \
+                and after is not None and after.role == "assistant":
+            waiting.append(piece)  # held until the next client user turn
+            continue
+        out.append(piece)
+        if waiting and piece.role == "user" and piece.turn is not None:
+            out.extend(waiting)
+            waiting = []
+    return out + waiting
 
 
 def _adjacent_turns(a: _Piece, b: _Piece) -> bool:

@@ -4,8 +4,9 @@ Providers bind each piece of reasoning they return to its prefix, everything the
 request held before it (ARCHITECTURE.md 2a): Anthropic checks every ``thinking`` /
 ``redacted_thinking`` block against ``system``, ``tools`` and every earlier message
 and block (400, or the block dropped under ``drop_block``); OpenAI drops a
-``reasoning`` item whose prefix changed, silently. A *carrier* is what holds
-reasoning: an assistant turn with such blocks, or a reasoning item.
+``reasoning`` item whose prefix changed, silently. A *carrier* is one piece of
+reasoning: a thinking block (bound to the blocks before it in its message too), or a
+reasoning item.
 
 A conversation's record (``gateway.reasoning``) keeps, per carrier, the prefix it
 is bound to (a chain hash, ``chain``), and the bodies Sieve sent upstream since the
@@ -47,7 +48,8 @@ class Scope(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Carrier:
-    """Reasoning at ``position`` of a body's history (a Messages turn, a Responses item)."""
+    """Reasoning at ``position`` of a body's history: one thinking block of a Messages turn (its
+    index in ``blocks``), or a Responses reasoning item."""
 
     position: int
     digest: str             # its identity: the same block or item in another body has the same one
@@ -120,29 +122,48 @@ def _plain(value: Any) -> Any:
 
 
 def carriers(body: Mapping[str, Any], fmt: WireFormat) -> list[Carrier]:
-    """The reasoning a body holds, in order."""
-    found = []
+    """The reasoning a body holds, in order: each thinking block (Messages), each reasoning item."""
+    return [c for c, _ in _with_prefixes(body, fmt)]
+
+
+def _with_prefixes(body: Mapping[str, Any], fmt: WireFormat) -> list[tuple[Carrier, str]]:
+    """Each carrier of ``body`` with the hash of what stands before it, as the body is."""
+    out: list[tuple[Carrier, str]] = []
+    h = _head(body, fmt)
     for i, item in enumerate(history(body, fmt)):
-        carrier = _carrier(i, item, fmt)
-        if carrier is not None:
-            found.append(carrier)
-    return found
+        for j, block in _reasoning_of(item, fmt):
+            out.append((_carrier_at(i, j, block, fmt), _before(h, item, j, fmt)))
+        h.update(orjson.dumps(_plain(item), option=orjson.OPT_SORT_KEYS))
+    return out
 
 
-def _carrier(position: int, item: Any, fmt: WireFormat) -> Carrier | None:
+def _reasoning_of(item: Any, fmt: WireFormat) -> list[tuple[int, Any]]:
+    """The reasoning in one turn (its thinking blocks, by index) or item (itself, index -1)."""
     if not isinstance(item, dict):
-        return None
+        return []
     if fmt is WireFormat.RESPONSES:
-        if item.get("type") != "reasoning":
-            return None
-        return Carrier(position, digest(item.get("encrypted_content") or item.get("id") or item), 1)
+        return [(-1, item)] if item.get("type") == "reasoning" else []
     content = item.get("content")
     if item.get("role") != "assistant" or not isinstance(content, list):
-        return None
-    blocks = tuple(j for j, b in enumerate(content) if isinstance(b, dict) and b.get("type") in THINKING_TYPES)
-    if not blocks:
-        return None
-    return Carrier(position, digest([_identity(content[j]) for j in blocks]), len(blocks), blocks)
+        return []
+    return [(j, b) for j, b in enumerate(content) if isinstance(b, dict) and b.get("type") in THINKING_TYPES]
+
+
+def _carrier_at(position: int, index: int, block: Mapping[str, Any], fmt: WireFormat) -> Carrier:
+    if fmt is WireFormat.RESPONSES:
+        return Carrier(position, digest(block.get("encrypted_content") or block.get("id") or block), 1)
+    return Carrier(position, digest(_identity(block)), 1, (index,))
+
+
+def _before(h: Any, item: Mapping[str, Any], index: int, fmt: WireFormat) -> str:
+    """The prefix of the reasoning at ``index`` of ``item``: what came before the item, and the
+    item's own blocks before it (a block is bound to the earlier blocks of its message too)."""
+    if fmt is WireFormat.RESPONSES or index <= 0:
+        return h.copy().hexdigest()
+    at = h.copy()
+    at.update(b"\x00blocks")
+    at.update(orjson.dumps(_plain(item["content"][:index]), option=orjson.OPT_SORT_KEYS))
+    return at.hexdigest()
 
 
 def _identity(block: Mapping[str, Any]) -> Any:
@@ -178,25 +199,19 @@ def judge(forward: Mapping[str, Any], sent: Mapping[str, Any], fmt: WireFormat, 
           ) -> Verdict:
     """``forward`` judged against what the client ``sent`` (module docstring). ``bound``: per carrier
     seen before, the prefix it is bound to; ``pending``: the bodies sent since, whose answers'
-    carriers are met here for the first time (each is bound to the body it answers). ``strip(carrier,
-    in_loop)`` says whether an invalid carrier's blocks come out (Messages); the carriers after one
-    are hashed as it is forwarded, without them (``Verdict.body``)."""
+    carriers are met here for the first time (each is bound to the body it answers, so it opens
+    its message). ``strip(carrier, in_loop)`` says whether an invalid thinking block comes out
+    (Messages); what follows is hashed as it is forwarded, without it (``Verdict.body``)."""
     verdict = Verdict(loop_start=loop_start(forward, fmt))
-    clients = {c.digest: c for c in carriers(sent, fmt)}
-    behind = chain(sent, fmt)  # a carrier whose prefix is the client's own was not touched by Sieve
+    clients = dict((c.digest, (c, prefix)) for c, prefix in _with_prefixes(sent, fmt))
     items, h = list(history(forward, fmt)), _head(forward, fmt)
     for i, item in enumerate(items):
-        carrier = _carrier(i, item, fmt)
-        if carrier is not None:
-            before = verdict.prefixes[carrier.digest] = h.copy().hexdigest()
-            made_under = bound.get(carrier.digest)
-            valid = before == made_under if made_under is not None else before in pending
-            untouched = carrier.digest in clients and behind[clients[carrier.digest].position] == before
-            if not valid and not untouched:
-                items[i] = _judged_invalid(verdict, carrier, item, carrier.digest in clients, lost, strip)
+        found = _reasoning_of(item, fmt)
+        if found:
+            items[i] = _judged_item(verdict, i, item, found, h, fmt, (bound, pending, lost, clients), strip)
         h.update(orjson.dumps(_plain(items[i]), option=orjson.OPT_SORT_KEYS))
     client_loop = loop_start(sent, fmt)
-    for carrier in clients.values():  # what the rewrite left out altogether
+    for carrier, _ in clients.values():  # what the rewrite left out altogether
         if carrier.digest not in verdict.prefixes:
             _count(verdict, carrier, client_loop is not None and carrier.position > client_loop, lost)
     verdict.body = {**forward, ("input" if fmt is WireFormat.RESPONSES else "messages"): items} \
@@ -205,18 +220,38 @@ def judge(forward: Mapping[str, Any], sent: Mapping[str, Any], fmt: WireFormat, 
     return verdict
 
 
-def _judged_invalid(verdict: Verdict, carrier: Carrier, item: dict[str, Any], clients: bool, lost: set[str],
-                    strip: Callable[[Carrier, bool], bool]) -> dict[str, Any]:
+def _judged_item(verdict: Verdict, i: int, item: dict[str, Any], found: list[tuple[int, Any]], h: Any,
+                 fmt: WireFormat, known: tuple, strip: Callable[[Carrier, bool], bool]) -> dict[str, Any]:
+    """One turn or item with reasoning: each piece judged in order, against the prefix it has as
+    forwarded (the blocks taken out before it are out); the turn without the blocks taken out."""
+    bound, pending, lost, clients = known
+    gone: set[int] = set()
+    for j, block in found:
+        carrier = _carrier_at(i, j, block, fmt)
+        seen = {**item, "content": [b for k, b in enumerate(item["content"]) if k not in gone]} if gone else item
+        before = verdict.prefixes[carrier.digest] = _before(h, seen, j - sum(1 for k in gone if k < j), fmt)
+        made_under = bound.get(carrier.digest)
+        valid = before == made_under if made_under is not None else before in pending
+        untouched = carrier.digest in clients and clients[carrier.digest][1] == before
+        if not valid and not untouched and _judged_invalid(verdict, carrier, carrier.digest in clients, lost, strip):
+            gone.add(j)
+    if not gone:
+        return item
+    return {**item, "content": [b for k, b in enumerate(item["content"]) if k not in gone]}
+
+
+def _judged_invalid(verdict: Verdict, carrier: Carrier, clients: bool, lost: set[str],
+                    strip: Callable[[Carrier, bool], bool]) -> bool:
     """An invalid carrier noted (counted when it is the client's: a pinned exchange's is Sieve's
-    own), and its blocks taken out where ``strip`` says so."""
+    own); whether it comes out."""
     verdict.invalid.append(carrier)
     in_loop = verdict.in_loop(carrier)
     if clients:
         _count(verdict, carrier, in_loop, lost)
     if not strip(carrier, in_loop):
-        return item
+        return False
     verdict.stripped.append(carrier)
-    return {**item, "content": [b for j, b in enumerate(item["content"]) if j not in carrier.blocks]}
+    return True
 
 
 def _count(verdict: Verdict, carrier: Carrier, in_loop: bool, lost: set[str]) -> None:
@@ -228,9 +263,9 @@ def _count(verdict: Verdict, carrier: Carrier, in_loop: bool, lost: set[str]) ->
 
 
 def strippable(body: Mapping[str, Any], carrier: Carrier) -> bool:
-    """Whether taking the carrier's blocks out leaves its turn something to say."""
+    """Whether taking thinking blocks out of the carrier's turn leaves it something to say."""
     content = body["messages"][carrier.position]["content"]
-    return len(content) > len(carrier.blocks)
+    return any(not isinstance(b, dict) or b.get("type") not in THINKING_TYPES for b in content)
 
 
 def input_transformations(payload: Mapping[str, Any]) -> list[Any]:
