@@ -59,14 +59,7 @@ def sieve(provider: ScriptedProvider) -> Iterator[GatewayServer]:
 @pytest.mark.parametrize("fmt", ["messages", "responses"])
 def test_a_long_session_loses_no_request_and_counts_what_it_cost(provider, sieve, fmt, stream, target):
     make = MessagesAgent if fmt == "messages" else ResponsesAgent
-    agent = make(sieve.base_url, headers={"x-sieve-target-tokens": str(target),
-                                           "x-sieve-conversation-id": f"session-{fmt}-{stream}-{target}",
-                                           "anthropic-version": "2023-06-01"}, stream=stream)
-    try:
-        for task in TASKS:
-            assert agent.task(f"{task.key}: read the ten logs and report.") == task.answer
-    finally:
-        agent.close()
+    agent = _session(make(sieve.base_url, headers=_headers(target, f"session-{fmt}-{stream}-{target}"), stream=stream))
     checks = provider.checks
     assert checks is not None
     assert len(agent.exchanges) >= 30
@@ -88,7 +81,21 @@ def test_a_long_session_loses_no_request_and_counts_what_it_cost(provider, sieve
     grown = [_grown(before, after, fmt) for before, after in zip(bodies, bodies[1:])]
     firsts = [i for i, c in enumerate(loop) if not c.round]
     assert all(n == 0 for n, i in zip(lost[1:], firsts[1:]) if grown[i - 1]), (lost, grown)
-    print(fmt, stream, target, "rounds", rounds, "lost", lost, "re-decided", sum(not g for g in grown))
+
+
+def _headers(target: int, conversation: str) -> dict[str, str]:
+    return {"x-sieve-target-tokens": str(target), "x-sieve-conversation-id": conversation,
+            "anthropic-version": "2023-06-01"}
+
+
+def _session(agent):
+    """The three tasks, one after the other in the same conversation, each ending with its answer."""
+    try:
+        for task in TASKS:
+            assert agent.task(f"{task.key}: read the ten logs and report.") == task.answer
+    finally:
+        agent.close()
+    return agent
 
 
 @pytest.mark.parametrize("target", [4000, 16000])
@@ -98,14 +105,7 @@ def test_rounds_spliced_into_a_streamed_answer_keep_its_reasoning_valid(sieve_sp
     message made of two answers; Sieve forwards them as the provider made them (the pinned round,
     then the rest), so no request fails and nothing the client holds is counted lost for it."""
     sieve, provider = sieve_spliced
-    agent = MessagesAgent(sieve.base_url, headers={"x-sieve-target-tokens": str(target),
-                                                    "x-sieve-conversation-id": f"spliced-{target}",
-                                                    "anthropic-version": "2023-06-01"}, stream=True)
-    try:
-        for task in TASKS:
-            assert agent.task(f"{task.key}: read the ten logs and report.") == task.answer
-    finally:
-        agent.close()
+    agent = _session(MessagesAgent(sieve.base_url, headers=_headers(target, f"spliced-{target}"), stream=True))
     checks = provider.checks
     assert checks is not None and [c.refused for c in checks.log if c.refused] == []
     merged = [e for e in agent.exchanges if sum(b.get("type") == "thinking" for b in e.answer["content"]) > 1]
@@ -128,9 +128,7 @@ def test_a_conversation_first_seen_with_history_never_gains_the_tool(provider, s
     """Sieve's sieve_expand tool is in the prefix a provider binds reasoning to: a conversation
     that comes with answers in it and is not pruned at once goes without the tool for good, even
     once Sieve prunes it (adding it then would invalidate every block before)."""
-    agent = MessagesAgent(sieve.base_url, headers={"x-sieve-target-tokens": "4000",
-                                                    "x-sieve-conversation-id": "joined-late",
-                                                    "anthropic-version": "2023-06-01"})
+    agent = MessagesAgent(sieve.base_url, headers=_headers(4000, "joined-late"))
     agent.messages = [{"role": "user", "content": [{"type": "text", "text": "Hello."}]},
                       {"role": "assistant", "content": [{"type": "text", "text": "Hi, what shall I do?"}]}]
     try:
