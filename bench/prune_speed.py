@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.shared import SHARED  # noqa: E402
 from gateway.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
@@ -54,7 +55,7 @@ from gateway.pruning.policy import Policy, Steering  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounter, TokenCounters, text_counter  # noqa: E402
 
-SESSIONS = ROOT.parent / "shared" / "data" / "dev-sessions-retail.jsonl.gz"
+SESSIONS = SHARED / "data" / "dev-sessions-retail.jsonl.gz"
 
 
 def history_of(tokens: int, counter) -> list[dict]:

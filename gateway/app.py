@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import sys
 from typing import Any, AsyncIterator
 
@@ -51,6 +52,10 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> FastAPI:
         gc.collect()
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
+        # No log format of Sieve's names the caller's frame, thread or process; without these
+        # a record (an access line per request) is not given them, each a lookup.
+        logging._srcfile = None  # type: ignore[attr-defined]
+        logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
         # Big bodies are pruned in worker threads (gateway.big_bodies) that share the interpreter
         # lock with the event loop. The loop asks for the lock again after each wait for I/O,
         # several times per request, and a thread waiting for it is served only after the

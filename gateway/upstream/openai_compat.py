@@ -36,7 +36,7 @@ from gateway.wire.formats import WireFormat
 from gateway.wire.ingress import INGRESSES
 from gateway.wire.keys import client_provider_key
 
-# Request headers never forwarded: hop-by-hop, our own, and what aiohttp sets.
+# Request headers never forwarded: hop-by-hop, our own, and what the forwarding client sets.
 _DROP_REQUEST = frozenset((
     "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
     "upgrade", "proxy-authorization", "proxy-connection", "accept-encoding", "cookie", "x-api-key",
@@ -74,8 +74,7 @@ def forward_headers(incoming: Mapping[str, str], key: Mapping[str, str], *, clie
     along (its own org and project included), minus hop-by-hop, x-sieve-* and its key
     headers. Otherwise the key is the gateway's (or there is none) and only
     :data:`FORWARDED_WITH_GATEWAY_KEY` pass. ``accept-encoding: identity``: bytes are relayed
-    as they come (and read for usage), so the provider must not compress them (aiohttp
-    would ask for gzip)."""
+    as they come (and read for usage), so the provider must not compress them."""
     if clients_key:
         out = {k: v for k, v in incoming.items()
                if k not in _DROP_REQUEST and k != "authorization" and not k.startswith("x-sieve-")}
