@@ -163,10 +163,12 @@ class _Connection(asyncio.Protocol):
             raise self.error
 
     def take(self) -> bytes | None:
-        """The next body piece held, or None."""
-        if not self._chunks:
+        """The body bytes held (pieces that arrived together go on together), or None."""
+        chunks = self._chunks
+        if not chunks:
             return None
-        piece = self._chunks.popleft()
+        piece = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
         self._buffered -= len(piece)
         if self._paused and self._buffered <= MAX_BUFFERED // 2 and self.transport is not None:
             self._paused = False
