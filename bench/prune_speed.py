@@ -48,6 +48,7 @@ from gateway.settings import prepare_offline_environment  # noqa: E402
 prepare_offline_environment()
 
 from gateway.pruning import ids, text_features  # noqa: E402
+from gateway.pruning import messages as message_reading  # noqa: E402
 from gateway.pruning.frozen import FrozenPlan  # noqa: E402
 from gateway.pruning.messages import message_token_text  # noqa: E402
 from gateway.pruning.pipeline import prune  # noqa: E402
@@ -108,6 +109,8 @@ def cold_counter(model_encoding_only: bool = False, engine: str | None = None) -
     for gpt-4o-mini; optionally counting o200k alone (no target rule)."""
     text_features.clear_word_cache()
     ids.clear_ids_memo()
+    if hasattr(message_reading, "clear_fingerprint_memo"):  # trees before the memo
+        message_reading.clear_fingerprint_memo()
     counter = TokenCounters(engine=engine).for_model("gpt-4o-mini")
     if model_encoding_only:
         count = text_counter("o200k_base", counter.engine)
