@@ -21,24 +21,33 @@ or by the connection's end; interim 1xx answers skipped; the socket stops being 
 slow consumer has ``MAX_BUFFERED`` bytes waiting. Errors: ``ConnectionError`` (refused,
 reset, closed before the answer ended), ``TimeoutError`` (no connection within
 ``connect_timeout_s``, or nothing read for ``read_timeout_s``), ``ProtocolError`` (not
-HTTP/1.1). Like aiohttp, a failed request is never sent again (a POST may have been billed).
-No proxies from the environment and no cookies, as the aiohttp session it replaces.
+HTTP/1.1). Like aiohttp, a POST is never sent twice (the provider may have billed it); an
+idempotent request (a stored response read or deleted) that finds its kept-alive connection
+closed goes once more on a new one. Credentials in the URL (``https://user:pass@proxy``) go
+as Basic auth unless the request has its own ``authorization``. No proxies from the
+environment and no cookies, as the aiohttp session it replaces.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import functools
 import ssl
 import time
 from typing import AsyncIterator, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httptools
 
+from gateway.telemetry.redaction import redact_url
+
 MAX_BUFFERED = 1 << 20   # body bytes held for a slow reader before the socket is paused
 MAX_IDLE_PER_ORIGIN = 128
+# Sent again on a new connection when a kept-alive one turns out closed before any answer
+# (aiohttp's rule); a POST never is: the provider may have taken (and billed) it.
+IDEMPOTENT = frozenset(("GET", "HEAD", "OPTIONS", "PUT", "DELETE"))
 
 
 class ProtocolError(ConnectionError):
@@ -46,16 +55,20 @@ class ProtocolError(ConnectionError):
 
 
 @functools.lru_cache(maxsize=256)
-def _split(url: str) -> tuple[tuple[str, str, int], str, bytes]:
-    """(origin, request target, Host header value) of an http(s) URL."""
+def _split(url: str) -> tuple[tuple[str, str, int], str, bytes, str | None]:
+    """(origin, request target, Host header value, Basic credentials from the URL) of an http(s) URL."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
+        raise ValueError(f"not an http(s) URL: {redact_url(url)!r}")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     default = port == (443 if parts.scheme == "https" else 80)
-    return (parts.scheme, parts.hostname, port), target, (host if default else f"{host}:{port}").encode("idna")
+    basic = None
+    if parts.username is not None:  # https://user:pass@proxy: Basic auth, as aiohttp sent it
+        userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        basic = "Basic " + base64.b64encode(userinfo.encode("latin-1")).decode("ascii")
+    return (parts.scheme, parts.hostname, port), target, (host if default else f"{host}:{port}").encode("idna"), basic
 
 
 class _Connection(asyncio.Protocol):
@@ -256,10 +269,23 @@ class Http1Client:
     async def request(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
                       read_timeout_s: float) -> Http1Response:
         """Send the request and wait for the answer's head (not its body)."""
-        origin, target, host = _split(url)
-        conn = self._idle_connection(origin) or await self._connect(origin)
+        origin, target, host, basic = _split(url)
+        if basic is not None and "authorization" not in headers:
+            headers = {**headers, "authorization": basic}
+        request = _head(method, target, host, headers, body) + (body or b"")
+        conn = self._idle_connection(origin)
+        if conn is not None and method in IDEMPOTENT:
+            try:  # a kept-alive connection the server closed meanwhile: once more on a new one, as aiohttp
+                return await self._exchange(conn, request, read_timeout_s)
+            except ConnectionError:
+                if conn.headed:
+                    raise
+        return await self._exchange(conn if conn is not None and method not in IDEMPOTENT
+                                    else await self._connect(origin), request, read_timeout_s)
+
+    async def _exchange(self, conn: _Connection, request: bytes, read_timeout_s: float) -> Http1Response:
         try:
-            conn.transport.write(_head(method, target, host, headers, body) + (body or b""))  # type: ignore[union-attr]
+            conn.transport.write(request)  # type: ignore[union-attr]
             while not conn.headed:
                 await conn.wait(read_timeout_s)
         except BaseException:

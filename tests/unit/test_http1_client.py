@@ -173,3 +173,52 @@ async def test_a_big_answer_read_slowly_pauses_the_socket_and_arrives_whole():
     finally:
         await client.close()
         server.close()
+
+
+async def test_url_credentials_go_as_basic_auth_unless_the_request_has_its_own():
+    server, url, requests, _ = await _serve(_whole(b"{}"))
+    with_credentials = url.replace("http://", "http://us%40er:p%3Ass@")
+    client = Http1Client(connect_timeout_s=5)
+    try:
+        for headers in ({}, {"authorization": "Bearer sk-own"}):
+            resp = await client.request("POST", with_credentials, headers, b"{}", read_timeout_s=5)
+            await resp.read()
+            resp.release()
+    finally:
+        await client.close()
+        server.close()
+    assert b"authorization: Basic dXNAZXI6cDpzcw==\r\n" in requests[0]  # base64 of "us@er:p:ss"
+    assert b"authorization: Bearer sk-own\r\n" in requests[1] and b"Basic" not in requests[1]
+
+
+async def test_a_read_whose_kept_alive_connection_was_closed_goes_again_and_a_post_does_not():
+    seen: dict[int, int] = {}
+
+    async def second_request_unanswered(request: bytes, writer: asyncio.StreamWriter) -> bool:
+        seen[id(writer)] = seen.get(id(writer), 0) + 1
+        if seen[id(writer)] > 1:
+            return False  # an idle connection's keep-alive ran out as the request arrived: closed, no answer
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        return True
+
+    for method in ("GET", "POST"):
+        server, url, requests, connections = await _serve(second_request_unanswered)
+        client = Http1Client(connect_timeout_s=5)
+        body = None if method == "GET" else b"{}"
+        try:
+            resp = await client.request(method, url, {}, body, read_timeout_s=5)
+            await resp.read()
+            resp.release()
+            if method == "POST":
+                with pytest.raises(ConnectionError):
+                    await client.request(method, url, {}, body, read_timeout_s=5)
+                assert len(requests) == 2
+            else:
+                resp = await client.request(method, url, {}, body, read_timeout_s=5)
+                assert await resp.read() == b"ok"
+                resp.release()
+                assert (len(requests), len(connections)) == (3, 2)
+        finally:
+            await client.close()
+            server.close()
