@@ -12,7 +12,7 @@ stacks). The gateway's CPU per request is read from ``/proc`` over the same wind
 by the share of samples in each part of the request path. A sample goes to the part of its
 innermost frame that names one (asyncio, contextlib, logging and the like are skipped, so their
 time goes to the code that called them): parse, auth, policy, budget, prune, forward, relay,
-accounting, metrics, audit, access log, proxy (the sequence itself), framework (uvicorn,
+accounting, metrics, audit (with the secret scrub of every log record), access log, proxy (the sequence itself), framework (uvicorn,
 Starlette, FastAPI: reading the request, writing the response) and event loop (nothing of ours
 on the stack). Prints ms per request per part and scenario; ``--top N`` also prints the N
 functions with the most own samples. See bench/README.md ("cpu_budget.py").
@@ -59,6 +59,14 @@ SKIPPED = re.compile(r"asyncio/|contextlib\.py|logging/|typing\.py|enum\.py|data
 PART_NAMES = [name for name, _ in PARTS] + ["event loop"]
 
 
+def history_request(tokens: int) -> dict:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import prune_speed  # noqa: PLC0415 - only for this payload
+    from gateway.pruning.tokens import TokenCounters  # noqa: PLC0415
+
+    return {"model": "gpt-4o-mini", "messages": prune_speed.history_of(tokens, TokenCounters().for_model("gpt-4o-mini"))}
+
+
 def part_of(frames: list[str]) -> str:
     for frame in reversed(frames):  # innermost first
         if SKIPPED.search(frame):
@@ -90,7 +98,8 @@ async def profile(a: argparse.Namespace, scenario: str) -> dict:
     route_name, kind, mode = scenario.split(":")
     route = ROUTES[route_name]
     a.route = route_name
-    chat_body = small_request() if a.payload == "small" else agent_request(a.agent_tokens)[0]
+    chat_body = small_request() if a.payload == "small" else agent_request(a.agent_tokens)[0] \
+        if a.payload == "agent" else history_request(a.agent_tokens)
     body = route.payload(chat_body)
     headers = dict(KINDS[kind]) | ({"x-sieve-target-tokens": str(a.prune_target)} if kind == "prune" else {})
     stream = mode == "stream"
@@ -150,7 +159,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                           "chat:prune:json,messages:prune:json,responses:prune:json",
                    help="comma list of route:kind:mode (route: chat, messages, responses; kind: none, prune; "
                         "mode: json, stream)")
-    p.add_argument("--payload", choices=("small", "agent"), default="agent")
+    p.add_argument("--payload", choices=("small", "agent", "history"), default="agent",
+                   help="small: a two-message chat; agent: the longest dev-session step under --agent-tokens; "
+                        "history: prune_speed.py's history of --agent-tokens tokens")
     p.add_argument("--agent-tokens", type=int, default=20_000)
     p.add_argument("--prune-target", type=int, default=8_000)
     p.add_argument("--concurrency", type=int, default=8)
