@@ -24,7 +24,9 @@ from gateway.pruner import conversation_key
 from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.tokens import TokenCounters
 from gateway.state.protocols import ConversationStore
+from gateway.pruning.result import PruneResult
 from gateway.wire.call import ChatCall
+from gateway.wire.continuation import more_steps_follow
 from gateway.wire.expand_tool import make_pin, pin_messages, pin_needs, pin_place
 from gateway.wire.formats import WireFormat
 
@@ -124,4 +126,16 @@ class ExpandRecords:
             log.warning("expansion record not saved (%s)", exc)
 
 
-__all__ = ["KEY_SUFFIX", "MAX_PINS", "MAX_RECORD_BYTES", "ExpandRecord", "ExpandRecords"]
+def offered(call: ChatCall, result: PruneResult) -> bool:
+    """Whether a conversation carries the tool, decided on the first request Sieve sees of it and
+    kept for its whole life (``tools`` is in the prefix a provider binds reasoning and its cache
+    to: the tool is there from that request on, or never). On when that request opens the
+    conversation (it holds no answer yet) and says more steps follow (``gateway.wire.continuation``),
+    or is pruned already (its prefix changes anyway); otherwise the conversation goes without it,
+    rather than gain it mid-way at its first prune."""
+    opens = not any(m.get("role") == "assistant" for m in call.body["messages"])
+    return (opens and more_steps_follow(call.sent_body, call.format, call.sieve.conversation_id)) or \
+        result.changed
+
+
+__all__ = ["KEY_SUFFIX", "MAX_PINS", "MAX_RECORD_BYTES", "ExpandRecord", "ExpandRecords", "offered"]

@@ -8,7 +8,7 @@ The proxy calls this at three points of one request:
 * ``open`` after the prune: with the policy's ``expand_tool`` on, for a conversation
   that carries the tool (decided on the first request Sieve sees of it, for its whole
   life: adding or removing a tool rewrites the prefix a provider binds reasoning and
-  its cache to; ``_offered``), the omission markers name their refs
+  its cache to; ``expand_record.offered``), the omission markers name their refs
   (``gateway.pruning.expansion``);
   ``body_for`` then puts the pins the decision chose back where they were made,
   after the client turn they followed (pinned: the model asked for that content, and
@@ -54,7 +54,7 @@ import orjson
 from gateway.accounting import RequestRecord
 from gateway.budget_guard import BudgetGuard
 from gateway.errors import BudgetExceeded
-from gateway.expand_record import ExpandRecord, ExpandRecords
+from gateway.expand_record import ExpandRecord, ExpandRecords, offered
 from gateway.pruner import PruneOutcome
 from gateway.pruning.expansion import Expandable, expandable, refs_of_call, restore
 from gateway.pruning.result import PruneResult
@@ -64,7 +64,6 @@ from gateway.telemetry.metrics import ExpandOutcome, Metrics
 from gateway.upstream.base import UpstreamResponse
 from gateway.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
-from gateway.wire.continuation import more_steps_follow
 from gateway.telemetry.usage import usage_from_provider
 from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
     continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, tool_definition, \
@@ -116,7 +115,7 @@ class Expander:
             return None
         result = outcome.result
         if record.tool is None:
-            record.tool = _offered(call, result)
+            record.tool = offered(call, result)
             await self._records.save(record, call.policy.state_ttl_s)
         if not record.tool:
             _without_pins(result, record)
@@ -318,17 +317,6 @@ class Expander:
     async def _pin(self, session: Session, asked: dict[str, Any]) -> None:
         """Keep this request's expansion exchange for the conversation's later requests."""
         await self._records.pin(session.call, session.record, session.forwarded_turns, asked)
-
-
-def _offered(call: ChatCall, result: PruneResult) -> bool:
-    """Whether a conversation carries the tool, decided on the first request Sieve sees of it and
-    kept for its whole life (``tools`` is in the prefix a provider binds reasoning and its cache
-    to: the tool is there from that request on, or never). On when that request opens the
-    conversation (it holds no answer yet) and says more steps follow (``gateway.wire.continuation``),
-    or is pruned already (its prefix changes anyway); otherwise the conversation goes without it,
-    rather than gain it mid-way at its first prune."""
-    opens = not any(m.get("role") == "assistant" for m in call.body["messages"])
-    return (opens and more_steps_follow(call.sent_body, call.format, call.sieve.conversation_id)) or result.changed
 
 
 def _without_pins(result: PruneResult, record: ExpandRecord) -> None:

@@ -90,8 +90,12 @@ class ChatProxy:
     async def prune_only(self, call: ChatCall) -> PruneOutcome:
         """What would be forwarded; no upstream needed, so any model name is accepted. Under a
         policy with ``sieve_expand`` the markers name their refs, as forwarded (the counts hold
-        them already); the tool schema and the conversation's pinned exchanges are left out: a
-        dry run reads and writes no expansion record."""
+        them already), unless the conversation's record says it goes without the tool (read, as
+        a forward reads it); the tool schema and the conversation's pinned exchanges are left
+        out: a dry run writes no expansion record."""
+        record = await self._expander.pinned(call) if self._expander is not None else None
+        if record is not None and record.tool is False:
+            call.policy = call.policy.with_overrides(expand_tool=False)
         outcome = await self._pruner.prune(call)
         if call.policy.expand_tool and outcome.unpruned_reason is None:
             shown_with_refs(outcome.result)

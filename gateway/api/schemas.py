@@ -335,9 +335,6 @@ class SieveResponseHeaders(Listed):
     saved_tokens: int = Field(alias="x-sieve-saved-tokens", description="Original minus forwarded tokens.")
     budget_remaining_tokens: int = Field(OMITTED, ge=0, alias="x-sieve-budget-remaining-tokens", description=(
         "Tokens left in the tightest budget that applies (only where a budget applies)."))
-    reasoning_invalidated: int = Field(OMITTED, ge=0, alias="x-sieve-reasoning-invalidated", description=(
-        "Thinking blocks or reasoning items this request's rewrite left invalid at the provider, counted once "
-        "(only where reasoning is in play: a model that binds it to its prefix; docs/reasoning.md)."))
 
 
 # --- errors each route answers -----------------------------------------------------------------

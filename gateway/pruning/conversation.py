@@ -65,6 +65,13 @@ class Conversation:
     def total_tokens(self) -> int:
         return sum(self.tokens)
 
+    @property
+    def task_unit(self) -> int | None:
+        """The newest user message that opens a turn (``opens_turn``): the task the running tool
+        loop works on."""
+        return next((u.index for u in reversed(self.units)
+                     if u.kind == KIND_USER and opens_turn(self.messages, u.start)), None)
+
 
 def build_conversation(
     messages: Sequence[Mapping[str, Any]],
@@ -105,7 +112,7 @@ def build_conversation(
         units.append(_unit(len(units), msgs, toks, start, i, kind))
 
     goal_units, goal_text = _locate_goal(msgs, units, explicit_goal)
-    last_user = next((u.index for u in reversed(units) if u.kind == KIND_USER and opens_turn(msgs, u.start)), None)
+    last_user = next((u.index for u in reversed(units) if u.kind == KIND_USER), None)
     current = content_text(msgs[units[last_user].start].get("content")) if last_user is not None else ""
     return Conversation(msgs, toks, fps, units, goal_units, goal_text, current, last_user, problems,
                         goal_explicit=bool(explicit_goal))

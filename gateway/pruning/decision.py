@@ -89,7 +89,9 @@ def decide(task: DecisionTask) -> PruneResult:
     # target: an epoch aims at the low-water mark and leaves the rest to the next steps,
     # as it leaves the key lines (``_with_key_lines``).
     tool_units = policy.protect_last_tool_units if task.budget >= task.request.target_tokens else 0
-    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens, task.prior_masks, tool_units),
+    needs = [j for p in task.request.pinned for j in p.needs] if policy.expand_tool else []
+    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens, task.prior_masks, tool_units,
+                                needs),
                   dict(task.forced),
                   carried=[counter.count_message(_as_named(task, pos, m)) for pos, m in task.prior_inserts
                            if is_marker(m)])

@@ -148,11 +148,15 @@ class Metrics:
         self.usage_anomalies = Counter("sieve_usage_anomalies_total",
                                        "Provider usage figures charged as the reservation's estimate "
                                        "instead (junk or absurd).", ["reason"], registry=r)
-        self._reasoning_metrics(r)
-        self._cohort_metrics(r)
+        self._family_metrics(r)
         self.budget_remaining = Gauge("sieve_budget_remaining_tokens",
                                       "Tokens left in a budget window, as last seen.",
                                       ["org", "window"], registry=r)
+
+    def _family_metrics(self, r: CollectorRegistry) -> None:
+        """The families of one concern each, defined below."""
+        self._reasoning_metrics(r)
+        self._cohort_metrics(r)
 
     def _reasoning_metrics(self, r: CollectorRegistry) -> None:
         """Preserved reasoning (gateway.reasoning): what Sieve's rewrite cost, and what the provider says

@@ -180,15 +180,30 @@ def pin_messages(pin: Mapping[str, Any], fmt: WireFormat, model: str) -> list[di
         return [{"role": "user", "content": orjson.dumps(items).decode()}]
 
 
+def _comparable(turn: Any) -> Any:
+    """A turn as a pin's place is found by: breakpoints aside (``plain``), a string content as the
+    text block it stands for, and without the omission markers Sieve put in it (an epoch's marker
+    goes into the user turn after the kept turn that follows its span: ``formats.messages``)."""
+    turn = plain(turn)
+    content = turn.get("content") if isinstance(turn, dict) else None
+    if isinstance(content, str):
+        return {**turn, "content": [{"type": "text", "text": content}]}
+    if not isinstance(content, list):
+        return turn
+    return {**turn, "content": [b for b in content if not (isinstance(b, dict) and b.get("type") == "text"
+                                                           and str(b.get("text", "")).startswith("[sieve:"))]}
+
+
 def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
     """Where the client's turn ``history[index]`` is in the forwarded ``turns``, when it was kept
-    as it is with the turn after it (breakpoints aside: ``plain``): counted from the end (a
+    as it is with the turn after it (breakpoints and Sieve's markers aside: ``_comparable``):
+    counted from the end (a
     later turn equal to it, a repeated "continue", is told apart by how many equal ones
     follow), the newest turns being the ones a prune keeps."""
-    item, following = plain(history[index]), plain(history[index + 1])
-    nth = sum(1 for h in history[index:] if plain(h) == item)
+    item, following = _comparable(history[index]), plain(history[index + 1])
+    nth = sum(1 for h in history[index:] if _comparable(h) == item)
     for i in range(len(turns) - 1, -1, -1):
-        if plain(turns[i]) == item:
+        if _comparable(turns[i]) == item:
             nth -= 1
             if nth == 0:
                 return i if i + 1 < len(turns) and plain(turns[i + 1]) == following else None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import httpx
 import pytest
 
 from gateway.settings import Settings
@@ -126,19 +127,30 @@ def sieve_spliced() -> Iterator[tuple[GatewayServer, ScriptedProvider]]:
 
 def test_a_conversation_first_seen_with_history_never_gains_the_tool(provider, sieve):
     """Sieve's sieve_expand tool is in the prefix a provider binds reasoning to: a conversation
-    that comes with answers in it and is not pruned at once goes without the tool for good, even
-    once Sieve prunes it (adding it then would invalidate every block before)."""
+    that comes with reasoning in it (here, its first answer came from the provider directly) and
+    is not pruned at once goes without the tool for good, even once Sieve prunes it (adding it
+    then would invalidate every block before)."""
+    first = MessagesAgent(provider.root, headers={"anthropic-version": "2023-06-01"})
+    first.messages = [{"role": "user", "content": [{"type": "text", "text": "Hello."}]}]
+    first.messages.append(first._ask())
+    first.close()
+    assert first.messages[-1]["content"][0]["type"] == "thinking"
     agent = MessagesAgent(sieve.base_url, headers=_headers(4000, "joined-late"))
-    agent.messages = [{"role": "user", "content": [{"type": "text", "text": "Hello."}]},
-                      {"role": "assistant", "content": [{"type": "text", "text": "Hi, what shall I do?"}]}]
+    agent.messages = first.messages
     try:
         assert agent.task(f"{TASKS[0].key}: read the ten logs and report.") == TASKS[0].answer
     finally:
         agent.close()
-    bodies = provider.main_loop("messages")
+    bodies = [b for b in provider.main_loop("messages") if len(b["messages"]) > 1]  # through Sieve
     assert len(bodies) >= 10 and all("sieve_expand" not in repr(b.get("tools")) for b in bodies)
     assert any("[sieve:" in repr(b["messages"]) for b in bodies)  # it was pruned all the same
     assert provider.checks is not None and [c.refused for c in provider.checks.log if c.refused] == []
+    # A dry run of its last step reads the record: markers without refs, as the forward sent them.
+    body = {"model": agent.model, "max_tokens": 4096, "thinking": {"type": "adaptive"},
+            "messages": agent.messages[:-1]}
+    shown = httpx.post(sieve.base_url + "/v1/prune", json=body,
+                       headers={**_headers(4000, "joined-late"), "x-sieve-format": "messages"}).json()
+    assert "omitted" in repr(shown["request"]) and "sieve_expand restores" not in repr(shown["request"])
 
 
 def _grown(before: dict, after: dict, fmt: str) -> bool:

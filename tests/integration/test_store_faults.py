@@ -32,9 +32,15 @@ def chat(gw: GatewayServer, max_tokens: int = 20, **extra: Any) -> httpx.Respons
                       headers=AUTH, timeout=10)
 
 
+# A conversation's keys: its frozen plan, and its sieve_expand record (whether it carries the
+# tool, decided on its first request: gateway.expand_record).
+KEYS_PER_CONVERSATION = 2
+
+
 def conversation_keys(redis: RedisServer) -> int:
+    """The conversations the store holds."""
     with redis_py.Redis.from_url(redis.url) as client:
-        return len(client.keys("sieve:conv:*"))
+        return len(client.keys("sieve:conv:*")) // KEYS_PER_CONVERSATION
 
 
 def degraded(gw: GatewayServer) -> tuple[float, float, float]:

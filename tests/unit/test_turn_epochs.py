@@ -127,4 +127,4 @@ def test_text_beside_tool_results_does_not_open_a_turn():
     t = turn_of(history, tokens)
     assert not t.boundary and history[t.task]["content"].startswith("Task A")
     conv = build_conversation(history, COUNTER.count_message)
-    assert conv.units[conv.last_user_unit].start == 1
+    assert conv.units[conv.task_unit].start == 1

@@ -263,6 +263,19 @@ def _one_marker_per_run(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _breakpoint_after_markers(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Markers placed after the block the client marked for its cache (``_markers_forward``) take
+    its breakpoint: the client's cache entry ends on its turn's end, so it holds the markers too
+    (else they are read again, uncached, on every request after)."""
+    tail = len(blocks)
+    while tail > 0 and _is_marker_block(blocks[tail - 1]):
+        tail -= 1
+    if tail == 0 or tail == len(blocks) or not isinstance(blocks[tail - 1].get("cache_control"), dict):
+        return blocks
+    marked = {k: v for k, v in blocks[tail - 1].items() if k != "cache_control"}
+    return [*blocks[:tail - 1], marked, *blocks[tail:-1], {**blocks[-1], "cache_control": blocks[tail - 1]["cache_control"]}]
+
+
 def _is_marker_block(block: Mapping[str, Any]) -> bool:
     return block.get("type") == "text" and is_marker_text(block.get("text"))
 
@@ -280,7 +293,7 @@ def _turn_of(group: list[_Piece], turns: list[dict[str, Any]]) -> dict[str, Any]
     blocks = [b for p in group for b in p.blocks]
     if first.role == "user" and len(group) > 1:
         blocks.sort(key=lambda b: b.get("type") != "tool_result")  # stable: order kept otherwise
-        blocks = _one_marker_per_run(blocks)
+        blocks = _breakpoint_after_markers(_one_marker_per_run(blocks))
     template = turns[first.turn] if first.turn is not None else {}
     turn = {k: v for k, v in template.items() if k not in ("role", "content")}
     turn["role"], turn["content"] = first.role, blocks
