@@ -27,6 +27,9 @@ import numpy as np
 from gateway.errors import ConfigError
 
 REQUIRED_FILES = ("model.onnx", "tokenizer.json", "manifest.json")
+# Word pieces read per text: a message's head says what it is about, and the model's cost
+# grows with its length (128 pieces: about a short paragraph, or a tool output's first lines).
+DEFAULT_MAX_TOKENS = 128
 
 
 class ModelUnavailable(ConfigError):
@@ -87,9 +90,15 @@ class EmbeddingModel:
     def model_id(self) -> str:
         return self.manifest.model_id
 
+    @property
+    def max_tokens(self) -> int:
+        """Word pieces read per text (the rest is cut)."""
+        return self._tokenizer.truncation["max_length"]
+
     @classmethod
-    def load(cls, folder: Path, max_tokens: int | None = None) -> "EmbeddingModel":
-        """The checked directory's model, ready to encode (``max_tokens``: word pieces kept per text)."""
+    def load(cls, folder: Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> "EmbeddingModel":
+        """The checked directory's model, ready to encode (``max_tokens``: word pieces read per
+        text, at most the model's own limit)."""
         manifest = check_directory(folder)
         try:
             import onnxruntime  # noqa: PLC0415 - only where the embedding scorer is used
@@ -107,7 +116,7 @@ class EmbeddingModel:
         except Exception as exc:  # noqa: BLE001 - the runtime's own errors name no common type
             raise ModelUnavailable(f"{folder}: the model does not load ({exc})") from exc
         tokenizer.no_padding()
-        tokenizer.enable_truncation(min(max_tokens or manifest.max_tokens, manifest.max_tokens))
+        tokenizer.enable_truncation(min(max_tokens, manifest.max_tokens))
         model = cls(manifest, session, tokenizer)
         model._check_output()
         return model

@@ -108,11 +108,13 @@ class WorkerLimits:
     """What bounds the background work and the memory it keeps."""
 
     max_queue: int = 20_000         # messages waiting; more are dropped (counted) and handed in again later
-    batch_size: int = 16
+    # Taken from the queue at once and sorted by length, then run in small batches: padding
+    # costs as much as text, and one batch of mixed lengths is mostly padding.
+    window: int = 64
+    batch_size: int = 8
     cpu_share: float = 0.25         # of one core: the worker sleeps (1 - share) / share of what a batch took
     cache_entries: int = 200_000    # vectors kept in process (768 bytes each: about 150 MiB at most)
     ttl_s: int = 7 * 24 * 3600      # in the shared store
-    request_max_tokens: int = 128   # the request's own message, embedded on the request path
 
 
 class Embedder:
@@ -126,10 +128,10 @@ class Embedder:
         self._cache = VectorCache(limits.cache_entries)
         self._queue: asyncio.Queue[tuple[_Key, str]] = asyncio.Queue(limits.max_queue)
         self._queued: set[_Key] = set()
+        self._window = limits.window
         self._batch_size = limits.batch_size
         self._cpu_share = limits.cpu_share
         self._ttl_s = limits.ttl_s
-        self._request_max_tokens = limits.request_max_tokens
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sieve-embedding")
         self._task: asyncio.Task | None = None
 
@@ -177,7 +179,7 @@ class Embedder:
 
     async def embed_request(self, org: str, messages: Sequence[Mapping[str, Any]]) -> None:
         """Embed the newest user message now if it has no vector: the one text a decision cannot
-        do without, cut to ``request_max_tokens`` word pieces (a few milliseconds)."""
+        do without, cut like every text to the model's word-piece limit (a few milliseconds)."""
         message = next((m for m in reversed(messages) if m.get("role") == "user"), None)
         if message is None or not content_text(message.get("content")).strip():
             return
@@ -185,16 +187,16 @@ class Embedder:
         if key in self._cache:
             return
         text = message_token_text(message)
-        vectors, _ = await asyncio.get_running_loop().run_in_executor(
-            None, self._encode, [text], self._request_max_tokens)
+        vectors, _ = await asyncio.get_running_loop().run_in_executor(None, self._encode, [text])
         self._cache.put(key, vectors[0])
 
-    def _encode(self, texts: list[str], max_tokens: int | None = None) -> tuple[np.ndarray, float]:
-        """Vectors (float16) and the CPU seconds they took, on the calling thread."""
+    def _encode(self, texts: list[str]) -> tuple[np.ndarray, float]:
+        """Vectors (float16) and the CPU seconds they took, on the calling thread, in batches
+        of similar lengths (``texts`` sorted by length)."""
         started = time.thread_time()
-        if max_tokens is not None:
-            texts = [_head(t, max_tokens) for t in texts]
-        vectors = self.model.encode(texts).astype(np.float16)
+        cut = [_head(t, self.model.max_tokens) for t in texts]
+        vectors = np.vstack([self.model.encode(cut[k:k + self._batch_size])
+                             for k in range(0, len(cut), self._batch_size)]).astype(np.float16)
         spent = time.thread_time() - started
         self._metrics.embedding_cpu_seconds.inc(spent)
         return vectors, spent
@@ -203,7 +205,7 @@ class Embedder:
         loop = asyncio.get_running_loop()
         while True:
             batch = [await self._queue.get()]
-            while len(batch) < self._batch_size and not self._queue.empty():
+            while len(batch) < self._window and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:
                 spent = await self._embed_batch(loop, batch)
@@ -226,8 +228,7 @@ class Embedder:
         self._metrics.embedding_messages.labels(outcome=EmbeddingOutcome.SHARED).inc(len(found))
         if not todo:
             return 0.0
-        # Similar lengths in one batch: padding costs as much as text.
-        todo.sort(key=lambda item: len(item[1]))
+        todo.sort(key=lambda item: len(item[1]))  # similar lengths share a batch
         vectors, spent = await loop.run_in_executor(self._thread, self._encode, [text for _, text in todo])
         for (key, _), vector in zip(todo, vectors):
             self._cache.put(key, vector)
