@@ -113,7 +113,10 @@ class WorkerLimits:
     window: int = 64
     batch_size: int = 8
     cpu_share: float = 0.25         # of one core: the worker sleeps (1 - share) / share of what a batch took
-    cache_entries: int = 200_000    # vectors kept in process (768 bytes each: about 150 MiB at most)
+    # Vectors kept in process: about 1.1 KiB each with their keys, so 55 MiB at most (the
+    # histories of some 60 conversations of 100k tokens); an evicted one is queued again
+    # when its conversation comes back, and read from Redis where there is one.
+    cache_entries: int = 50_000
     ttl_s: int = 7 * 24 * 3600      # in the shared store
 
 
@@ -168,7 +171,8 @@ class Embedder:
             if not text.strip():
                 continue
             try:
-                self._queue.put_nowait((key, text))
+                # Only the head is read: the queue holds no long tool output whole.
+                self._queue.put_nowait((key, _head(text, self.model.max_tokens)))
             except asyncio.QueueFull:
                 self._metrics.embedding_messages.labels(outcome=EmbeddingOutcome.DROPPED).inc()
                 continue
