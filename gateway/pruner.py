@@ -175,7 +175,7 @@ class Pruner:
             if result.scored_units:
                 self._metrics.embedding_decisions.labels(outcome="unavailable").inc()
             return result
-        if len(messages) >= policy.min_messages or run.steering.target_tokens is not None:
+        if len(messages) >= policy.min_messages:  # a shorter history has little to rank
             try:
                 await self._embedder.embed_request(org, messages)
             except Exception as exc:  # noqa: BLE001 - the local scores stand
