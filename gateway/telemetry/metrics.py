@@ -96,9 +96,8 @@ class Metrics:
     """The metric objects of one process, registered on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        r = self.registry = registry or CollectorRegistry()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        r = self.registry
         self.requests = Counter("sieve_requests_total", "Chat requests by outcome.",
                                 ["org", "model", "outcome"], registry=r)
         self.passthrough_requests = Counter(
