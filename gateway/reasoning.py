@@ -41,7 +41,7 @@ from typing import Any, Mapping
 import orjson
 
 from gateway.pruner import conversation_key
-from gateway.settings import PRESERVED_THINKING_MODELS
+from gateway.settings import Settings
 from gateway.state.protocols import ConversationStore
 from gateway.wire.call import ChatCall
 from gateway.wire.formats import WireFormat
@@ -101,7 +101,8 @@ class Guarded:
 
 
 class ReasoningGuard:
-    def __init__(self, store: ConversationStore, preserved_models: tuple[str, ...] = PRESERVED_THINKING_MODELS) -> None:
+    def __init__(self, store: ConversationStore,
+                 preserved_models: tuple[str, ...] = Settings.preserved_thinking_models) -> None:
         self._store = store
         self._preserved = tuple(m.lower() for m in preserved_models)
 
@@ -227,5 +228,5 @@ def is_prefix_error(status: int, body: bytes | None) -> bool:
     return status == 400 and body is not None and PREFIX_ERROR in body
 
 
-__all__ = ["BINDING_BETA", "Guarded", "KEY_SUFFIX", "PRESERVED_THINKING_MODELS", "ReasoningGuard",
+__all__ = ["BINDING_BETA", "Guarded", "KEY_SUFFIX", "ReasoningGuard",
            "ReasoningRecord", "is_prefix_error", "needs_beta", "with_beta", "with_drop_block"]
