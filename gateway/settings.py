@@ -51,6 +51,14 @@ SIEVE_UPSTREAM_CONNECT_TIMEOUT_S  upstream connect timeout (default 10)
 SIEVE_MAX_UPSTREAM_BODY_BYTES   largest non-stream answer (or error body) read from a provider
                                 (default 32 MiB; larger: 502, nothing relayed; streams are relayed
                                 as they come and never held whole)
+SIEVE_MAX_BILLED_TOKENS         the most one request is charged to a budget (default 10,000,000): a
+                                provider usage figure above it is junk, charged at this ceiling and
+                                counted (sieve_usage_anomalies_total{reason="ceiling"}, the audit line)
+SIEVE_RESPONSE_RETENTION_S      how long the provider keeps a stored response (default 30 days): the
+                                lifetime of its id -> org entry (gateway.stored_responses)
+SIEVE_COHORT_SECRET             keys the hash that puts conversations in the control group (policy
+                                control_share); default: one the replicas share through Redis, else
+                                one per process
 SIEVE_SCORER_API_KEY            key for the LLM scorer model (policies name the model)
 SIEVE_AUDIT_LOG                 path of the JSON-lines audit log, "-" = stdout
 SIEVE_LOG_LEVEL                 default "info"
@@ -140,6 +148,9 @@ class Settings:
     upstream_timeout_s: float = 600.0
     upstream_connect_timeout_s: float = 10.0
     max_upstream_body_bytes: int = 32 * 1024 * 1024
+    max_billed_tokens: int = 10_000_000
+    response_retention_s: int = 30 * 86_400
+    cohort_secret: str | None = None
     audit_log: str | None = None
     log_level: str = "info"
     scorer_api_key: str | None = None
@@ -192,6 +203,9 @@ class Settings:
                 env, "SIEVE_UPSTREAM_CONNECT_TIMEOUT_S", cls.upstream_connect_timeout_s
             ),
             max_upstream_body_bytes=_int(env, "SIEVE_MAX_UPSTREAM_BODY_BYTES", cls.max_upstream_body_bytes),
+            max_billed_tokens=_int(env, "SIEVE_MAX_BILLED_TOKENS", cls.max_billed_tokens),
+            response_retention_s=_int(env, "SIEVE_RESPONSE_RETENTION_S", cls.response_retention_s),
+            cohort_secret=env.get("SIEVE_COHORT_SECRET") or None,
             audit_log=env.get("SIEVE_AUDIT_LOG") or None,
             scorer_api_key=env.get("SIEVE_SCORER_API_KEY") or None,
             log_level=env.get("SIEVE_LOG_LEVEL", cls.log_level),
@@ -214,7 +228,7 @@ class Settings:
                               f"only {', '.join(OPS_ROUTES)} can (every other route needs a key)")
         for name in ("max_body_bytes", "max_header_bytes", "max_messages", "max_content_parts",
                      "max_message_chars", "max_json_depth", "max_upstream_body_bytes", "max_request_chars",
-                     "max_prune_bytes_in_flight"):
+                     "max_prune_bytes_in_flight", "max_billed_tokens", "response_retention_s"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
         if self.auth_failure_limit < 0 or self.auth_failure_window_s < 0:
@@ -228,6 +242,8 @@ class Settings:
         if self.token_engine == "rs-bpe" and importlib.util.find_spec("rs_bpe") is None:
             raise ConfigError("SIEVE_TOKEN_ENGINE is rs-bpe, but rs-bpe is not installed (its wheels are for "
                               "Linux x86-64 and arm64): install it, or leave SIEVE_TOKEN_ENGINE unset")
+        if self.max_billed_tokens >= 10**15:  # a budget counter holds 15 digits (gateway.budgets)
+            raise ConfigError("SIEVE_MAX_BILLED_TOKENS must be below 10^15")
         if self.max_json_depth > 200:
             # orjson serializes at most 254 levels; deeper bodies could not be forwarded.
             raise ConfigError("SIEVE_MAX_JSON_DEPTH must be at most 200")

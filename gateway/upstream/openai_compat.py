@@ -170,6 +170,9 @@ class OpenAICompatibleUpstream:
             raise UpstreamTimeout(f"upstream did not answer in time: {redact_url(url)}") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"cannot reach upstream {redact_url(url)}: {exc.__class__.__name__}") from exc
+        except ValueError as exc:  # aiohttp: credentials in the URL and an Authorization header (settings.check)
+            raise UpstreamUnavailable(f"the request to {redact_url(url)} cannot be sent: the URL carries credentials "
+                                      "(user:pass@) and a Bearer key goes with it; drop one of them") from exc
         headers_out = relay_headers(resp.headers)
         if stream is None:
             stream = resp.content_type == "text/event-stream"
@@ -195,14 +198,14 @@ async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     if declared is not None and declared > limit:
         resp.close()
         raise UpstreamTooLarge(f"the upstream's answer is {declared} bytes, over the limit of {limit} bytes "
-                               "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed")
+                               "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed", resp.status)
     parts, size = [], 0
     async for chunk in resp.content.iter_any():
         size += len(chunk)
         if size > limit:
             resp.close()
             raise UpstreamTooLarge(f"the upstream's answer exceeds the limit of {limit} bytes "
-                                   "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed")
+                                   "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed", resp.status)
         parts.append(chunk)
     return b"".join(parts)
 
