@@ -288,15 +288,17 @@ def changes_prefix(decision: PruneOutcome) -> bool:
 
 def _billed(record: RequestRecord, usage: Usage | None) -> bool:
     """Whether the provider billed the request: it answered (a success it gave, even one too
-    large to read), unless it refused in its stream before any output."""
+    large to read; a stream it started, cut or not), unless it refused in its stream before
+    any output."""
     if record.billed_unread:
         return True
     if not 200 <= record.status < 400:
         return False
-    tap = record.tap
-    if usage is None and tap is not None and tap.error is not None and not tap.delta_events:
-        return False
-    return usage is not None or record.completed or record.disconnected or (tap is not None and tap.delta_events > 0)
+    if usage is not None:
+        return True
+    if record.tap is not None:
+        return record.tap.error is None or record.tap.delta_events > 0
+    return record.completed or record.disconnected
 
 
 def chain_tokens(record: RequestRecord, ceiling: int) -> int:

@@ -25,13 +25,15 @@ Sieve with its own key), so a test sees what each org cost::
         provider.billed["acme"]
 
 Faults, per request, from the ``x-stainless-fault`` header: ``cut:N`` (the stream's
-connection closed after N output deltas), ``no-usage`` (a stream that ends without its
-usage), ``huge:N`` (a whole answer padded to N bytes). A cut stream bills its prompt and
+connection closed after N output deltas), ``slow:MS`` (a pause after each delta),
+``no-usage`` (a stream that ends without its usage), ``huge:N`` (a whole answer padded
+to N bytes). A cut stream bills its prompt and
 what it streamed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 from collections import defaultdict
@@ -264,8 +266,13 @@ class BillingProvider(ThreadedServer):
             return self._whole(bill, {**response, "output": [item], "usage": usage})
         seq = itertools.count()
         created = {**response, "status": "in_progress", "output": [], "usage": None}
-        head = [_event("response.created", {"type": "response.created", "sequence_number": next(seq),
-                                            "response": created})]
+        where = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+        part = {"type": "output_text", "text": "", "annotations": []}
+        head = [_event(kind, {"type": kind, "sequence_number": next(seq), **fields}) for kind, fields in (
+            ("response.created", {"response": created}),
+            ("response.output_item.added", {"output_index": 0, "item": {**item, "status": "in_progress",
+                                                                         "content": []}}),
+            ("response.content_part.added", {**where, "part": part}))]
 
         def delta(n: int) -> bytes:
             return _event("response.output_text.delta", {"type": "response.output_text.delta", "item_id": item["id"],
@@ -273,8 +280,11 @@ class BillingProvider(ThreadedServer):
                                                          "delta": TOKEN * n, "sequence_number": next(seq)})
 
         done = {**response, "output": [item], "usage": None if bill.fault == "no-usage" else usage}
-        tail = [_event("response.completed", {"type": "response.completed", "sequence_number": 10**6,
-                                              "response": done})]
+        tail = [_event(kind, {"type": kind, "sequence_number": 10**6 + n, **fields}) for n, (kind, fields) in enumerate((
+            ("response.output_text.done", {**where, "text": item["content"][0]["text"]}),
+            ("response.content_part.done", {**where, "part": item["content"][0]}),
+            ("response.output_item.done", {"output_index": 0, "item": item}),
+            ("response.completed", {"response": done})))]
         return await self._stream(request, bill, delta, tail, head)
 
     async def _compact(self, request: web.Request) -> web.Response:
@@ -342,6 +352,7 @@ class BillingProvider(ThreadedServer):
         """The answer's deltas (a handful of tokens each); ``cut:N`` closes after N of them, and
         the provider's bill is then the prompt and the tokens it streamed."""
         cut = int(bill.fault[4:]) if bill.fault.startswith("cut:") else None
+        pause = float(bill.fault[5:]) / 1000 if bill.fault.startswith("slow:") else 0.0
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for frame in head:
@@ -355,6 +366,8 @@ class BillingProvider(ThreadedServer):
                     return resp
                 size = min(step, bill.output - sent)
                 await resp.write(delta(size))
+                if pause:
+                    await asyncio.sleep(pause)
                 sent, n = sent + size, n + 1
             for frame in tail:
                 await resp.write(frame)
