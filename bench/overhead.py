@@ -555,6 +555,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    + ",".join(AGAINST_TARGETS) + ") and print this tree against it")
     p.add_argument("--json-out", type=Path)
     a = p.parse_args(argv)
+    if a.payload == "agent":  # said now, not after the servers (and LiteLLM's virtualenv) are up
+        require(DATA, "the retail dev sessions (the agent payload)", "--payload small")
     if a.memory and a.route != "chat":
         p.error("--memory loads the chat route only")
     if a.quick:

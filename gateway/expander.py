@@ -339,16 +339,18 @@ async def _read_answer(codec: Codec, response: UpstreamResponse) -> tuple[Upstre
             return response, None
     chunks = response.chunks.__aiter__()
     held: list[bytes] = []
+    size = 0
     events = EventReader(codec.stream())
     async for chunk in _until(chunks, events):
         held.append(chunk)
-        if sum(map(len, held)) > MAX_HELD_BYTES:  # undecided this long (a long thinking): relayed, not held
+        size += len(chunk)
+        if size > MAX_HELD_BYTES:  # undecided this long (a long thinking): relayed, not held
             break
     if events.reader.decided is not True:
         return UpstreamResponse(response.status, response.headers, chunks=_replay(held, chunks),
                                 release=response.release), None
     try:
-        async for chunk in held_back(chunks, MAX_HELD_BYTES - sum(map(len, held))):
+        async for chunk in held_back(chunks, MAX_HELD_BYTES - size):
             events.feed(chunk)
     finally:
         _release(response)
