@@ -195,6 +195,13 @@ async def docs(request: Request) -> HTMLResponse:
                                swagger_favicon_url="/docs/favicon.png")
 
 
+def _asset_answers() -> dict[str, Any]:
+    extra = answers("NotFound")
+    extra["responses"]["200"] = {"description": "The asset.",
+                                 "content": {kind: {"schema": {"type": "string"}} for kind in SWAGGER_ASSETS.values()}}
+    return extra
+
+
 async def docs_asset(request: Request) -> Response:
     name, folder = request.path_params["asset"], swagger_assets()
     if name not in SWAGGER_ASSETS or folder is None:
@@ -352,7 +359,7 @@ ROUTES = [
     OpsRoute("/docs/{asset}", docs_asset, methods=["GET"], operation_id="docsAsset",
              summary="The Swagger UI script, style and icon `/docs` loads (served locally: the page works offline).",
              response_class=PlainTextResponse, response_description="The asset (JavaScript, CSS or PNG).",
-             openapi_extra={**answers("NotFound"), "parameters": [{
+             openapi_extra={**_asset_answers(), "parameters": [{
                  "name": "asset", "in": "path", "required": True,
                  "schema": {"type": "string", "enum": sorted(SWAGGER_ASSETS)}}]}, **OPS),
 ]
