@@ -17,6 +17,7 @@ key has a TTL except the virtual-key hash, which is configuration)::
                                                                    (settled/released: a state marker)
     sieve:{org:<org>}:resv-expiry                                  zset reservation id -> expires_at ms
     sieve:conv:{<conversation key>}                                string
+    sieve:conv:{sieve%3Acohort-secret}                             the cohort hash's key (gateway.services)
     sieve:score:{<score key>}                                      string
     sieve:{keys}:vkeys                                             hash sha256 -> KeyRecord json
     (the stored Responses ids and failed key checks: ``gateway.state.redis_registries``)
