@@ -74,7 +74,7 @@ from gateway.pruning.tokens import TokenCounters  # noqa: E402
 from tests.fake_upstream import CACHE_SHAPES, FakeUpstream, PromptCache, Reply  # noqa: E402
 from tests.gateway_server import GatewayServer  # noqa: E402
 from tests.support import free_port  # noqa: E402
-from bench.shared_data import require, shared_data  # noqa: E402
+from bench.shared import require, shared_data  # noqa: E402
 
 DATA = shared_data("dev-sessions-retail.jsonl.gz")
 DASHBOARD = ROOT / "helm" / "sieve" / "dashboards" / "sieve-overview.json"

@@ -27,7 +27,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
-from bench.shared_data import require, shared_bench  # noqa: E402
+from bench.shared import require, shared_bench  # noqa: E402
 
 QUALITY = shared_bench() / "quality.py"
 

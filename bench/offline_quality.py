@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.shared_data import require, shared_bench, shared_data  # noqa: E402
+from bench.shared import require, shared_bench, shared_data  # noqa: E402
 
 sys.path.insert(0, str(require(shared_bench() / "quality.py", "the quality evaluator (quality.py)").parent))
 

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from bench.overhead_routes import ROUTES, Route  # noqa: E402
-from bench.shared_data import require, shared_data  # noqa: E402
+from bench.shared import require, shared_data  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 CACHE = ROOT / "bench" / ".cache"

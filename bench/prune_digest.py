@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.shared_data import require, shared_dir  # noqa: E402
+from bench.shared import require, shared_dir  # noqa: E402
 
 DATA = shared_dir() / "data"
 NEEDED = ("dev-locomo.jsonl.gz", "dev-tau-retail.jsonl.gz", "dev-sessions-retail.jsonl.gz")

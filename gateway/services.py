@@ -48,6 +48,7 @@ from gateway.telemetry.redaction import protect_logs, redact_url
 from gateway.upstream.credentials import check_url_credentials
 from gateway.upstream.litellm_route import LiteLLMUpstream
 from gateway.upstream.models import ModelCatalog
+from gateway.upstream.http1 import Http1Client
 from gateway.upstream.openai_compat import OpenAICompatibleUpstream
 from gateway.upstream.router import ModelRouter
 from gateway.wire.chat import WireLimits
@@ -106,6 +107,7 @@ class Services:
     limits: WireLimits
     auth_throttle: AuthThrottle
     big_bodies: BigBodies   # the bound on big prunes in flight, and the heap trim after them
+    forwarding: Http1Client | None = None  # the forward's client (the session serves models, scorers)
 
     @property
     def metrics(self) -> Metrics:
@@ -139,8 +141,8 @@ class Services:
         big_bodies = BigBodies(settings.max_prune_bytes_in_flight)
         pruner = _pruner(counters, settings, stores, session, metrics, prices, big_bodies,
                          await cohort_secret(settings, stores.conversations))
-        fast_path = OpenAICompatibleUpstream(session, settings.upstream_timeout_s, settings.upstream_connect_timeout_s,
-                                             settings.max_upstream_body_bytes)
+        forwarding = Http1Client(connect_timeout_s=settings.upstream_connect_timeout_s)
+        fast_path = OpenAICompatibleUpstream(forwarding, settings.upstream_timeout_s, settings.max_upstream_body_bytes)
         router = _router(settings, fast_path)
         stored = StoredResponses(stores.responses, settings.response_retention_s)
         proxy = ChatProxy(router=router, pruner=pruner,
@@ -153,7 +155,7 @@ class Services:
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
                               settings.max_json_depth, settings.max_request_chars),
                    AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s, stores.auth_failures),
-                   big_bodies)
+                   big_bodies, forwarding)
 
     async def stop(self) -> None:
         """The end of the lifespan. uvicorn has closed the listener and let open responses
@@ -165,6 +167,8 @@ class Services:
         await self.deferred.drain(timeout_s=10.0)
         await self.budget_guard.flush()
         await self.session.close()
+        if self.forwarding is not None:
+            await self.forwarding.close()
         if self.stores.redis is not None:
             await self.stores.redis.aclose()
         self.audit.close()

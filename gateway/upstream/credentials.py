@@ -1,9 +1,10 @@
 """An upstream URL that carries credentials, and the key that would go with it: refused at start-up.
 
 ``https://user:pass@proxy/v1`` sends its credentials as ``Authorization: Basic``, the
-header a Bearer key needs too: a request cannot carry both (aiohttp refuses every one
-of them). So a configuration where a Bearer key goes to such a URL, one configured for
-it or the callers' own provider keys, is a start-up error that says so::
+header a Bearer key needs too: a request cannot carry both (one of them would be dropped
+without a word: the forwarding client sends the Bearer key). So a configuration where a
+Bearer key goes to such a URL, one configured for it or the callers' own provider keys,
+is a start-up error that says so::
 
     check_url_credentials(settings)   # ConfigError naming the setting
 
