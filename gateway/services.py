@@ -23,7 +23,9 @@ from gateway.big_bodies import BigBodies
 from gateway.budget_guard import BudgetGuard
 from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
-from gateway.errors import StoreUnavailable
+from gateway.embedding.model import EmbeddingModel, ModelUnavailable
+from gateway.embedding.worker import Embedder, WorkerLimits
+from gateway.errors import ConfigError, StoreUnavailable
 from gateway.identity import Authenticator, OpenAccess, authenticator_for
 from gateway.passthrough import PassThrough
 from gateway.policies import PolicyBook
@@ -53,10 +55,11 @@ from gateway.upstream.openai_compat import OpenAICompatibleUpstream
 from gateway.upstream.router import ModelRouter
 from gateway.wire.chat import WireLimits
 
-log = logging.getLogger("sieve")
+log = logging.getLogger("sieve.services")
 COHORT_SECRET_KEY = "sieve:cohort-secret"
 OWN_KEYS = "the callers' own keys"
 COHORT_SECRET_TTL_S = 10 * 365 * 86_400
+
 # A route's dynamic label room: models routed to the default upstream that no config names
 # (none with strict_models: a model not configured is refused, and counted as "other").
 DYNAMIC_LABELS = 200
@@ -108,6 +111,7 @@ class Services:
     auth_throttle: AuthThrottle
     big_bodies: BigBodies   # the bound on big prunes in flight, and the heap trim after them
     forwarding: Http1Client | None = None  # the forward's client (the session serves models, scorers)
+    embedder: Embedder | None = None  # the embedding scorer's model and worker, when a policy uses it
 
     @property
     def metrics(self) -> Metrics:
@@ -139,12 +143,15 @@ class Services:
         session = _http_session()
         deferred = Deferred()
         big_bodies = BigBodies(settings.max_prune_bytes_in_flight)
-        pruner = _pruner(counters, settings, stores, session, metrics, prices, big_bodies,
-                         await cohort_secret(settings, stores.conversations))
+        embedder = _embedder(settings, policies, stores, metrics)
+        if embedder is not None:
+            await embedder.start()
+        pruner = _pruner(counters, settings, stores, session, metrics, prices, big_bodies, embedder)
+        pruner.cohort_secret = await cohort_secret(settings, stores.conversations)
         forwarding = Http1Client(connect_timeout_s=settings.upstream_connect_timeout_s)
         fast_path = OpenAICompatibleUpstream(forwarding, settings.upstream_timeout_s, settings.max_upstream_body_bytes)
         router = _router(settings, fast_path)
-        stored = StoredResponses(stores.responses, settings.response_retention_s)
+        stored = StoredResponses(stores.responses)
         proxy = ChatProxy(router=router, pruner=pruner,
                           accountant=Accountant(recorder, prices, budgets, audit, counters, stored), budgets=budgets,
                           deferred=deferred, expander=Expander(stores.conversations, budgets, metrics, counters),
@@ -155,7 +162,7 @@ class Services:
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
                               settings.max_json_depth, settings.max_request_chars),
                    AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s, stores.auth_failures),
-                   big_bodies, forwarding)
+                   big_bodies, forwarding, embedder)
 
     async def stop(self) -> None:
         """The end of the lifespan. uvicorn has closed the listener and let open responses
@@ -169,6 +176,8 @@ class Services:
         await self.session.close()
         if self.forwarding is not None:
             await self.forwarding.close()
+        if self.embedder is not None:
+            await self.embedder.stop()
         if self.stores.redis is not None:
             await self.stores.redis.aclose()
         self.audit.close()
@@ -215,11 +224,32 @@ def _router(settings: Settings, fast_path: OpenAICompatibleUpstream) -> ModelRou
 
 
 def _pruner(counters: TokenCounters, settings: Settings, stores: Stores, session: aiohttp.ClientSession,
-            metrics: Metrics, prices: PriceBook, big_bodies: BigBodies, secret: bytes) -> Pruner:
+            metrics: Metrics, prices: PriceBook, big_bodies: BigBodies, embedder: Embedder | None) -> Pruner:
     llm = LLMScorer(session=session, cache=stores.scores, metrics=metrics, prices=prices, counters=counters,
                     api_key=settings.scorer_api_key)
     return Pruner(counters, LocalScorer(), stores.conversations, metrics, llm=llm,
-                  summarizer=Summarizer(llm, prices, metrics), big=big_bodies, cohort_secret=secret)
+                  summarizer=Summarizer(llm, prices, metrics), big=big_bodies, embedder=embedder)
+
+
+def _embedder(settings: Settings, policies: PolicyBook, stores: Stores, metrics: Metrics) -> Embedder | None:
+    """The embedding model and its worker, when a policy in use scores with it. A model that
+    does not load is a start-up error under a policy with ``embedding_required``; else it is
+    logged and those policies score with the local scorer alone."""
+    wanted = [p for p in policies.in_use() if p.scorer == "embedding"]
+    if not wanted:
+        return None
+    try:
+        model = EmbeddingModel.load(settings.embedding_model_dir)
+    except ModelUnavailable as exc:
+        names = ", ".join(p.name for p in wanted)
+        if any(p.embedding_required for p in wanted):
+            raise ConfigError(f"{exc} (policy {names} has embedding_required: true)") from exc
+        log.warning("%s: policy %s scores with the local scorer alone", exc, names)
+        return None
+    log.info("embedding scorer: model %s from %s", model.model_id, settings.embedding_model_dir)
+    # With Redis, vectors are shared between replicas in the score store.
+    return Embedder(model, metrics, shared=stores.scores if stores.redis is not None else None,
+                    limits=WorkerLimits(max_queue=settings.embedding_queue, cpu_share=settings.embedding_cpu_share))
 
 
 async def cohort_secret(settings: Settings, shared: ConversationStore) -> bytes:

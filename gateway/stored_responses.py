@@ -6,9 +6,9 @@ the id. Sieve keeps a registry (``gateway.state``: in memory, or Redis shared by
 replicas) of every response it relays, streamed ones included, and of the
 conversations they belong to: id -> the org, and the size of its chain (what a
 request continuing it sends the model again: its input, earlier turns included, and
-its output), for the provider's retention (``SIEVE_RESPONSE_RETENTION_S``)::
+its output), for the provider's retention (``RETENTION_S``: OpenAI keeps a stored response 30 days)::
 
-    stored = StoredResponses(stores.responses, settings.response_retention_s)
+    stored = StoredResponses(stores.responses)
     chain = await stored.continued(identity, policy, body)   # previous_response_id / conversation
     await stored.owned(identity, policy, "resp_123")         # GET/DELETE /v1/responses/{id} and the rest
     await stored.record(identity.org, "resp_456", 1_830, conversation=None)
@@ -33,16 +33,17 @@ from gateway.pruning.policy import Policy
 from gateway.state.protocols import ResponseRegistry, StoredResponse
 from gateway.wire.call import Identity
 
-__all__ = ["RESPONSE_ID_CHARS", "StoredResponses", "conversation_id"]
+__all__ = ["RESPONSE_ID_CHARS", "RETENTION_S", "StoredResponses", "conversation_id"]
 
 log = logging.getLogger("sieve.stored_responses")
 # The alphabet of the providers' ids (resp_..., conv_..., msg_...): one path segment, never a dot.
 RESPONSE_ID_CHARS = r"[A-Za-z0-9_-]{1,256}"
 _RESPONSE_ID = re.compile(RESPONSE_ID_CHARS)
+RETENTION_S = 30 * 86_400
 
 
 class StoredResponses:
-    def __init__(self, registry: ResponseRegistry, retention_s: int) -> None:
+    def __init__(self, registry: ResponseRegistry, retention_s: int = RETENTION_S) -> None:
         self._registry = registry
         self._retention_s = retention_s
 
