@@ -34,7 +34,7 @@ from gateway.pruning.policy import OVERRIDES, Policy, Steering
 from gateway.pruning.scoring import LocalScorer, Scorer, UnitScore
 from gateway.pruning.semantic import SemanticOutcome, SemanticScorer
 from gateway.pruning.tokens import TokenCounter, TokenCounters
-from gateway.pruning.vocabulary import Cohort, Mode, Strategy
+from gateway.pruning.vocabulary import Cohort, Mode, PolicyMode, Strategy
 from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
 from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
@@ -70,6 +70,8 @@ class Pruner:
                  metrics: Metrics, llm: LLMScorer | None = None, summarizer: Summarizer | None = None,
                  big: BigBodies | None = None, embedder: Embedder | None = None) -> None:
         self._counters = counters
+        # The key of the cohort hash (gateway.pruning.cohort), set once at start-up (gateway.services).
+        self.cohort_secret = b""
         self._big = big or BigBodies(max_bytes=8 * 1024 * 1024)  # the default SIEVE_MAX_PRUNE_BYTES_IN_FLIGHT
         self._scorer = scorer
         self._store = store
@@ -79,15 +81,22 @@ class Pruner:
         self._embedder = embedder
 
     async def prune(self, call: ChatCall, target_tokens: int | None = None,
-                    pinned: tuple[PinnedRoom, ...] = ()) -> PruneOutcome:
+                    pinned: tuple[PinnedRoom, ...] = (), *, dry_run: bool = False) -> PruneOutcome:
         """Prune ``call``'s body under its conversation's frozen plan. ``target_tokens``,
         when given, is a target Sieve itself imposes (a budget running low): it replaces
         the request's own and is no client override. ``pinned``: the conversation's pinned
-        sieve_expand exchanges (``gateway.expander``), held under the target."""
+        sieve_expand exchanges (``gateway.expander``), held under the target.
+
+        ``dry_run`` (``/v1/prune``): the decision a pruned conversation would get, its plan
+        read but not written (the live conversation's next step must find the plan its last
+        forward left), and its cohort neither applied nor told (a client must not learn
+        which conversations go unpruned before it sends them)."""
         check_overrides(call.sieve, call.policy)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
-        cohort = cohort_of(call.policy, key)
-        if cohort is Cohort.CONTROL:
+        cohort = cohort_of(call.policy, key, self.cohort_secret)
+        if dry_run:
+            cohort = Cohort.SHADOW if call.policy.mode is PolicyMode.SHADOW else Cohort.PRUNED
+        elif cohort is Cohort.CONTROL:
             return await self.pass_through(call, CONTROL)
         raw, failed = await self._load(key)
         state = FrozenPlan.from_bytes(raw) if raw else None
@@ -106,7 +115,7 @@ class Pruner:
         summary_run = await self._summarize(run, result)
         prune_s = time.perf_counter() - t0
         self._metrics.prune_seconds.observe(prune_s)
-        if failed is not FailOpen.STATE_STORE and not await self._save(key, result, call.policy):
+        if not dry_run and failed is not FailOpen.STATE_STORE and not await self._save(key, result, call.policy):
             failed = failed or FailOpen.STATE_STORE
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run, cohort=cohort)
 
@@ -125,7 +134,7 @@ class Pruner:
         self._metrics.prune_seconds.observe(prune_s)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
         return PruneOutcome(result, key, None, prune_s, failed, unpruned_reason=reason,
-                            cohort=cohort_of(call.policy, key))
+                            cohort=cohort_of(call.policy, key, self.cohort_secret))
 
     async def _load(self, key: str) -> tuple[bytes | None, FailOpen | None]:
         """The conversation's stored plan, and the fail-open reason when the store failed."""
