@@ -39,7 +39,7 @@ from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
 from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import FailOpen, Metrics
-from gateway.wire.call import ChatCall
+from gateway.wire.call import ChatCall, Identity
 from gateway.wire.continuation import more_steps_follow
 from gateway.wire.headers import SieveHeaders
 
@@ -87,10 +87,13 @@ class Pruner:
         the request's own and is no client override. ``pinned``: the conversation's pinned
         sieve_expand exchanges (``gateway.expander``), held under the target.
 
-        ``dry_run`` (``/v1/prune``): the decision a pruned conversation would get, its plan
-        read but not written (the live conversation's next step must find the plan its last
-        forward left), and its cohort neither applied nor told (a client must not learn
-        which conversations go unpruned before it sends them)."""
+        ``dry_run`` (``/v1/prune``): the decision a pruned conversation would get, and its
+        cohort neither applied nor told (a client must not learn which conversations go
+        unpruned before it sends them). A dry run never writes the live conversation's plan
+        (its next step must find the plan its last forward left): it reads its own rehearsal
+        plan (``rehearsal_key``), else the live one, and moves only the rehearsal on, so a
+        conversation replayed step by step through ``/v1/prune`` (``replay.py``) plays out
+        its epochs as forwards would."""
         check_overrides(call.sieve, call.policy)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
         cohort = cohort_of(call.policy, key, self.cohort_secret)
@@ -98,7 +101,10 @@ class Pruner:
             cohort = Cohort.SHADOW if call.policy.mode is PolicyMode.SHADOW else Cohort.PRUNED
         elif cohort is Cohort.CONTROL:
             return await self.pass_through(call, CONTROL)
-        raw, failed = await self._load(key)
+        saved_as = rehearsal_key(key, call.identity) if dry_run else key
+        raw, failed = await self._load(saved_as)
+        if dry_run and raw is None and failed is None:
+            raw, failed = await self._load(key)
         state = FrozenPlan.from_bytes(raw) if raw else None
         # Read before the pipeline runs: a frozen replay moves the plan on to this request.
         previous = list(state.fingerprints) if state is not None else None
@@ -115,7 +121,7 @@ class Pruner:
         summary_run = await self._summarize(run, result)
         prune_s = time.perf_counter() - t0
         self._metrics.prune_seconds.observe(prune_s)
-        if not dry_run and failed is not FailOpen.STATE_STORE and not await self._save(key, result, call.policy):
+        if failed is not FailOpen.STATE_STORE and not await self._save(saved_as, result, call.policy):
             failed = failed or FailOpen.STATE_STORE
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run, cohort=cohort)
 
@@ -259,6 +265,12 @@ def check_overrides(headers: SieveHeaders, policy: Policy) -> None:
         allowed = f"{low}..{high}" if high else f">= {low}"
         raise Forbidden(f"x-sieve-target-tokens {target} is outside what policy {policy.name!r} allows ({allowed})",
                         param="x-sieve-target-tokens", code="override_not_allowed")
+
+
+def rehearsal_key(key: str, identity: Identity) -> str:
+    """Where a dry run keeps its plan: beside the live conversation's, per calling key, so
+    neither a rehearsal nor another key's rehearsal can move a live prefix or each other."""
+    return f"{key}|dry|{identity.team or ''}|{identity.key_name or ''}"
 
 
 def conversation_key(org: str, body: Mapping[str, Any], conversation_id: str | None) -> str:

@@ -138,6 +138,24 @@ def test_a_dry_run_leaves_the_live_conversations_plan_alone(start_gateway, upstr
     assert second[:len(first)] == first  # the cached prefix holds: the plan was the live one's
 
 
+def test_a_conversation_rehearsed_through_dry_runs_keeps_its_decisions(start_gateway, tmp_path: Path) -> None:
+    """/v1/prune writes no live plan, but a conversation sent to it step by step (replay.py, a
+    user trying a policy) still plays out as forwards would: each step extends the one before
+    until an epoch (the live plan is left alone: the test above)."""
+    (tmp_path / "default.yaml").write_text("strategy: window\ntarget_tokens: 1500\nmin_prompt_tokens: 0\n"
+                                           "min_messages: 0\nexpand_tool: false\n")
+    gw = start_gateway(virtual_keys=KEYS, policies_dir=tmp_path)
+    headers = {**bearer(ACME), "x-sieve-conversation-id": "rehearsed"}
+    history = agent_history(14)
+    first = gw.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": history}, headers=headers).json()
+    step = [*history, {"role": "assistant", "content": "done"}, {"role": "user", "content": "next"}]
+    second = gw.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": step}, headers=headers).json()
+    assert first["report"]["saved_tokens"] > 0
+    assert second["report"]["mode"] == "frozen"
+    forwarded = first["request"]["messages"]
+    assert second["request"]["messages"][:len(forwarded)] == forwarded
+
+
 def test_the_cohort_is_neither_chosen_nor_learned_before_forwarding(start_gateway, upstream, tmp_path: Path) -> None:
     """Before: the control group was a plain hash of the conversation id the client picks, and
     /v1/prune told it: ids that probe as control sent their largest histories unpruned."""
