@@ -114,6 +114,14 @@ class ExpandRecords:
             self._size(call, record.pins[-1])
             await self.save(record, call.policy.state_ttl_s)
 
+    async def carries_tool(self, call: ChatCall, record: ExpandRecord, result: PruneResult) -> bool:
+        """Whether the conversation carries the tool: its record's answer, or ``offered`` on its
+        first request (saved: the answer holds for the conversation's whole life)."""
+        if record.tool is None:
+            record.tool = offered(call, result)
+            await self.save(record, call.policy.state_ttl_s)
+        return record.tool
+
     async def save(self, record: ExpandRecord, ttl_s: int) -> None:
         """The record, its oldest pins dropped to fit ``MAX_RECORD_BYTES``."""
         raw = orjson.dumps({"v": 1, "tool": bool(record.tool), "pins": record.pins})

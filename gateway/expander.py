@@ -6,10 +6,9 @@ The proxy calls this at three points of one request:
   with the room each pinned exchange takes; the pruner holds it under the target and
   says which pins go back (``gateway.pruning.pins``, ``PruneResult.pinned``).
 * ``open`` after the prune: with the policy's ``expand_tool`` on, for a conversation
-  that carries the tool (decided on the first request Sieve sees of it, for its whole
-  life: adding or removing a tool rewrites the prefix a provider binds reasoning and
-  its cache to; ``expand_record.offered``), the omission markers name their refs
-  (``gateway.pruning.expansion``);
+  that carries the tool (decided on its first request, for its whole life: a tool added or
+  removed rewrites the prefix a provider binds reasoning and its cache to;
+  ``expand_record.offered``), the omission markers name their refs (``gateway.pruning.expansion``);
   ``body_for`` then puts the pins the decision chose back where they were made,
   after the client turn they followed (pinned: the model asked for that content, and
   the provider's cached prefix of that round grows rather than breaks), and the tool
@@ -54,7 +53,7 @@ import orjson
 from gateway.accounting import RequestRecord
 from gateway.budget_guard import BudgetGuard
 from gateway.errors import BudgetExceeded
-from gateway.expand_record import ExpandRecord, ExpandRecords, offered
+from gateway.expand_record import ExpandRecord, ExpandRecords
 from gateway.pruner import PruneOutcome
 from gateway.pruning.expansion import Expandable, expandable, refs_of_call, restore
 from gateway.pruning.result import PruneResult
@@ -115,10 +114,7 @@ class Expander:
         if record is None or outcome.unpruned_reason:
             return None
         result = outcome.result
-        if record.tool is None:
-            record.tool = offered(call, result)
-            await self._records.save(record, call.policy.state_ttl_s)
-        if not record.tool:
+        if not await self._records.carries_tool(call, record, result):
             _without_pins(result, record)
             return None
         try:

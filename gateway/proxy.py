@@ -43,7 +43,7 @@ from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.expansion import shown_with_refs
 from gateway.pruning.result import PruneResult
 from gateway.pruning.vocabulary import Cohort, PolicyMode
-from gateway.reasoning import Guarded, ReasoningGuard, is_prefix_error, needs_beta, with_beta
+from gateway.reasoning import Guarded, ReasoningGuard
 from gateway.stored_responses import StoredResponses
 from gateway.telemetry.metrics import FailOpen, Outcome
 from gateway.telemetry.redaction import without_secrets
@@ -182,45 +182,23 @@ class ChatProxy:
             raise
 
     async def _guard(self, call: ChatCall, forwarded: dict[str, Any], changed: bool) -> Guarded:
-        """The forward made valid for a provider that binds reasoning to its prefix, and what
-        Sieve's rewrite cost in reasoning (``gateway.reasoning``); its record saved before it
-        goes (the answer's reasoning is bound to it, and the client's next request may come
-        as soon as the answer ends)."""
+        """The forward made valid for a provider that binds reasoning to its prefix (``gateway.reasoning``)."""
         if self._reasoning is None:
             return Guarded(forwarded, fmt=call.format, changed=changed)
-        try:
-            guarded = await self._reasoning.guard(call, forwarded, changed)
-        except Exception as exc:  # noqa: BLE001 - a bug here must not fail the request
-            log.exception("reasoning guard failed (%s); forwarding as written", type(exc).__name__)
-            return Guarded(forwarded, fmt=call.format, changed=changed)
-        if needs_beta(guarded.body):
-            call.headers = with_beta(call.headers)
-        self._reasoning.sent(guarded, guarded.body)
-        await self._reasoning.save(guarded, call.policy.state_ttl_s)
-        return guarded
+        return await self._reasoning.prepare(call, forwarded, changed)
 
     async def _retried(self, record: RequestRecord, response: UpstreamResponse,
                        headers: Mapping[str, str]) -> UpstreamResponse:
         """A prefix-check 400 on a request Sieve changed: sent once more with drop_block
         (``gateway.reasoning``); the client never gets an error Sieve's rewrite caused."""
-        guarded = record.reasoning
-        if self._reasoning is None or guarded is None or not is_prefix_error(response.status, response.body):
-            return response
-        body = self._reasoning.safe_form(guarded)
-        if body is None:
-            return response
-        log.warning("request %s: the provider refused reasoning Sieve's rewrite invalidated; sent again with "
-                    "drop_block", record.call.request_id)
-        record.call.headers = with_beta(record.call.headers)
-        await self._reasoning.save(guarded, record.call.policy.state_ttl_s)
-        return await self._forward(record, body, headers)
+        retry = None if self._reasoning is None else \
+            await self._reasoning.retry_body(record.reasoning, record.call, response.status, response.body)
+        return response if retry is None else await self._forward(record, retry, headers)
 
     async def _round(self, record: RequestRecord, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamResponse:
         """A sieve_expand round: its body is a prefix the answer's reasoning is bound to."""
-        guarded = record.reasoning
-        if self._reasoning is not None and guarded is not None and guarded.record is not None:
-            self._reasoning.sent(guarded, body)
-            await self._reasoning.save(guarded, record.call.policy.state_ttl_s)
+        if self._reasoning is not None:
+            await self._reasoning.round_sent(record.reasoning, body, record.call.policy.state_ttl_s)
         return await self._forward(record, body, headers)
 
     async def _prune(self, call: ChatCall, ingress: Ingress) -> tuple[PruneOutcome, ExpandRecord | None]:

@@ -141,6 +141,43 @@ class ReasoningGuard:
         record.bound, record.pending = _still_valid(verdict), set()
         return out
 
+    async def prepare(self, call: ChatCall, forwarded: dict[str, Any], changed: bool) -> Guarded:
+        """``guard``, then the beta header on ``call`` where the body asks for drop_block, and the
+        record saved before the forward goes (the answer's reasoning is bound to it, and the
+        client's next request may come as soon as the answer ends). A bug here forwards the
+        body as written."""
+        try:
+            guarded = await self.guard(call, forwarded, changed)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not fail the request
+            log.exception("reasoning guard failed (%s); forwarding as written", type(exc).__name__)
+            return Guarded(forwarded, fmt=call.format, changed=changed)
+        if needs_beta(guarded.body):
+            call.headers = with_beta(call.headers)
+        self.sent(guarded, guarded.body)
+        await self.save(guarded, call.policy.state_ttl_s)
+        return guarded
+
+    async def retry_body(self, guarded: Guarded | None, call: ChatCall, status: int,
+                         answer: bytes | None) -> dict[str, Any] | None:
+        """After a prefix-check 400 on a request Sieve changed: the body to send once more, in the
+        safe form (``safe_form``), the beta header set on ``call``; None: the answer stands."""
+        if guarded is None or not is_prefix_error(status, answer):
+            return None
+        body = self.safe_form(guarded)
+        if body is None:
+            return None
+        log.warning("request %s: the provider refused reasoning Sieve's rewrite invalidated; sent again "
+                    "with drop_block", call.request_id)
+        call.headers = with_beta(call.headers)
+        await self.save(guarded, call.policy.state_ttl_s)
+        return body
+
+    async def round_sent(self, guarded: Guarded | None, body: Mapping[str, Any], ttl_s: int) -> None:
+        """A sieve_expand round's body went upstream: its answer's reasoning is bound to it."""
+        if guarded is not None and guarded.record is not None:
+            self.sent(guarded, body)
+            await self.save(guarded, ttl_s)
+
     def sent(self, guarded: Guarded, body: Mapping[str, Any]) -> None:
         """A body sent upstream (a sieve_expand round's too): the answer to it is bound to it whole."""
         if guarded.record is not None:

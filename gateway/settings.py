@@ -285,11 +285,8 @@ class Settings:
         models = {}
         for name, spec in (raw.get("models") or {}).items():
             spec = spec or {}
-            _reject_unknown(
-                spec,
-                {"kind", "api_base", "api_key_env", "litellm_model", "upstream_model"},
-                f"{path}: models.{name}",
-            )
+            _reject_unknown(spec, {"kind", "api_base", "api_key_env", "litellm_model", "upstream_model"},
+                            f"{path}: models.{name}")
             kind = spec.get("kind", RouteKind.OPENAI)
             if kind not in tuple(RouteKind):
                 raise ConfigError(f"{path}: models.{name}.kind must be 'openai' or 'litellm'")
@@ -306,9 +303,8 @@ class Settings:
             models=models,
             strict_models=strict,
             upstream_base_url=upstream.get("base_url") or self.upstream_base_url,
-            upstream_api_key=(
-                env.get(upstream["api_key_env"]) if upstream.get("api_key_env") else self.upstream_api_key
-            ),
+            upstream_api_key=(env.get(upstream["api_key_env"]) if upstream.get("api_key_env")
+                              else self.upstream_api_key),
             redis_url=raw.get("redis_url") or self.redis_url,
             admin_key=env.get(raw["admin_key_env"]) if raw.get("admin_key_env") else self.admin_key,
             default_policy=raw.get("policy") or self.default_policy,
