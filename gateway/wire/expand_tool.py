@@ -49,7 +49,9 @@ def tool_definition(fmt: WireFormat) -> dict[str, Any]:
 
 def with_tool(body: Mapping[str, Any], fmt: WireFormat) -> dict[str, Any]:
     """``body`` with the tool after the client's own (once: a body that has it keeps it as is)."""
-    tools = list(body.get("tools") or ())
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        return dict(body)  # not a list of tools: the provider answers it in its own words
     if any(_tool_name(t) == TOOL_NAME for t in tools) or body.get("functions") is not None:
         return dict(body)  # (legacy ``functions`` cannot go beside ``tools``: no tool then)
     return {**body, "tools": [*tools, tool_definition(fmt)]}
