@@ -8,7 +8,9 @@ each round runs one fresh process per side (a cold process: empty caches), which
 prunes the same history eight times cold and reports its median; the sides
 alternate, and so does which of them goes first in a round (with one order
 throughout, the order alone moved the ratio by 10-20 % here). Prints both
-medians and their ratio. The other revision is checked
+medians and their ratio, in wall time and in the process's CPU time (on a loaded
+machine a prune waits for a core, which only the wall time counts: the CPU
+ratio is the steadier one there). The other revision is checked
 out into a temporary git worktree, removed afterwards.
 """
 
@@ -49,15 +51,16 @@ if "steering" in inspect.signature(prune).parameters:
     steer = {"steering": policy.Steering(target_tokens=target)}
 else:
     steer = {"target": target}
-times = []
+times, cpu = [], []
 from gateway.pruning import text_features
 for _ in range(8):
     cold = prune_speed.cold_counter()  # empties the word and id caches too
     text_features._WORD_TERMS.clear()  # which older revisions' cold_counter left warm
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     prune(body, policy.Policy(), scorer=LocalScorer(), counter=cold, **steer)
     times.append((time.perf_counter() - started) * 1000)
-print(statistics.median(times[1:]))
+    cpu.append((time.process_time() - started_cpu) * 1000)
+print(statistics.median(times[1:]), statistics.median(cpu[1:]))
 """
 
 
@@ -74,20 +77,24 @@ def main() -> int:
         try:
             sides = {args.against: other, "this tree": ROOT}
             medians: dict[str, list[float]] = {name: [] for name in sides}
+            cpu: dict[str, list[float]] = {name: [] for name in sides}
             for round_ in range(args.rounds):
                 order = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
                 for name in order:
                     done = subprocess.run([sys.executable, "-c", _ONE_SIDE, str(sides[name]), str(args.tokens),
                                            str(sessions)],
                                           capture_output=True, text=True, check=True)
-                    medians[name].append(float(done.stdout.strip().splitlines()[-1]))
+                    wall, used = done.stdout.strip().splitlines()[-1].split()
+                    medians[name].append(float(wall))
+                    cpu[name].append(float(used))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT, check=False)
     print(f"cold prune of a {args.tokens:,}-token history, medians of {args.rounds} interleaved rounds (ms):")
-    for name, values in medians.items():
-        print(f"  {name:>12}  {statistics.median(values):7.1f}   rounds: {' '.join(f'{v:.1f}' for v in values)}")
-    base, this = (statistics.median(v) for v in medians.values())
-    print(f"  ratio this tree / {args.against}: {this / base:.3f}")
+    for label, figures in (("wall", medians), ("CPU", cpu)):
+        for name, values in figures.items():
+            print(f"  {label:>4} {name:>12}  {statistics.median(values):7.1f}   rounds: {' '.join(f'{v:.1f}' for v in values)}")
+        base, this = (statistics.median(v) for v in figures.values())
+        print(f"  {label:>4} ratio this tree / {args.against}: {this / base:.3f}")
     return 0
 
 
