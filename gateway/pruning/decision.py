@@ -57,6 +57,7 @@ class DecisionTask:
     prior_inserts: Sequence[tuple[int, dict[str, Any]]] = ()     # earlier markers, where the old plan put them
     prior_masks: Mapping[int, str] = field(default_factory=dict)  # earlier masks' text, per message
     scores: Mapping[int, UnitScore] | None = None                # precomputed (an async scorer's)
+    in_loop: bool = False          # taken inside a tool loop (gateway.pruning.turns): the target forced it
     # The scorer's scores per candidate set, shared by the decisions of one request: a
     # decision retaken under a lower budget (``pipeline._decided_with_refs``) scores the
     # same candidates of the same conversation alike, so it reads them from here.
@@ -88,7 +89,9 @@ def decide(task: DecisionTask) -> PruneResult:
     # target: an epoch aims at the low-water mark and leaves the rest to the next steps,
     # as it leaves the key lines (``_with_key_lines``).
     tool_units = policy.protect_last_tool_units if task.budget >= task.request.target_tokens else 0
-    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens, task.prior_masks, tool_units),
+    needs = [j for p in task.request.pinned for j in p.needs] if policy.expand_tool else []
+    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens, task.prior_masks, tool_units,
+                                needs),
                   dict(task.forced),
                   carried=[counter.count_message(_as_named(task, pos, m)) for pos, m in task.prior_inserts
                            if is_marker(m)])
@@ -157,7 +160,13 @@ def _selected(d: _Decision) -> dict[int, Action]:
         actions[p.last] = MASKED
     excess = pinned_tokens + reserve - task.budget
     if excess > 0:
-        release = sorted(p.soft_pins) + sorted(hard - p.hard_pins)
+        # An epoch inside a tool loop sheds the window from its newest unit back (the current
+        # step is a hard pin): its first changed position comes as late as the decision allows,
+        # so the loop's steps before it keep the prefix their reasoning is bound to
+        # (ARCHITECTURE.md 2a). Elsewhere (a first decision, a turn boundary, where no loop runs)
+        # the oldest go first: the newest turns are what the next step reads.
+        late = task.mode == Mode.EPOCH and task.in_loop
+        release = sorted(p.soft_pins, reverse=late) + sorted(hard - p.hard_pins)
         shrink_to_fit(task.conversation, actions, release, p.masked_cost, excess, drop=p.attainable)
     return actions
 

@@ -32,10 +32,16 @@ def chat(gw: GatewayServer, max_tokens: int = 20, **extra: Any) -> httpx.Respons
                       headers=AUTH, timeout=10)
 
 
+# A conversation's keys: its frozen plan, and its sieve_expand record (whether it carries the
+# tool, decided on its first request: gateway.expand_record).
+KEYS_PER_CONVERSATION = 2
+
+
 def conversation_keys(redis: RedisServer) -> int:
-    """Conversations' plans in Redis (not the gateway's cohort secret, kept in the same store)."""
+    """The conversations the store holds (not the gateway's cohort secret, kept in the same store)."""
     with redis_py.Redis.from_url(redis.url) as client:
-        return len([k for k in client.keys("sieve:conv:*") if b"cohort-secret" not in k])
+        keys = [k for k in client.keys("sieve:conv:*") if b"cohort-secret" not in k]
+        return len(keys) // KEYS_PER_CONVERSATION
 
 
 def degraded(gw: GatewayServer) -> tuple[float, float, float]:
@@ -142,12 +148,12 @@ def test_memory_state_store_evicts_beyond_its_bounds(start_gateway) -> None:
     for i in range(20):
         assert int(converse(by_count, f"c{i}").headers["x-sieve-saved-tokens"]) > 0  # served, pruned
     assert len(store) == 8
+    entry = store.nbytes // len(store)           # one live plan (before the dry runs add rehearsals)
     assert mode(by_count, "c19") == "frozen"     # recent: its decisions replayed
     assert mode(by_count, "c0") == "stateless"   # evicted (least recently used): decided afresh
     by_count.wait_idle()
     assert outcomes(by_count).get("pruned") == 20 and fail_open(by_count, "state_store") == 0
 
-    entry = store.nbytes // len(store)
     by_size = start_gateway(virtual_keys=KEYS, state_max_bytes=int(entry * 3.5))
     for i in range(10):
         converse(by_size, f"c{i}")
