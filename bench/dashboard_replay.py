@@ -64,7 +64,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.settings import Settings, prepare_offline_environment  # noqa: E402
+from gateway.config.settings import Settings, prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 

@@ -2,7 +2,7 @@
 
     python bench/embedding_speed.py [--repeats 7] [--steps 40] [--sessions PATH] [--rss]
 
-In-process, through ``gateway.pruner.Pruner`` as the gateway builds it (the local
+In-process, through ``gateway.exchange.prune_step.Pruner`` as the gateway builds it (the local
 scorer; with ``scorer: embedding`` also the real model and its background worker),
 the two policies interleaved in every repeat so that drift hits both alike:
 
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gateway.settings import Settings, prepare_offline_environment  # noqa: E402
+from gateway.config.settings import Settings, prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 
@@ -48,7 +48,7 @@ import httpx  # noqa: E402
 import prune_speed  # noqa: E402
 from gateway.embedding.model import EmbeddingModel  # noqa: E402
 from gateway.embedding.worker import Embedder, WorkerLimits  # noqa: E402
-from gateway.pruner import Pruner  # noqa: E402
+from gateway.exchange.prune_step import Pruner  # noqa: E402
 from gateway.pruning.policy import Policy  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounters  # noqa: E402

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import httpx
 
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from tests.billing_provider import DOCUMENT_TOKENS, BillingProvider
 from tests.gateway_server import GatewayServer
 from tests.redis_server import RedisServer

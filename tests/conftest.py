@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from gateway.settings import Settings, prepare_offline_environment
+from gateway.config.settings import Settings, prepare_offline_environment
 
 prepare_offline_environment()  # before anything imports tiktoken or litellm
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.settings import DEFAULT_EMBEDDING_MODEL_DIR
+from gateway.config.settings import DEFAULT_EMBEDDING_MODEL_DIR
 
 MODEL_DIR = DEFAULT_EMBEDDING_MODEL_DIR
 

@@ -13,8 +13,8 @@ import time
 import httpx
 import uvicorn
 
-from gateway.app import create_app, uvicorn_config
-from gateway.settings import Settings, prepare_offline_environment
+from gateway.api.app import create_app, uvicorn_config
+from gateway.config.settings import Settings, prepare_offline_environment
 from gateway.telemetry.metrics import Metrics
 from tests.support import free_port, wait_until
 

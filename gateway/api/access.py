@@ -20,7 +20,7 @@ the right key is a 401/403 whatever its body holds. It also bounds the request
 headers, before any of them is parsed. Every failed key check is counted
 (``sieve_auth_failures_total{route}``, the route's path template), and a client
 address that keeps failing is refused for a while, its keys unchecked
-(:mod:`gateway.auth_throttle`, counted across the replicas when Redis is configured). It writes the access line of every request that
+(:mod:`gateway.auth.throttle`, counted across the replicas when Redis is configured). It writes the access line of every request that
 is not forwarded (:mod:`gateway.telemetry.access_log`). The client and ops routes take the raw
 request (:class:`RawRoute`): FastAPI describes them and handles only the admin
 routes' parameters and models.
@@ -139,7 +139,7 @@ def _status_of(exc: Exception) -> int:
     if isinstance(exc, SieveError):
         return exc.status
     if isinstance(exc, RequestValidationError):
-        return 400  # rendered as an invalid request (gateway.api.responses)
+        return 400  # rendered as an invalid request (gateway.api.rendering)
     if isinstance(exc, ClientDisconnect):
         return 499
     return getattr(exc, "status_code", 500)  # Starlette's HTTPException, or a bug

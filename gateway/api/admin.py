@@ -25,9 +25,9 @@ from starlette.requests import Request
 
 from gateway.api.access import AdminRoute
 from gateway.api.schemas import answers
-from gateway.budgets import BudgetStatus, utc_iso
-from gateway.identity import hash_key
-from gateway.services import Services
+from gateway.billing.budgets import BudgetStatus, utc_iso
+from gateway.auth.identity import hash_key
+from gateway.api.services import Services
 from gateway.state.protocols import KeyRecord
 
 KEY_PREFIX = "sk-sieve-"

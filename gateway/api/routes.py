@@ -27,18 +27,18 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
 
 from gateway.api.access import ClientRoute, OpsRoute
-from gateway.api.responses import json_response, reply_response
+from gateway.api.rendering import json_response, reply_response
 from gateway.api.format_schemas import AnthropicMessage, OpenAIResponse, Relayed
 from gateway.api.schemas import (ChatCompletion, Health, ModelList, OpenAPIDocument, PruneResponse, Readiness, answers,
                                  steered)
-from gateway.big_bodies import THREAD_THRESHOLD_BYTES
+from gateway.exchange.big_bodies import THREAD_THRESHOLD_BYTES
 from gateway.errors import StoreUnavailable
-from gateway.health import readiness
-from gateway.passthrough import PassThroughCall
-from gateway.proxy import sieve_headers
-from gateway.services import Services
-from gateway.settings import litellm_package_dir
-from gateway.stored_responses import RESPONSE_ID_CHARS
+from gateway.api.health import readiness
+from gateway.exchange.passthrough import PassThroughCall
+from gateway.exchange.forward import sieve_headers
+from gateway.api.services import Services
+from gateway.config.settings import litellm_package_dir
+from gateway.exchange.stored_responses import RESPONSE_ID_CHARS
 from gateway.wire.body import parse_body, read_body
 from gateway.wire.call import ChatCall
 from gateway.wire.formats import FORMAT_HEADER, WireFormat, adapter_for, parse_format
@@ -108,7 +108,7 @@ async def count_tokens(request: Request) -> Response:
 
 
 async def compact_response(request: Request) -> Response:
-    """Compaction runs the model over the input: billed, so budgeted (gateway.passthrough)."""
+    """Compaction runs the model over the input: billed, so budgeted (gateway.exchange.passthrough)."""
     return await _pass_on(request, WireFormat.RESPONSES, "/compact", billed=True)
 
 
@@ -284,7 +284,7 @@ def relayed(*errors: str, body: bool = False) -> dict[str, Any]:
 
 RELAYED = dict(response_model=Relayed, response_description="The provider's answer, relayed unchanged.",
                openapi_extra=relayed("UpstreamUnavailable", "UpstreamTimeout", body=True))
-# Compaction runs the model: budgeted like a forwarded request (gateway.passthrough).
+# Compaction runs the model: budgeted like a forwarded request (gateway.exchange.passthrough).
 BILLED = {**RELAYED, "openapi_extra": relayed("BudgetExceeded", "ServiceUnavailable", "UpstreamUnavailable",
                                               "UpstreamTimeout", body=True)}
 RESPONSE_ID = {**RELAYED, "openapi_extra": {**relayed("NotFound", "UpstreamUnavailable", "UpstreamTimeout"),

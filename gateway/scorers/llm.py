@@ -2,7 +2,7 @@
 
 The pure pipeline decides which units need scores (only at an epoch or a
 stateless prune) and scores them synchronously. The model is asked in between,
-by ``gateway.pruner``::
+by ``gateway.exchange.prune_step``::
 
     capture = CapturingScorer(LocalScorer())
     first = prune(body, policy, scorer=capture, counter=counter, steering=steering)  # local scores, recorded

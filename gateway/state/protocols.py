@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-from gateway.budgets import BudgetLimit, BudgetStatus, Reservation, Settlement
+from gateway.billing.budgets import BudgetLimit, BudgetStatus, Reservation, Settlement
 from gateway.wire.call import Identity
 
 

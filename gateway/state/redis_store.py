@@ -17,7 +17,7 @@ key has a TTL except the virtual-key hash, which is configuration)::
                                                                    (settled/released: a state marker)
     sieve:{org:<org>}:resv-expiry                                  zset reservation id -> expires_at ms
     sieve:conv:{<conversation key>}                                string
-    sieve:conv:{sieve%3Acohort-secret}                             the cohort hash's key (gateway.services)
+    sieve:conv:{sieve%3Acohort-secret}                             the cohort hash's key (gateway.api.services)
     sieve:score:{<score key>}                                      string
     sieve:{keys}:vkeys                                             hash sha256 -> KeyRecord json
     (the stored Responses ids and failed key checks: ``gateway.state.redis_registries``)
@@ -54,7 +54,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.budgets import (
+from gateway.billing.budgets import (
     BudgetLimit,
     BudgetStatus,
     Bucket,

@@ -51,7 +51,7 @@ class FailOpen(StrEnum):
 
 class UsageAnomaly(StrEnum):
     """The ``reason`` label of ``sieve_usage_anomalies_total``: a provider's usage figure the
-    budget did not charge as reported (``gateway.usage_bounds``)."""
+    budget did not charge as reported (``gateway.telemetry.usage_bounds``)."""
 
     JUNK = "junk"        # negative, not a number: the reservation's estimate is charged
     CEILING = "ceiling"  # above the per-request sanity ceiling (SIEVE_MAX_BILLED_TOKENS): the ceiling is charged
@@ -59,7 +59,7 @@ class UsageAnomaly(StrEnum):
 
 class ExpandOutcome(StrEnum):
     """The ``outcome`` label of ``sieve_expand_total``: one ``sieve_expand`` call the model made
-    (``gateway.expander``)."""
+    (``gateway.exchange.expander``)."""
 
     EXPANDED = "expanded"            # every ref it asked for was restored, and the provider asked again
     NOT_AVAILABLE = "not_available"  # some ref was unknown or expired: answered "not available"
@@ -170,7 +170,7 @@ class Metrics:
         self._embedding_metrics(r)
 
     def _reasoning_metrics(self, r: CollectorRegistry) -> None:
-        """Preserved reasoning (gateway.reasoning): what Sieve's rewrite cost, and what the provider says
+        """Preserved reasoning (gateway.exchange.reasoning_guard): what Sieve's rewrite cost, and what the provider says
         it dropped. Labels: org, route (a path template), scope or reason (closed vocabularies)."""
         self.reasoning_invalidated = Counter(
             "sieve_reasoning_invalidated_total",

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import aiohttp
 
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.wire.call import Identity
 from gateway.wire.keys import client_provider_key
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from gateway.errors import InvalidRequest, UnknownModel
-from gateway.settings import ModelRoute, RouteKind, Settings
+from gateway.config.settings import ModelRoute, RouteKind, Settings
 from gateway.upstream.base import KeyScheme, ResolvedRoute, Upstream
 from gateway.wire.formats import WireFormat
 

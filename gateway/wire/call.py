@@ -50,7 +50,7 @@ class Identity:
 ANONYMOUS = Identity(ANONYMOUS_ORG, kind=IdentityKind.ANONYMOUS)
 
 
-@dataclass(slots=True, weakref_slot=True)  # weakref: gateway.big_bodies sees when a big one is freed
+@dataclass(slots=True, weakref_slot=True)  # weakref: gateway.exchange.big_bodies sees when a big one is freed
 class ChatCall:
     request_id: str
     body: dict[str, Any]

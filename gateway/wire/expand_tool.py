@@ -3,7 +3,7 @@ the round Sieve appends, and an answer without the tool's calls.
 
 The definition is fixed text placed after the client's own tools (their cached
 prefix stays whole). What the tool does is ``gateway.pruning.expansion``; the rounds
-are ``gateway.expander``. One :class:`Codec` per format (``gateway.wire.expand_codecs``;
+are ``gateway.exchange.expander``. One :class:`Codec` per format (``gateway.wire.expand_codecs``;
 ``gateway.wire.expand_filter`` takes the calls out of a stream already relayed):
 
 ==============  ======================  ============================  ===========================

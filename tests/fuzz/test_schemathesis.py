@@ -30,7 +30,7 @@ import pytest
 import schemathesis
 from schemathesis.checks import positive_data_acceptance
 
-from gateway.settings import OPS_ROUTES
+from gateway.config.settings import OPS_ROUTES
 from tests.fake_providers import FakeProviders
 from tests.gateway_server import GatewayServer
 

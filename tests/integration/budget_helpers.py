@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import yaml
 
-from gateway.budgets import BudgetStatus
+from gateway.billing.budgets import BudgetStatus
 from gateway.state.redis_store import RedisStores
 from tests.support import bearer, free_port
 

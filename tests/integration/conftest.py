@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from tests.fake_providers import FakeProviders, Reply
 from tests.redis_server import RedisServer, skip_without_redis
 from tests.support import wait_clear_of_window_edge

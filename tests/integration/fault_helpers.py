@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.settings import ModelRoute, Settings
+from gateway.config.settings import ModelRoute, Settings
 from tests.fake_upstream import FakeUpstream
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, MODEL, org_counter, redis_usage

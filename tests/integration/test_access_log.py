@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from gateway.settings import ModelRoute
+from gateway.config.settings import ModelRoute
 from tests.fake_upstream import Reply
 from tests.support import bearer, free_port
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, MODEL, admin_headers, org_counter

@@ -34,7 +34,7 @@ from typing import Iterator
 import pytest
 
 from gateway.pruning.compression import OMITTED_PREFIX
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.telemetry.metrics import Metrics
 from tests.agent_clis import ClaudeCode, CodexCli, OutboundTrap
 from tests.gateway_server import GatewayServer

@@ -14,8 +14,8 @@ import httpx
 import openai
 import pytest
 
-from gateway.reservation_estimate import REPLY_PRIMING_TOKENS
-from gateway.settings import Settings
+from gateway.billing.reservation_estimate import REPLY_PRIMING_TOKENS
+from gateway.config.settings import Settings
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, MODEL, admin_headers, chat_body, org_counter

@@ -261,7 +261,7 @@ def test_readyz_lists_no_problem_without_redis(gateway):
 
 
 def test_models_lists_configured_and_upstream_models(start_gateway, upstream):
-    from gateway.settings import ModelRoute
+    from gateway.config.settings import ModelRoute
     gw = start_gateway(models={"house-model": ModelRoute(name="house-model", api_base=upstream.base_url)})
     ids = [m.id for m in openai_client(gw, KEY).models.list().data]
     assert "house-model" in ids and "gpt-4o-mini" in ids

@@ -18,9 +18,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.cli import main
-from gateway.pruner import conversation_key
+from gateway.exchange.prune_step import conversation_key
 from gateway.pruning.cohort import control_point
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from tests.conversations import agent_history
 from tests.fake_scorer import ScorerModel, answer
 from tests.fake_upstream import Reply

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.settings import prepare_offline_environment
+from gateway.config.settings import prepare_offline_environment
 from gateway.state.protocols import StoredResponse
 from gateway.state.redis_registries import RedisResponseRegistry
 from gateway.state.redis_store import RedisStores
@@ -76,7 +76,7 @@ def test_messages_reserve_the_cap_and_settle_on_anthropic_usage(gateway, provide
         model=CLAUDE, max_tokens=500, messages=[{"role": "user", "content": "hello " * 1000}])
     forwarded = int(response.headers["x-sieve-forwarded-tokens"])
     # The reservation covers at least the forwarded prompt and the answer's cap (the estimate
-    # of the native body adds what else can be billed: gateway/reservation_estimate.py).
+    # of the native body adds what else can be billed: gateway/billing/reservation_estimate.py).
     held = 100_000 - int(response.headers["x-sieve-budget-remaining-tokens"])
     assert forwarded + 500 <= held <= 2 * forwarded + 500 + 100
     status = day_counter(gateway, "claude-org")
@@ -98,7 +98,7 @@ def test_responses_reserve_the_cap_and_settle_on_responses_usage(gateway, provid
         model=GPT, input="hello " * 1000, max_output_tokens=300)
     forwarded = int(response.headers["x-sieve-forwarded-tokens"])
     # The reservation covers at least the forwarded prompt and the answer's cap (the estimate
-    # of the native body adds what else can be billed: gateway/reservation_estimate.py).
+    # of the native body adds what else can be billed: gateway/billing/reservation_estimate.py).
     held = 100_000 - int(response.headers["x-sieve-budget-remaining-tokens"])
     assert forwarded + 300 <= held <= 2 * forwarded + 300 + 100
     status = day_counter(gateway, "codex-org")

@@ -16,7 +16,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from gateway.policies import load_policies
+from gateway.config.policies import load_policies
 from gateway.pruning.expansion import expandable
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
@@ -24,7 +24,7 @@ from gateway.pruning.scoring import LocalScorer, UnitScore
 from gateway.pruning.tokens import TokenCounters
 from gateway.scorers.clients import LiteLLMClient
 from gateway.scorers.llm import CapturingScorer
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.telemetry.pricing import PriceBook
 from tests.fake_scorer import ScorerModel, answer, batch_ids
 from tests.fake_upstream import Reply, estimate_prompt_tokens

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from gateway.pruning.tokens import TokenCounters
-from gateway.wire.formats.messages import MessagesAdapter
+from gateway.wire.formats.anthropic_messages import MessagesAdapter
 from tests.conversations import agent_history
 from tests.fake_providers import FakeProviders, Reply
 from tests.formats_support import MAX_BREAKPOINTS, chat_to_messages, messages_problems

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.pruner import conversation_key
+from gateway.exchange.prune_step import conversation_key
 from gateway.pruning.cohort import control_point
-from gateway.settings import ModelRoute, Settings
+from gateway.config.settings import ModelRoute, Settings
 from tests.conversations import agent_history
 from tests.fake_upstream import Reply
 from tests.gateway_server import GatewayServer

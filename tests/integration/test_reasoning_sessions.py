@@ -28,7 +28,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.wire.headers import REASONING_HEADER
 from tests.gateway_server import GatewayServer
 from tests.integration.test_agent_clis import counter_total

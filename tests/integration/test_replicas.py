@@ -28,7 +28,7 @@ import aiohttp
 import httpx
 import pytest
 
-from gateway.reservation_estimate import REPLY_PRIMING_TOKENS
+from gateway.billing.reservation_estimate import REPLY_PRIMING_TOKENS
 from tests.fake_upstream import FakeUpstream, Reply
 from tests.integration.budget_helpers import (
     ADMIN_KEY, MODEL, GatewayProcess, admin_headers, redis_day_counter, write_yaml,

@@ -17,9 +17,9 @@ import pytest
 import redis
 
 from gateway.api.access import GuardedRoute
-from gateway.app import create_app
+from gateway.api.app import create_app
 from gateway.errors import ConfigError
-from gateway.settings import OPS_ROUTES, Settings
+from gateway.config.settings import OPS_ROUTES, Settings
 from tests.conversations import agent_history
 from tests.fake_scorer import ScorerModel
 from tests.fake_upstream import Reply

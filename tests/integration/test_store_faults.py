@@ -33,7 +33,7 @@ def chat(gw: GatewayServer, max_tokens: int = 20, **extra: Any) -> httpx.Respons
 
 
 # A conversation's keys: its frozen plan, and its sieve_expand record (whether it carries the
-# tool, decided on its first request: gateway.expand_record).
+# tool, decided on its first request: gateway.exchange.expand_record).
 KEYS_PER_CONVERSATION = 2
 
 

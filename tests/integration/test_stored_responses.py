@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from tests.billing_provider import BillingProvider
 from tests.gateway_server import GatewayServer
 from tests.support import openai_client

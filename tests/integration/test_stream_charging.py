@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from tests.billing_provider import TOKEN, BillingProvider
 from tests.gateway_server import GatewayServer
 

@@ -6,7 +6,7 @@ OpenAI-shaped error, or the provider's own error unchanged), how the request
 is counted in ``sieve_requests_total{outcome}``, and the Redis budget state
 afterwards: nothing left reserved, and only what the provider reported charged.
 
-Stream accounting (``gateway.accounting``): a stream is settled at the usage the
+Stream accounting (``gateway.exchange.accounting``): a stream is settled at the usage the
 provider reported, even when it failed after reporting it; without it, a stream
 the provider started and that ended anyhow (cut by the upstream, by the client,
 or never carrying usage) is settled at its prompt and what it streamed (issue 28:

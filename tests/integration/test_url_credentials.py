@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.settings import ModelRoute, Settings
+from gateway.config.settings import ModelRoute, Settings
 from gateway.telemetry.redaction import redact_url
 from tests.gateway_server import GatewayServer
 from tests.support import bearer, free_port

@@ -17,6 +17,16 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 MAX_PARAMETERS = 8
 WEB_FRAMEWORKS = ("fastapi", "starlette", "uvicorn")
+# The floors of docs/architecture.md, by package (a module of gateway.wire.formats is in
+# ``wire``): a package imports its own floor or lower, never higher.
+LAYERS = {
+    "pruning": 0, "errors": 0,
+    "wire": 1,
+    "config": 2, "billing": 2, "state": 2, "telemetry": 2, "auth": 2,
+    "upstream": 2, "scorers": 2, "embedding": 2,
+    "exchange": 3,
+    "api": 4, "cli": 4,
+}
 IO_LIBRARIES = ("fastapi", "starlette", "httpx", "aiohttp", "redis", "litellm", "asyncio", "uvicorn", "requests")
 
 
@@ -91,6 +101,44 @@ def test_no_import_cycles_type_checking_imports_included() -> None:
     assert _cycles() == []
 
 
+def _package(name: str) -> str:
+    return name.split(".")[1]
+
+
+def test_every_package_has_a_floor_and_no_import_goes_up_a_floor() -> None:
+    for name in MODULES:
+        if name == "gateway":
+            continue
+        assert _package(name) in LAYERS, f"{name}: its package has no floor in LAYERS"
+        for target in _gateway_imports(name):
+            if target != "gateway":
+                assert LAYERS[_package(target)] <= LAYERS[_package(name)], f"{name} imports {target} (up a floor)"
+
+
+def test_packages_import_each_other_without_a_cycle() -> None:
+    # A cycle of packages (wire -> state -> wire) is a knot in the map even when no
+    # two modules import each other round.
+    packages = {_package(name) for name in MODULES if name != "gateway"}
+    edges = {p: set() for p in packages}
+    for name in MODULES:
+        if name != "gateway":
+            edges[_package(name)] |= {_package(t) for t in _gateway_imports(name)
+                                      if t != "gateway" and _package(t) != _package(name)}
+    reached = {p: _reach(edges, p) for p in packages}
+    assert [p for p in sorted(packages) if p in reached[p]] == []
+
+
+def _reach(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(edges[start])
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(edges[node])
+    return seen
+
+
 def test_the_pure_core_imports_nothing_from_gateway_outside_itself() -> None:
     for name in MODULES:
         if name.startswith("gateway.pruning"):
@@ -101,14 +149,14 @@ def test_the_pure_core_imports_nothing_from_gateway_outside_itself() -> None:
 
 def test_what_a_request_can_be_billed_is_worked_out_without_io() -> None:
     # The reservation estimate and the usage bounds are pure functions of a body and figures.
-    for name in ("gateway.reservation_estimate", "gateway.image_tokens", "gateway.usage_bounds"):
+    for name in ("gateway.billing.reservation_estimate", "gateway.billing.image_tokens", "gateway.telemetry.usage_bounds"):
         io = {m for m in _imports(name) if m.split(".")[0] in IO_LIBRARIES}
         assert not io, f"{name} imports {sorted(io)}"
 
 
 def test_nothing_below_the_routes_imports_them() -> None:
     for name in MODULES:
-        if not name.startswith("gateway.api") and name != "gateway.app":
+        if not name.startswith(("gateway.api", "gateway.cli")):
             assert not any(m.startswith("gateway.api") for m in _gateway_imports(name)), name
 
 
@@ -116,7 +164,7 @@ def test_only_the_routes_know_the_web_framework() -> None:
     # The wire layer, the request path and the services hand bytes, mappings and replies
     # up; api/ turns them into HTTP (and cli.py starts the server).
     for name in MODULES:
-        if not name.startswith("gateway.api") and name not in ("gateway.app", "gateway.cli"):
+        if not name.startswith("gateway.api") and name != "gateway.cli.main":
             framework = {m for m in _imports(name) if m.split(".")[0] in WEB_FRAMEWORKS}
             assert not framework, f"{name} imports {sorted(framework)}"
 

@@ -1,4 +1,4 @@
-"""The bytes-in-flight bound on big prunes (``gateway.big_bodies.BigBodies``): room by bytes,
+"""The bytes-in-flight bound on big prunes (``gateway.exchange.big_bodies.BigBodies``): room by bytes,
 first come first served, a body over the whole budget alone, cancellation that gives its
 room back, and the heap trimmed once the last big request is freed."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from gateway.big_bodies import BigBodies
+from gateway.exchange.big_bodies import BigBodies
 
 
 class Owner:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.budgets import (
+from gateway.billing.budgets import (
     BudgetConfig,
     BudgetLimit,
     BudgetStatus,

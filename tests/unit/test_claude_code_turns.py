@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from gateway.wire.formats.messages import MessagesAdapter
+from gateway.wire.formats.anthropic_messages import MessagesAdapter
 from gateway.wire.formats.messages_check import check_messages_body
 
 

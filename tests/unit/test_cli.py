@@ -11,11 +11,11 @@ import pytest
 
 from gateway.cli import main
 from gateway.errors import ConfigError
-from gateway.policies import load_policies
+from gateway.config.policies import load_policies
 from gateway.pruning.compression import OMITTED_PREFIX
 from gateway.pruning.policy import Policy
 from gateway.pruning.tokens import TokenCounters
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from tests.conversations import agent_history
 from tests.formats_support import chat_to_messages
 

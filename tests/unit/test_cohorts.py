@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import ConfigError
-from gateway.policies import load_policies
+from gateway.config.policies import load_policies
 from gateway.pruning.cohort import cohort_of, control_point
 from gateway.pruning.policy import Policy
 from gateway.pruning.vocabulary import Cohort, PolicyMode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.api.responses import error_response
+from gateway.api.rendering import error_response
 from gateway.errors import BudgetExceeded
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import InvalidRequest, UnknownModel
-from gateway.settings import ModelRoute, RouteKind, Settings
+from gateway.config.settings import ModelRoute, RouteKind, Settings
 from gateway.upstream.base import KeyScheme
 from gateway.upstream.openai_compat import forward_headers, key_headers
 from gateway.upstream.router import ModelRouter

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import ConfigError, Unauthorized
-from gateway.identity import Authenticator, KeyRegistry, hash_key
+from gateway.auth.identity import Authenticator, KeyRegistry, hash_key
 from gateway.state.memory import MemoryKeyStore
 from gateway.state.protocols import KeyRecord
 from gateway.wire.call import ANONYMOUS, Identity, IdentityKind

@@ -134,7 +134,7 @@ def test_cache_context_changes_with_goal_step_and_model():
                                           ("scorer_deadline_s: fast\n", "scorer_deadline_s must be float")])
 def test_scorer_policy_fields_are_checked(tmp_path, line, message):
     from gateway.errors import ConfigError
-    from gateway.policies import load_policies
+    from gateway.config.policies import load_policies
 
     (tmp_path / "default.yaml").write_text("scorer: llm\n" + line)
     with pytest.raises(ConfigError, match=message):
@@ -142,7 +142,7 @@ def test_scorer_policy_fields_are_checked(tmp_path, line, message):
 
 
 def test_scorer_policy_defaults_are_local_and_safe(tmp_path):
-    from gateway.policies import load_policies
+    from gateway.config.policies import load_policies
 
     (tmp_path / "default.yaml").write_text("scorer: hybrid\nscorer_api_base: http://127.0.0.1:8000/v1\n")
     policy = load_policies(tmp_path)["default"]

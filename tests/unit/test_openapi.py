@@ -9,10 +9,10 @@ import pytest
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
-from gateway.app import create_app
+from gateway.api.app import create_app
 from gateway.errors import InvalidRequest, SieveError
 from gateway.pruning.policy import STRATEGIES
-from gateway.settings import OPS_ROUTES, Settings
+from gateway.config.settings import OPS_ROUTES, Settings
 from gateway.wire.chat import check_chat_body
 from gateway.wire.headers import MAX_CONVERSATION_ID_BYTES, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
 

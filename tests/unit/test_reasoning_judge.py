@@ -2,12 +2,12 @@
 
 ``gateway.wire.formats.reasoning.judge`` compares the body Sieve is about to send with the
 body the client sent and with the prefixes the conversation's reasoning is bound to;
-``gateway.reasoning`` builds the safe form of a Messages request and merges the beta header.
+``gateway.exchange.reasoning_guard`` builds the safe form of a Messages request and merges the beta header.
 """
 
 from __future__ import annotations
 
-from gateway.reasoning import BINDING_BETA, ReasoningRecord, is_prefix_error, needs_beta, with_beta, \
+from gateway.exchange.reasoning_guard import BINDING_BETA, ReasoningRecord, is_prefix_error, needs_beta, with_beta, \
     with_drop_block
 from gateway.telemetry.recording import transformation_reasons
 from gateway.wire.formats import WireFormat

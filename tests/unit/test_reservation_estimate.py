@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import InvalidRequest
-from gateway.image_tokens import UNLISTED_MODEL_IMAGE_TOKENS, image_size, image_tokens
+from gateway.billing.image_tokens import UNLISTED_MODEL_IMAGE_TOKENS, image_size, image_tokens
 from gateway.pruning.tokens import TokenCounters
-from gateway.reservation_estimate import estimate_reservation, output_cap
-from gateway.usage_bounds import Charge, bounded_figures, bounded_usage, usage_is_readable
+from gateway.billing.reservation_estimate import estimate_reservation, output_cap
+from gateway.telemetry.usage_bounds import Charge, bounded_figures, bounded_usage, usage_is_readable
 from gateway.telemetry.metrics import UsageAnomaly
 from gateway.telemetry.usage import usage_from_provider
-from gateway.wire.formats.base import WireFormat
+from gateway.wire.formats.registry import WireFormat
 from tests.provider_billing import openai_usage, png_data_url
 
 COUNT = TokenCounters().for_model("gpt-4o").count_text

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from gateway.errors import ConfigError
 from gateway.pruning.tokens import TokenCounter, TokenCounters, text_counter
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 
 pytest.importorskip("rs_bpe.bpe", reason="rs-bpe has wheels for Linux x86-64 and arm64 only")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.settings import prepare_offline_environment
+from gateway.config.settings import prepare_offline_environment
 from gateway.telemetry.usage import Usage, usage_from_provider
 
 

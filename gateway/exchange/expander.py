@@ -2,7 +2,7 @@
 
 The proxy calls this at three points of one request:
 
-* ``pinned`` before the prune: the conversation's record (``gateway.expand_record``),
+* ``pinned`` before the prune: the conversation's record (``gateway.exchange.expand_record``),
   with the room each pinned exchange takes; the pruner holds it under the target and
   says which pins go back (``gateway.pruning.pins``, ``PruneResult.pinned``).
 * ``open`` after the prune: with the policy's ``expand_tool`` on, for a conversation
@@ -50,18 +50,18 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import orjson
 
-from gateway.accounting import RequestRecord
-from gateway.budget_guard import BudgetGuard
+from gateway.exchange.accounting import RequestRecord
+from gateway.exchange.budget_guard import BudgetGuard
 from gateway.errors import BudgetExceeded
-from gateway.expand_record import ExpandRecord, ExpandRecords
-from gateway.pruner import PruneOutcome
+from gateway.exchange.expand_record import ExpandRecord, ExpandRecords
+from gateway.exchange.prune_step import PruneOutcome
 from gateway.pruning.expansion import Expandable, expandable, refs_of_call, restore
 from gateway.pruning.result import PruneResult
 from gateway.pruning.tokens import TokenCounters
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import ExpandOutcome, Metrics
 from gateway.upstream.base import UpstreamResponse
-from gateway.usage_bounds import usage_is_readable
+from gateway.telemetry.usage_bounds import usage_is_readable
 from gateway.wire.call import ChatCall
 from gateway.telemetry.usage import usage_from_provider
 from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \

@@ -17,28 +17,28 @@ from typing import Any
 
 import aiohttp
 
-from gateway.accounting import Accountant
-from gateway.auth_throttle import AuthThrottle
-from gateway.big_bodies import BigBodies
-from gateway.budget_guard import BudgetGuard
-from gateway.budgets import BudgetConfig
-from gateway.deferred import Deferred
+from gateway.exchange.accounting import Accountant
+from gateway.auth.throttle import AuthThrottle
+from gateway.exchange.big_bodies import BigBodies
+from gateway.exchange.budget_guard import BudgetGuard
+from gateway.billing.budgets import BudgetConfig
+from gateway.exchange.deferred import Deferred
 from gateway.embedding.model import EmbeddingModel, ModelUnavailable
 from gateway.embedding.worker import Embedder, WorkerLimits
 from gateway.errors import ConfigError, StoreUnavailable
-from gateway.identity import Authenticator, OpenAccess, authenticator_for
-from gateway.passthrough import PassThrough
-from gateway.policies import PolicyBook
-from gateway.expander import Expander
-from gateway.proxy import ChatProxy
-from gateway.pruner import Pruner
+from gateway.auth.identity import Authenticator, OpenAccess, authenticator_for
+from gateway.exchange.passthrough import PassThrough
+from gateway.config.policies import PolicyBook
+from gateway.exchange.expander import Expander
+from gateway.exchange.forward import ChatProxy
+from gateway.exchange.prune_step import Pruner
 from gateway.pruning.scoring import LocalScorer
-from gateway.reasoning import ReasoningGuard
+from gateway.exchange.reasoning_guard import ReasoningGuard
 from gateway.pruning.tokens import TokenCounters
 from gateway.scorers.llm import LLMScorer
 from gateway.scorers.summaries import Summarizer
-from gateway.settings import RouteKind, Settings, prepare_offline_environment
-from gateway.stored_responses import StoredResponses
+from gateway.config.settings import RouteKind, Settings, prepare_offline_environment
+from gateway.exchange.stored_responses import StoredResponses
 from gateway.state.memory import (MemoryAuthFailureLog, MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore,
                                   MemoryResponseRegistry, MemoryScoreCache)
 from gateway.state.protocols import (AuthFailureLog, BudgetStore, ConversationStore, KeyStore, ResponseRegistry,

@@ -31,7 +31,7 @@ from typing import Any, Mapping
 from gateway.pruning.result import PruneResult
 from gateway.wire.chat import WireLimits
 from gateway.wire.formats.content import parts_text
-from gateway.wire.formats.markers import merged_marker_texts
+from gateway.wire.formats.merged_markers import merged_marker_texts
 from gateway.wire.formats.responses_check import CALLS, OUTPUTS, check_responses_body
 from gateway.wire.formats.view import ChatView, WireFormat
 

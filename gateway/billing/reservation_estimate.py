@@ -5,7 +5,7 @@ provider reports, so a reservation below what the provider can bill lets
 concurrent requests spend past the budget. Everything billed is counted:
 
 * **input**: every message (its text, the JSON of its other fields: name, tool
-  calls and their ids; images by ``gateway.image_tokens``; audio and file parts
+  calls and their ids; images by ``gateway.billing.image_tokens``; audio and file parts
   as the tokens of their JSON), the system prompt (a message, or ``system`` /
   ``instructions``), tool and function schemas, ``response_format`` /
   ``text.format`` schemas, ``tool_choice``;
@@ -37,7 +37,7 @@ prompt), and a built-in tool the provider runs (Responses tools other than
 functions, Anthropic's server tools and MCP servers, Chat's ``web_search_options``).
 A continuation's stored history (``previous_response_id``, ``conversation``) is
 added by the caller, from the sizes Sieve learned relaying those responses
-(``gateway.stored_responses``). Every request is charged its real usage at settle.
+(``gateway.exchange.stored_responses``). Every request is charged its real usage at settle.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from gateway.budgets import MAX_TOKENS
+from gateway.billing.budgets import MAX_TOKENS
 from gateway.errors import InvalidRequest
-from gateway.image_tokens import data_url_size, image_tokens
-from gateway.wire.formats.base import WireFormat
+from gateway.billing.image_tokens import data_url_size, image_tokens
+from gateway.wire.formats.registry import WireFormat
 
 __all__ = ["OUTPUT_CAPS", "ReservationEstimate", "estimate_reservation", "output_cap"]
 

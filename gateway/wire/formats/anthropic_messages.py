@@ -33,7 +33,7 @@ from gateway.wire.chat import WireLimits
 from gateway.wire.formats.cache_control import (MAX_BREAKPOINTS, breakpoints_in, cap_breakpoints, markable,
                                                  with_breakpoint)
 from gateway.wire.formats.content import compact_json, parts_text
-from gateway.wire.formats.markers import is_marker_text, merged_marker_text
+from gateway.wire.formats.merged_markers import is_marker_text, merged_marker_text
 from gateway.wire.formats.messages_check import check_messages_body
 from gateway.wire.formats.view import ChatView, WireFormat
 

@@ -26,7 +26,7 @@ from gateway.errors import ConfigError
 from gateway.pruning.policy import OVERRIDES, POLICY_FIELDS, POLICY_MODES, SCORER_FALLBACKS, SCORERS, STRATEGIES, \
     Policy
 from gateway.pruning.vocabulary import PolicyMode, Strategy
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.wire.call import Identity
 
 _TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}

@@ -18,7 +18,7 @@ its body can cost, as ``POST /v1/responses`` would (the Responses estimate, and 
 stored history its ``previous_response_id`` names), so a spent budget refuses it with
 429, and settles on the ``usage`` it answers (released on an error; a success too large
 to read is charged the reservation). Stored responses are their owner's
-(``gateway.stored_responses``): a path or body naming one that is not the caller's is a 404. The other routes cost nothing at the provider: a spent budget does not
+(``gateway.exchange.stored_responses``): a path or body naming one that is not the caller's is a 404. The other routes cost nothing at the provider: a spent budget does not
 refuse them (a client that cannot count tokens or read its stored response is no
 cheaper). Every request is counted (``sieve_passthrough_requests_total{org, route,
 outcome}``) and has an audit line naming its route; its access line is the guard's.
@@ -33,13 +33,13 @@ from typing import Any, AsyncGenerator, Mapping
 
 import orjson
 
-from gateway.budget_guard import BudgetGuard, Hold
-from gateway.deferred import Deferred
+from gateway.exchange.budget_guard import BudgetGuard, Hold
+from gateway.exchange.deferred import Deferred
 from gateway.errors import BudgetExceeded, SieveError, StoreUnavailable, UpstreamTooLarge
-from gateway.proxy import Reply
+from gateway.exchange.forward import Reply
 from gateway.pruning.policy import Policy
 from gateway.pruning.vocabulary import Strategy
-from gateway.stored_responses import StoredResponses
+from gateway.exchange.stored_responses import StoredResponses
 from gateway.telemetry.audit import AuditEntry, AuditLog, Timings
 from gateway.telemetry.metrics import Outcome
 from gateway.telemetry.recording import RequestRecorder
@@ -47,7 +47,7 @@ from gateway.telemetry.usage import usage_from_provider
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
 from gateway.upstream.openai_compat import OpenAICompatibleUpstream, provider_headers
 from gateway.upstream.router import ModelRouter
-from gateway.usage_bounds import usage_is_readable
+from gateway.telemetry.usage_bounds import usage_is_readable
 from gateway.wire.call import Identity
 from gateway.wire.formats import WireFormat
 from gateway.wire.ingress import INGRESSES

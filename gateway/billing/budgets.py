@@ -22,7 +22,7 @@ in every org, an ``org/name`` entry to one org only (and wins)::
     tokens = estimate_reservation(WireFormat.CHAT, body, counter.count_text, 1024).tokens
     reservation = await budget_store.reserve(new_reservation_id(), limits, tokens, time.time())
 
-How much a request reserves is ``gateway.reservation_estimate``'s business.
+How much a request reserves is ``gateway.billing.reservation_estimate``'s business.
 """
 
 from __future__ import annotations

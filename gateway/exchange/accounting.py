@@ -1,6 +1,6 @@
 """After the response: settle the budget, count the savings, move metrics, write the audit and access lines.
 
-Runs as a deferred task (``gateway.deferred``), so a client that disconnects
+Runs as a deferred task (``gateway.exchange.deferred``), so a client that disconnects
 mid-stream still gets its reservation settled or released and its request
 counted.
 """
@@ -16,15 +16,15 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from gateway.budget_guard import BudgetGuard, Hold
-from gateway.pruner import PruneOutcome
+from gateway.exchange.budget_guard import BudgetGuard, Hold
+from gateway.exchange.prune_step import PruneOutcome
 from gateway.pruning.vocabulary import Mode
 from gateway.telemetry.access_log import AccessLine, log_access
 from gateway.telemetry.audit import AuditEntry, AuditLog, MessageDecision, Timings
 from gateway.telemetry.metrics import Outcome
 from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.conversation_signals import conversation_signals
-from gateway.reasoning import Guarded
+from gateway.exchange.reasoning_guard import Guarded
 from gateway.telemetry.recording import CohortFigures, RequestFigures, RequestRecorder, transformation_reasons
 from gateway.wire.formats.reasoning import input_transformations
 from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, ShadowSavings, expand_rounds_only, \
@@ -33,9 +33,9 @@ from gateway.telemetry.metrics import UsageAnomaly
 from gateway.telemetry.usage import Usage, usage_from_provider
 from gateway.pruning.tokens import TokenCounters
 from gateway.pruning.vocabulary import Strategy
-from gateway.reservation_estimate import CLAUDE_TEXT_MARGIN
-from gateway.stored_responses import StoredResponses
-from gateway.usage_bounds import Charge, bounded_figures, usage_is_readable
+from gateway.billing.reservation_estimate import CLAUDE_TEXT_MARGIN
+from gateway.exchange.stored_responses import StoredResponses
+from gateway.telemetry.usage_bounds import Charge, bounded_figures, usage_is_readable
 from gateway.upstream.base import ResolvedRoute
 from gateway.wire.call import ChatCall
 from gateway.wire.formats import WireFormat
@@ -67,7 +67,7 @@ class RequestRecord:
     tap: SSEUsageTap | None = None
     disconnected: bool = False
     billed_unread: bool = False  # a success too large to read (502): billed, charged the reservation
-    # A Responses answer the provider stores: its id, once known (gateway.stored_responses), and
+    # A Responses answer the provider stores: its id, once known (gateway.exchange.stored_responses), and
     # whether the size recorded with it was the final one.
     stores_response: bool = False
     response_id: str | None = None
@@ -83,12 +83,12 @@ class RequestRecord:
     shadow_decision: "asyncio.Task[PruneOutcome | None] | None" = None
     shadow: PruneOutcome | None = None
     ended: float | None = None
-    # sieve_expand rounds (gateway.expander): the usage of every round before the final
+    # sieve_expand rounds (gateway.exchange.expander): the usage of every round before the final
     # one (each settled on its own reservation; ``hold`` is the final round's), and the
     # refs the model asked for.
     expand_usage: list[dict[str, Any]] = field(default_factory=list)
     expand_refs: list[str] = field(default_factory=list)
-    # Preserved reasoning (gateway.reasoning): the forward as the guard left it (what Sieve's
+    # Preserved reasoning (gateway.exchange.reasoning_guard): the forward as the guard left it (what Sieve's
     # rewrite invalidated), and the provider's input_transformations entries, every round's.
     reasoning: Guarded | None = None
     transformations: list[Any] = field(default_factory=list)
@@ -297,7 +297,7 @@ def _reasoning_audit(record: RequestRecord) -> dict[str, Any] | None:
 
 def _earlier_rounds(record: RequestRecord) -> list[Usage]:
     """The usage of the request's sieve_expand rounds before its last answer (each settled on
-    its own reservation by gateway.expander)."""
+    its own reservation by gateway.exchange.expander)."""
     return [u for u in map(usage_from_provider, record.expand_usage) if u is not None]
 
 

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from gateway.errors import ConfigError, StoreUnavailable, Unauthorized
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.state.protocols import KeyRecord, KeyStore
 from gateway.wire.call import ANONYMOUS, Identity, IdentityKind
 from gateway.wire.keys import presented_key

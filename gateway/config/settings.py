@@ -85,7 +85,7 @@ import yaml
 
 from gateway.errors import ConfigError
 from gateway.pruning.tokens import ENGINES as TOKEN_ENGINES  # how text is counted (SIEVE_TOKEN_ENGINE)
-PACKAGE_ROOT = Path(__file__).resolve().parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POLICIES_DIR = PACKAGE_ROOT.parent / "policies"
 DEFAULT_EMBEDDING_MODEL_DIR = PACKAGE_ROOT.parent / "models" / "all-minilm-l6-v2-int8"
 # Routes for probes, scrapers and tooling: open by default, each closable.
@@ -164,7 +164,7 @@ class Settings:
     virtual_keys: tuple[Mapping[str, Any], ...] = ()
     passthrough: Mapping[str, str] = field(default_factory=dict)   # sha256(provider key) -> org
     org_policies: Mapping[str, str] = field(default_factory=dict)  # org -> policy name
-    budgets: Mapping[str, Any] = field(default_factory=dict)       # see gateway.budgets
+    budgets: Mapping[str, Any] = field(default_factory=dict)       # see gateway.billing.budgets
     prices: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # model -> per-token prices
 
     @classmethod

@@ -33,18 +33,18 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Callable, Mapping
 
-from gateway.accounting import Accountant, RequestRecord, chain_tokens
-from gateway.budget_guard import BudgetGuard, Hold
-from gateway.deferred import Deferred
+from gateway.exchange.accounting import Accountant, RequestRecord, chain_tokens
+from gateway.exchange.budget_guard import BudgetGuard, Hold
+from gateway.exchange.deferred import Deferred
 from gateway.errors import SieveError, UpstreamTooLarge, UpstreamUnavailable
-from gateway.expand_record import ExpandRecord
-from gateway.expander import Expander, Session
-from gateway.pruner import PruneOutcome, Pruner
+from gateway.exchange.expand_record import ExpandRecord
+from gateway.exchange.expander import Expander, Session
+from gateway.exchange.prune_step import PruneOutcome, Pruner
 from gateway.pruning.expansion import shown_with_refs
 from gateway.pruning.result import PruneResult
 from gateway.pruning.vocabulary import Cohort, PolicyMode
-from gateway.reasoning import Guarded, ReasoningGuard
-from gateway.stored_responses import StoredResponses
+from gateway.exchange.reasoning_guard import Guarded, ReasoningGuard
+from gateway.exchange.stored_responses import StoredResponses
 from gateway.telemetry.metrics import FailOpen, Outcome
 from gateway.telemetry.redaction import without_secrets
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
@@ -152,7 +152,7 @@ class ChatProxy:
 
     async def _continued(self, call: ChatCall) -> int:
         """The stored history a Responses request continues, in tokens; 404 when it names a
-        stored response or conversation that is not the caller's (gateway.stored_responses)."""
+        stored response or conversation that is not the caller's (gateway.exchange.stored_responses)."""
         if call.format is not WireFormat.RESPONSES or self._stored is None:
             return 0
         return await self._stored.continued(call.identity, call.policy, call.sent_body)
@@ -168,7 +168,7 @@ class ChatProxy:
 
     async def _expand(self, expansion: Session, record: RequestRecord, forwarded: dict[str, Any],
                       response: UpstreamResponse, headers: Mapping[str, str]) -> UpstreamResponse:
-        """Sieve's own sieve_expand rounds (gateway.expander); the client gets the last answer."""
+        """Sieve's own sieve_expand rounds (gateway.exchange.expander); the client gets the last answer."""
         assert self._expander is not None
         try:
             return await self._expander.answer(expansion, record, forwarded, response,
@@ -182,7 +182,7 @@ class ChatProxy:
             raise
 
     async def _guard(self, call: ChatCall, forwarded: dict[str, Any], changed: bool) -> Guarded:
-        """The forward made valid for a provider that binds reasoning to its prefix (``gateway.reasoning``)."""
+        """The forward made valid for a provider that binds reasoning to its prefix (``gateway.exchange.reasoning_guard``)."""
         if self._reasoning is None:
             return Guarded(forwarded, fmt=call.format, changed=changed)
         return await self._reasoning.prepare(call, forwarded, changed)
@@ -190,7 +190,7 @@ class ChatProxy:
     async def _retried(self, record: RequestRecord, response: UpstreamResponse,
                        headers: Mapping[str, str]) -> UpstreamResponse:
         """A prefix-check 400 on a request Sieve changed: sent once more with drop_block
-        (``gateway.reasoning``); the client never gets an error Sieve's rewrite caused."""
+        (``gateway.exchange.reasoning_guard``); the client never gets an error Sieve's rewrite caused."""
         retry = None if self._reasoning is None else \
             await self._reasoning.retry_body(record.reasoning, record.call, response.status, response.body)
         return response if retry is None else await self._forward(record, retry, headers)
@@ -381,7 +381,7 @@ def _client_wants_usage(body: Mapping[str, Any]) -> bool:
 def sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None = None,
                   guarded: Guarded | None = None) -> dict[str, str]:
     """The ``x-sieve-*`` response headers of a pruned request (both routes send them); with
-    reasoning in play, what Sieve's rewrite invalidated of it (``gateway.reasoning``)."""
+    reasoning in play, what Sieve's rewrite invalidated of it (``gateway.exchange.reasoning_guard``)."""
     r = outcome.result
     headers = response_headers(request_id, r.original_tokens, r.forwarded_tokens,
                                hold.remaining_tokens if hold is not None else None)

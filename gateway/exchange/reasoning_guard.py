@@ -40,8 +40,8 @@ from typing import Any, Mapping
 
 import orjson
 
-from gateway.pruner import conversation_key
-from gateway.settings import Settings
+from gateway.exchange.prune_step import conversation_key
+from gateway.config.settings import Settings
 from gateway.state.protocols import ConversationStore
 from gateway.wire.call import ChatCall
 from gateway.wire.formats import WireFormat

@@ -5,7 +5,7 @@ much to reserve, what a store outage means (fail-open: serve and remember the
 unmetered tokens, charged once the store is back; fail-closed: 503), and the
 ``sieve_budget_*`` metrics.
 
-How much to reserve is ``gateway.reservation_estimate``: everything the
+How much to reserve is ``gateway.billing.reservation_estimate``: everything the
 provider can bill for the forwarded body, so concurrent requests cannot spend
 past a budget; content the body only names (a file by id, a built-in tool) at the
 policy's ``reference_floor_tokens`` each, and a continuation's stored history at
@@ -15,7 +15,7 @@ what the provider may generate; for a model it does not know, the policy's
 ``default_max_completion_tokens`` is reserved and also sent as the body's cap
 (``with_output_cap``), so the provider cannot bill more output than was reserved.
 A settle charges the provider's usage as reported, under the per-request sanity
-ceiling (``gateway.usage_bounds``).
+ceiling (``gateway.telemetry.usage_bounds``).
 
 A settle or release the store could not take (down, out of memory, hung) is
 owed, not dropped: it is retried before the next reservation once the store
@@ -37,16 +37,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from gateway.budgets import BudgetConfig, BudgetLimit, Reservation, Settlement, new_reservation_id
+from gateway.billing.budgets import BudgetConfig, BudgetLimit, Reservation, Settlement, new_reservation_id
 from gateway.errors import BudgetExceeded, StoreRejected, StoreUnavailable
 from gateway.pruning.tokens import TokenCounters
-from gateway.reservation_estimate import OUTPUT_CAPS, ReservationEstimate, estimate_reservation
+from gateway.billing.reservation_estimate import OUTPUT_CAPS, ReservationEstimate, estimate_reservation
 from gateway.state.protocols import BudgetStore
 from gateway.telemetry.metrics import FailOpen, Metrics
-from gateway.usage_bounds import DEFAULT_CEILING, Charge, bounded_usage
+from gateway.telemetry.usage_bounds import DEFAULT_CEILING, Charge, bounded_usage
 from gateway.pruning.policy import Policy
 from gateway.wire.call import ChatCall, Identity
-from gateway.wire.formats.base import WireFormat
+from gateway.wire.formats.registry import WireFormat
 
 log = logging.getLogger("sieve.budgets")
 MAX_PENDING = 100_000

@@ -12,8 +12,8 @@ from typing import Any, Mapping
 
 from gateway.pruning.result import PruneResult
 from gateway.wire.chat import WireLimits, check_chat_body
-from gateway.wire.formats.messages import MessagesAdapter
-from gateway.wire.formats.responses import ResponsesAdapter
+from gateway.wire.formats.anthropic_messages import MessagesAdapter
+from gateway.wire.formats.openai_responses import ResponsesAdapter
 from gateway.wire.formats.view import FORMAT_HEADER, ChatView, FormatAdapter, WireFormat, parse_format
 
 

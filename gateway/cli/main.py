@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import ConfigError
-from gateway.settings import Settings, prepare_offline_environment
+from gateway.config.settings import Settings, prepare_offline_environment
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,12 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             return _serve(args)
         if args.command == "prune":
-            from gateway.offline import prune_file  # noqa: PLC0415
+            from gateway.cli.offline import prune_file  # noqa: PLC0415
             from gateway.wire.formats import WireFormat  # noqa: PLC0415
 
             return prune_file(args.file, _settings(None), args.policy, args.target, args.strategy,
                               fmt=WireFormat(args.format) if args.format else None)
-        from gateway.offline import replay_file  # noqa: PLC0415
+        from gateway.cli.offline import replay_file  # noqa: PLC0415
 
         return replay_file(args.file, _settings(None), args.policy, args.target, not args.no_progress)
     except ConfigError as exc:
@@ -89,9 +89,9 @@ def _settings(args: argparse.Namespace | None) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415
 
-    from gateway.app import create_app, uvicorn_config  # noqa: PLC0415
-    from gateway.identity import is_open  # noqa: PLC0415
-    from gateway.services import check_config  # noqa: PLC0415
+    from gateway.api.app import create_app, uvicorn_config  # noqa: PLC0415
+    from gateway.auth.identity import is_open  # noqa: PLC0415
+    from gateway.api.services import check_config  # noqa: PLC0415
     from gateway.telemetry.access_log import access_lines_to  # noqa: PLC0415
 
     settings = _settings(args)
@@ -130,6 +130,3 @@ def _exit_cleanly_on_signals(server: Any) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from gateway.pruner import conversation_key
+from gateway.exchange.prune_step import conversation_key
 from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.tokens import TokenCounters
 from gateway.state.protocols import ConversationStore

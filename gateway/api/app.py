@@ -26,13 +26,13 @@ from starlette.requests import ClientDisconnect
 from gateway.api.admin import ADMIN_ROUTES
 from gateway.api.connections import header_bound_protocol, raw_header_bound
 from gateway.api.openapi import describe
-from gateway.api.responses import (handle_client_disconnect, handle_http_error, handle_sieve_error, handle_unexpected,
+from gateway.api.rendering import (handle_client_disconnect, handle_http_error, handle_sieve_error, handle_unexpected,
                                    handle_validation_error)
 from gateway.api.routes import ROUTES
 from gateway.api.shutdown import AnswerCutRequests
 from gateway.errors import SieveError
-from gateway.services import Services
-from gateway.settings import Settings
+from gateway.api.services import Services
+from gateway.config.settings import Settings
 from gateway.telemetry.metrics import Metrics
 
 LOCK_SWITCH_INTERVAL_S = 0.001
@@ -56,7 +56,7 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> FastAPI:
         # a record (an access line per request) is not given them, each a lookup.
         logging._srcfile = None  # type: ignore[attr-defined]
         logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-        # Big bodies are pruned in worker threads (gateway.big_bodies) that share the interpreter
+        # Big bodies are pruned in worker threads (gateway.exchange.big_bodies) that share the interpreter
         # lock with the event loop. The loop asks for the lock again after each wait for I/O,
         # several times per request, and a thread waiting for it is served only after the
         # switch interval (5 ms by default): small chats beside a big prune slow down by that

@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Match
 
 from gateway.errors import ClientClosedRequest, InvalidRequest, SieveError
-from gateway.proxy import Reply
+from gateway.exchange.forward import Reply
 from gateway.telemetry.access_log import AccessLine, log_access
 from gateway.wire.error_shapes import anthropic_error_body, anthropic_error_type
 

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from gateway.big_bodies import THREAD_THRESHOLD_BYTES, BigBodies
+from gateway.exchange.big_bodies import THREAD_THRESHOLD_BYTES, BigBodies
 from gateway.embedding.worker import Embedder
 from gateway.errors import Forbidden
 from gateway.pruning.cohort import cohort_of
@@ -70,7 +70,7 @@ class Pruner:
                  metrics: Metrics, llm: LLMScorer | None = None, summarizer: Summarizer | None = None,
                  big: BigBodies | None = None, embedder: Embedder | None = None) -> None:
         self._counters = counters
-        # The key of the cohort hash (gateway.pruning.cohort), set once at start-up (gateway.services).
+        # The key of the cohort hash (gateway.pruning.cohort), set once at start-up (gateway.api.services).
         self.cohort_secret = b""
         self._big = big or BigBodies(max_bytes=8 * 1024 * 1024)  # the default SIEVE_MAX_PRUNE_BYTES_IN_FLIGHT
         self._scorer = scorer
@@ -85,7 +85,7 @@ class Pruner:
         """Prune ``call``'s body under its conversation's frozen plan. ``target_tokens``,
         when given, is a target Sieve itself imposes (a budget running low): it replaces
         the request's own and is no client override. ``pinned``: the conversation's pinned
-        sieve_expand exchanges (``gateway.expander``), held under the target.
+        sieve_expand exchanges (``gateway.exchange.expander``), held under the target.
 
         ``dry_run`` (``/v1/prune``): the decision a pruned conversation would get, and its
         cohort neither applied nor told (a client must not learn which conversations go

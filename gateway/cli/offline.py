@@ -21,8 +21,8 @@ import orjson
 
 from gateway.wire.chat import check_chat_body
 from gateway.errors import ConfigError, InvalidRequest, SieveError
-from gateway.policies import load_policies
-from gateway.pruner import conversation_key
+from gateway.config.policies import load_policies
+from gateway.exchange.prune_step import conversation_key
 from gateway.pruning.expansion import shown_with_refs
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.messages import fingerprint
@@ -30,8 +30,8 @@ from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
-from gateway.settings import Settings
-from gateway.shadow_report import is_shadow_log, shadow_report
+from gateway.config.settings import Settings
+from gateway.cli.shadow_report import is_shadow_log, shadow_report
 from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.usage import Usage
 from gateway.wire.continuation import more_steps_follow

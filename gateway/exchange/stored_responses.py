@@ -17,7 +17,7 @@ A request naming an id that is not the caller's (another org's, or one Sieve nev
 relayed) is a 404 in OpenAI's shape, the same for both, so it tells nothing of what
 exists; a policy may let ids Sieve never saw through (``allow_unmanaged_response_ids``:
 made with the provider directly), never another org's. The chain's size is what a
-continuation reserves on the budgets (``gateway.budget_guard``); an unmanaged one's is
+continuation reserves on the budgets (``gateway.exchange.budget_guard``); an unmanaged one's is
 unknown, so it reserves the policy's ``reference_floor_tokens``. A registry that cannot
 be read refuses the request (503): ownership is not checked open.
 """
