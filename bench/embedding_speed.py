@@ -54,17 +54,17 @@ from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounters  # noqa: E402
 from gateway.state.memory import MemoryConversationStore  # noqa: E402
 from gateway.telemetry.metrics import Metrics  # noqa: E402
-from gateway.wire.call import ChatCall, Identity  # noqa: E402
+from gateway.wire.call import ModelCall, Identity  # noqa: E402
 from gateway.wire.headers import parse_sieve_headers  # noqa: E402
 
 MODEL = "gpt-4o-mini"
 POLICIES = {"local": Policy(), "embedding": Policy(scorer="embedding")}
 
 
-def call(messages: list[dict], policy: Policy, conversation: str, target: int) -> ChatCall:
+def call(messages: list[dict], policy: Policy, conversation: str, target: int) -> ModelCall:
     headers = {"x-sieve-conversation-id": conversation, "x-sieve-target-tokens": str(target)}
     body = {"model": MODEL, "messages": messages}
-    return ChatCall("bench", body, len(json.dumps(body)), Identity("bench", None, "bench"), policy,
+    return ModelCall("bench", body, len(json.dumps(body)), Identity("bench", None, "bench"), policy,
                     parse_sieve_headers(headers), headers)
 
 
@@ -92,7 +92,7 @@ class Side:
         while self.embedder is not None and not self.embedder.idle():
             await asyncio.sleep(0.01)
 
-    async def timed(self, chat: ChatCall) -> float:
+    async def timed(self, chat: ModelCall) -> float:
         t0 = time.perf_counter()
         await self.pruner.prune(chat)
         return (time.perf_counter() - t0) * 1000

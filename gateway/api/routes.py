@@ -40,7 +40,7 @@ from gateway.api.services import Services
 from gateway.config.settings import litellm_package_dir
 from gateway.exchange.stored_responses import RESPONSE_ID_CHARS
 from gateway.wire.body import parse_body, read_body
-from gateway.wire.call import ChatCall
+from gateway.wire.call import ModelCall
 from gateway.wire.formats import FORMAT_HEADER, WireFormat, adapter_for, parse_format
 from gateway.wire.headers import parse_sieve_headers
 from gateway.wire.ingress import INGRESSES
@@ -62,7 +62,7 @@ async def _read_json(request: Request, required: bool = True) -> tuple[bytes, di
     return raw, body
 
 
-async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ChatCall:
+async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ModelCall:
     """The request as the proxy takes it: in a format other than chat, ``body`` is its view."""
     services: Services = request.app.state.services
     identity = request.state.identity
@@ -70,7 +70,7 @@ async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ChatCall
     assert body is not None
     view = INGRESSES[fmt].read(body, services.limits)
     native = body if fmt is not WireFormat.CHAT else None
-    call = ChatCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
+    call = ModelCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
                     parse_sieve_headers(request.headers), request.headers, format=fmt, native=native, view=view,
                     route=request.scope["route"].path_format)
     request.state.call = call

@@ -4,7 +4,7 @@
 HTTP client and the stores (in-memory, or Redis when ``SIEVE_REDIS_URL`` is
 set), loads policies and keys, and wires the proxy. Routes reach it through
 ``request.app.state.services``. Nothing here serves a request: each part
-answers for its own concern (``PolicyBook``, the authenticator, ``ChatProxy``,
+answers for its own concern (``PolicyBook``, the authenticator, ``Forwarder``,
 ``ModelCatalog``, ``RequestRecorder``).
 """
 
@@ -30,7 +30,7 @@ from gateway.auth.identity import Authenticator, OpenAccess, authenticator_for
 from gateway.exchange.passthrough import PassThrough
 from gateway.config.policies import PolicyBook
 from gateway.exchange.expander import Expander
-from gateway.exchange.forward import ChatProxy
+from gateway.exchange.forward import Forwarder
 from gateway.exchange.prune_step import Pruner
 from gateway.pruning.scoring import LocalScorer
 from gateway.exchange.reasoning_guard import ReasoningGuard
@@ -100,7 +100,7 @@ class Services:
     policies: PolicyBook
     authenticator: Authenticator | OpenAccess
     stores: Stores
-    proxy: ChatProxy
+    proxy: Forwarder
     passthrough: PassThrough
     models: ModelCatalog
     recorder: RequestRecorder
@@ -153,7 +153,7 @@ class Services:
         fast_path = OpenAICompatibleUpstream(forwarding, settings.upstream_timeout_s, settings.max_upstream_body_bytes)
         router = _router(settings, fast_path)
         stored = StoredResponses(stores.responses)
-        proxy = ChatProxy(router=router, pruner=pruner,
+        proxy = Forwarder(router=router, pruner=pruner,
                           accountant=Accountant(recorder, prices, budgets, audit, counters, stored), budgets=budgets,
                           deferred=deferred, expander=Expander(stores.conversations, budgets, metrics, counters),
                           stored=stored, reasoning=ReasoningGuard(stores.conversations,

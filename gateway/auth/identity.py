@@ -21,7 +21,7 @@ the org comes from a ``key_sha256 -> org`` map. A wrong key is always a 401,
 even when anonymous use is allowed: a typo should not silently run unmetered.
 
 The resulting :class:`gateway.wire.call.Identity` (org, team, key name) is a
-wire-level type: everything above the routes reads it from the ``ChatCall``.
+wire-level type: everything above the routes reads it from the ``ModelCall``.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from gateway.billing.reservation_estimate import CLAUDE_TEXT_MARGIN
 from gateway.exchange.stored_responses import StoredResponses
 from gateway.telemetry.usage_bounds import Charge, bounded_figures, usage_is_readable
 from gateway.upstream.base import ResolvedRoute
-from gateway.wire.call import ChatCall
+from gateway.wire.call import ModelCall
 from gateway.wire.formats import WireFormat
 from gateway.wire.ingress import chat_answer_chars
 from gateway.wire.sse import SSEUsageTap
@@ -47,7 +47,7 @@ log = logging.getLogger("sieve.accounting")
 
 @dataclass(slots=True)
 class RequestRecord:
-    call: ChatCall
+    call: ModelCall
     outcome: PruneOutcome
     route: ResolvedRoute
     hold: Hold | None

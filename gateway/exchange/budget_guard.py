@@ -45,7 +45,7 @@ from gateway.state.protocols import BudgetStore
 from gateway.telemetry.metrics import FailOpen, Metrics
 from gateway.telemetry.usage_bounds import DEFAULT_CEILING, Charge, bounded_usage
 from gateway.pruning.policy import Policy
-from gateway.wire.call import ChatCall, Identity
+from gateway.wire.call import ModelCall, Identity
 from gateway.wire.formats.registry import WireFormat
 
 log = logging.getLogger("sieve.budgets")
@@ -54,7 +54,7 @@ MAX_PENDING = 100_000
 
 class BudgetedCall(Protocol):
     """What a reservation needs of a request: who sends it, under which policy (a forwarded
-    ``ChatCall``, or a billed pass-through call)."""
+    ``ModelCall``, or a billed pass-through call)."""
 
     @property
     def request_id(self) -> str: ...
@@ -118,7 +118,7 @@ class BudgetGuard:
         """Tokens served during a store outage on this replica, not yet charged to ``org``."""
         return sum(o.tokens for o in self._owed if o.tokens is not None and o.limits and o.limits[0].org == org)
 
-    async def budget_left(self, call: ChatCall) -> float | None:
+    async def budget_left(self, call: ModelCall) -> float | None:
         """Fraction (0..1) left of the caller's tightest budget, when the policy tightens
         pruning as budgets run low; None otherwise (or when the store cannot tell)."""
         if call.policy.tighten_below <= 0:

@@ -25,7 +25,7 @@ from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.tokens import TokenCounters
 from gateway.state.protocols import ConversationStore
 from gateway.pruning.result import PruneResult
-from gateway.wire.call import ChatCall
+from gateway.wire.call import ModelCall
 from gateway.wire.continuation import more_steps_follow
 from gateway.wire.expand_tool import make_pin, pin_messages, pin_needs, pin_place
 from gateway.wire.formats import WireFormat
@@ -68,7 +68,7 @@ class ExpandRecords:
         self._store = store
         self._counters = counters
 
-    async def load(self, call: ChatCall) -> ExpandRecord:
+    async def load(self, call: ModelCall) -> ExpandRecord:
         """``call``'s conversation record, its pins' room counted (an unreadable record: no
         pins; a bug counting them: none goes back; the request goes on without them)."""
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id) + KEY_SUFFIX
@@ -87,7 +87,7 @@ class ExpandRecords:
             log.exception("pinned exchanges left out of this request (%s)", type(exc).__name__)
         return record
 
-    def _rooms(self, call: ChatCall, pins: list[dict[str, Any]]) -> dict[int, PinnedRoom]:
+    def _rooms(self, call: ModelCall, pins: list[dict[str, Any]]) -> dict[int, PinnedRoom]:
         rooms = {}
         for i, pin in enumerate(pins):
             at = pin_place(call.sent_body, call.format, pin)
@@ -95,7 +95,7 @@ class ExpandRecords:
                 rooms[i] = PinnedRoom(i, pin_needs(call.view, call.format, at), *self._size(call, pin))
         return rooms
 
-    def _size(self, call: ChatCall, pin: dict[str, Any]) -> tuple[int, int]:
+    def _size(self, call: ModelCall, pin: dict[str, Any]) -> tuple[int, int]:
         """A pin's size (target rule, model encoding), kept in the pin with the encoding it
         was counted in: a replica that never saw the conversation does not tokenize its
         restored content (up to 32,000 characters a pin) again."""
@@ -108,13 +108,13 @@ class ExpandRecords:
         pin["size"] = [counter.encoding_name, *size]
         return size
 
-    async def pin(self, call: ChatCall, record: ExpandRecord, forwarded_turns: int, asked: dict[str, Any]) -> None:
+    async def pin(self, call: ModelCall, record: ExpandRecord, forwarded_turns: int, asked: dict[str, Any]) -> None:
         """Keep the exchange ``call``'s rounds appended (``ExpandRecord.pin``), sized, in the store."""
         if record.pin(call.sent_body, forwarded_turns, asked, call.format):
             self._size(call, record.pins[-1])
             await self.save(record, call.policy.state_ttl_s)
 
-    async def carries_tool(self, call: ChatCall, record: ExpandRecord, result: PruneResult) -> bool:
+    async def carries_tool(self, call: ModelCall, record: ExpandRecord, result: PruneResult) -> bool:
         """Whether the conversation carries the tool: its record's answer, or ``offered`` on its
         first request (saved: the answer holds for the conversation's whole life)."""
         if record.tool is None:
@@ -134,7 +134,7 @@ class ExpandRecords:
             log.warning("expansion record not saved (%s)", exc)
 
 
-def offered(call: ChatCall, result: PruneResult) -> bool:
+def offered(call: ModelCall, result: PruneResult) -> bool:
     """Whether a conversation carries the tool, decided on the first request Sieve sees of it and
     kept for its whole life (``tools`` is in the prefix a provider binds reasoning and its cache
     to: the tool is there from that request on, or never). On when that request opens the

@@ -62,7 +62,7 @@ from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import ExpandOutcome, Metrics
 from gateway.upstream.base import UpstreamResponse
 from gateway.telemetry.usage_bounds import usage_is_readable
-from gateway.wire.call import ChatCall
+from gateway.wire.call import ModelCall
 from gateway.telemetry.usage import usage_from_provider
 from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
     continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, tool_definition, \
@@ -87,7 +87,7 @@ SPLICED = {WireFormat.CHAT: (lambda payload, sent: chat_end(payload.get("usage")
 class Session:
     """One request's view of reversible pruning: what its refs restore, and the conversation's record."""
 
-    call: ChatCall
+    call: ModelCall
     outcome: PruneOutcome
     expandable: Expandable
     record: ExpandRecord
@@ -103,12 +103,12 @@ class Expander:
         self._metrics = metrics
         self._counters = counters
 
-    async def pinned(self, call: ChatCall) -> ExpandRecord | None:
+    async def pinned(self, call: ModelCall) -> ExpandRecord | None:
         """Before the prune: the conversation's record and the room its pinned exchanges take
         (the pruner holds it under the target); None when the tool is off."""
         return await self._records.load(call) if call.policy.expand_tool else None
 
-    async def open(self, call: ChatCall, outcome: PruneOutcome, record: ExpandRecord | None) -> Session | None:
+    async def open(self, call: ModelCall, outcome: PruneOutcome, record: ExpandRecord | None) -> Session | None:
         """The request's session, its markers decorated (module docstring); None when the tool
         is off or has no place in this request, or on a bug (the request goes without it)."""
         if record is None or outcome.unpruned_reason:

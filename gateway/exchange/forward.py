@@ -49,7 +49,7 @@ from gateway.telemetry.metrics import FailOpen, Outcome
 from gateway.telemetry.redaction import without_secrets
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
 from gateway.upstream.router import ModelRouter
-from gateway.wire.call import ChatCall
+from gateway.wire.call import ModelCall
 from gateway.wire.formats import WireFormat
 from gateway.wire.headers import REASONING_HEADER, response_headers
 from gateway.wire.ingress import INGRESSES, Ingress
@@ -75,7 +75,7 @@ class Reply:
     on_close: Callable[[], None] | None = None
 
 
-class ChatProxy:
+class Forwarder:
     def __init__(self, *, router: ModelRouter, pruner: Pruner, accountant: Accountant, budgets: BudgetGuard,
                  deferred: Deferred, expander: Expander | None = None, stored: StoredResponses | None = None,
                  reasoning: ReasoningGuard | None = None) -> None:
@@ -90,7 +90,7 @@ class ChatProxy:
         # Requests holding a reservation whose accounting has not been handed over yet.
         self._open: dict[int, RequestRecord] = {}
 
-    async def prune_only(self, call: ChatCall) -> PruneOutcome:
+    async def prune_only(self, call: ModelCall) -> PruneOutcome:
         """What would be forwarded; no upstream needed, so any model name is accepted. A dry run
         writes nothing: the conversation's plan is read, not saved (``Pruner.prune``). Under a
         policy with ``sieve_expand`` the markers name their refs, as forwarded (the counts hold
@@ -105,7 +105,7 @@ class ChatProxy:
             shown_with_refs(outcome.result)
         return outcome
 
-    async def complete(self, call: ChatCall) -> Reply:
+    async def complete(self, call: ModelCall) -> Reply:
         ingress = INGRESSES[call.format]
         route = self._router.resolve(call.body["model"], call.format)
         chain = await self._continued(call)
@@ -150,7 +150,7 @@ class ChatProxy:
                      stream=self._relay(response, record, ingress.tap(strip_usage)),
                      on_close=lambda: self._account(record))
 
-    async def _continued(self, call: ChatCall) -> int:
+    async def _continued(self, call: ModelCall) -> int:
         """The stored history a Responses request continues, in tokens; 404 when it names a
         stored response or conversation that is not the caller's (gateway.exchange.stored_responses)."""
         if call.format is not WireFormat.RESPONSES or self._stored is None:
@@ -181,7 +181,7 @@ class ChatProxy:
             self._account(record)
             raise
 
-    async def _guard(self, call: ChatCall, forwarded: dict[str, Any], changed: bool) -> Guarded:
+    async def _guard(self, call: ModelCall, forwarded: dict[str, Any], changed: bool) -> Guarded:
         """The forward made valid for a provider that binds reasoning to its prefix (``gateway.exchange.reasoning_guard``)."""
         if self._reasoning is None:
             return Guarded(forwarded, fmt=call.format, changed=changed)
@@ -201,7 +201,7 @@ class ChatProxy:
             await self._reasoning.round_sent(record.reasoning, body, record.call.policy.state_ttl_s)
         return await self._forward(record, body, headers)
 
-    async def _prune(self, call: ChatCall, ingress: Ingress) -> tuple[PruneOutcome, ExpandRecord | None]:
+    async def _prune(self, call: ModelCall, ingress: Ingress) -> tuple[PruneOutcome, ExpandRecord | None]:
         """The request's prune, and its conversation's sieve_expand record when it is pruned
         with the tool on (read first: the pruner holds the pinned exchanges under the target)."""
         reason = ingress.unpruned_reason(call.sent_body)
@@ -217,7 +217,7 @@ class ChatProxy:
                                            record.room if record is not None else ())
         return outcome, record
 
-    async def _budget_target(self, call: ChatCall) -> int | None:
+    async def _budget_target(self, call: ModelCall) -> int | None:
         """A target Sieve imposes itself when the caller's budget runs low (policy
         ``tighten_below``); None when the request's own target stands."""
         left = await self._budgets.budget_left(call)
@@ -292,7 +292,7 @@ class ChatProxy:
             record.shadow = None if decision.cancelled() else decision.result()
         await self._accountant.finish(record)
 
-    async def _decide_shadow(self, call: ChatCall) -> PruneOutcome | None:
+    async def _decide_shadow(self, call: ModelCall) -> PruneOutcome | None:
         """Shadow mode: the decision the request would have had (the conversation's frozen
         plan read and saved as for a pruned request, so the shadow's own cache stability is
         what gets measured); None when it failed (the request is accounted as a passthrough)."""
@@ -349,7 +349,7 @@ class ChatProxy:
             self._account(record)
 
 
-def _upstream_body(call: ChatCall, ingress: Ingress, result: PruneResult,
+def _upstream_body(call: ModelCall, ingress: Ingress, result: PruneResult,
                    route: ResolvedRoute) -> tuple[dict[str, Any], bool]:
     """The body as the provider gets it, in the client's format: a chat stream asks for usage
     (budgets are settled and savings counted on it; the usage chunk is stripped again if the
@@ -368,7 +368,7 @@ def _upstream_body(call: ChatCall, ingress: Ingress, result: PruneResult,
     return forwarded, strip_usage
 
 
-def _stores_response(call: ChatCall) -> bool:
+def _stores_response(call: ModelCall) -> bool:
     """A Responses request whose response the provider keeps (``store`` is true by default)."""
     return call.format is WireFormat.RESPONSES and call.sent_body.get("store") is not False
 
@@ -397,4 +397,4 @@ def _close_quietly(resp: Any) -> None:
         pass
 
 
-__all__ = ["ChatProxy", "Reply", "sieve_headers"]
+__all__ = ["Forwarder", "Reply", "sieve_headers"]

@@ -39,7 +39,7 @@ from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
 from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import FailOpen, Metrics
-from gateway.wire.call import ChatCall, Identity
+from gateway.wire.call import ModelCall, Identity
 from gateway.wire.continuation import more_steps_follow
 from gateway.wire.headers import SieveHeaders
 
@@ -80,7 +80,7 @@ class Pruner:
         self._summarizer = summarizer
         self._embedder = embedder
 
-    async def prune(self, call: ChatCall, target_tokens: int | None = None,
+    async def prune(self, call: ModelCall, target_tokens: int | None = None,
                     pinned: tuple[PinnedRoom, ...] = (), *, dry_run: bool = False) -> PruneOutcome:
         """Prune ``call``'s body under its conversation's frozen plan. ``target_tokens``,
         when given, is a target Sieve itself imposes (a budget running low): it replaces
@@ -125,7 +125,7 @@ class Pruner:
             failed = failed or FailOpen.STATE_STORE
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run, cohort=cohort)
 
-    async def pass_through(self, call: ChatCall, reason: str, failed: FailOpen | None = None) -> PruneOutcome:
+    async def pass_through(self, call: ModelCall, reason: str, failed: FailOpen | None = None) -> PruneOutcome:
         """``call`` forwarded as it came, for ``reason`` (its history is kept at the provider, or
         a pruning bug, ``failed``): counted like strategy ``none``, and its conversation's stored
         plan neither read nor written, since the body may hold only the newest turn of it."""
@@ -229,7 +229,7 @@ class Pruner:
 class _Run:
     """One request's pipeline runs: its body, counter and target, in the thread or not."""
 
-    def __init__(self, call: ChatCall, counter: TokenCounter, target_tokens: int | None, big: BigBodies,
+    def __init__(self, call: ModelCall, counter: TokenCounter, target_tokens: int | None, big: BigBodies,
                  pinned: tuple[PinnedRoom, ...] = ()) -> None:
         self.call = call
         self.counter = counter

@@ -43,7 +43,7 @@ import orjson
 from gateway.exchange.prune_step import conversation_key
 from gateway.config.settings import Settings
 from gateway.state.protocols import ConversationStore
-from gateway.wire.call import ChatCall
+from gateway.wire.call import ModelCall
 from gateway.wire.formats import WireFormat
 from gateway.wire.formats.reasoning import Carrier, Scope, Verdict, carriers, chain, judge, strippable
 
@@ -110,7 +110,7 @@ class ReasoningGuard:
         """A model whose provider binds reasoning to its prefix (and drops or refuses it)."""
         return isinstance(model, str) and model.lower().startswith(self._preserved)
 
-    async def guard(self, call: ChatCall, body: dict[str, Any], changed: bool) -> Guarded:
+    async def guard(self, call: ModelCall, body: dict[str, Any], changed: bool) -> Guarded:
         """``body`` (the forward in the client's format) made valid for the provider, and what
         Sieve's rewrite cost in reasoning. ``changed``: Sieve's forward differs from the client's."""
         fmt = call.format
@@ -141,7 +141,7 @@ class ReasoningGuard:
         record.bound, record.pending = _still_valid(verdict), set()
         return out
 
-    async def prepare(self, call: ChatCall, forwarded: dict[str, Any], changed: bool) -> Guarded:
+    async def prepare(self, call: ModelCall, forwarded: dict[str, Any], changed: bool) -> Guarded:
         """``guard``, then the beta header on ``call`` where the body asks for drop_block, and the
         record saved before the forward goes (the answer's reasoning is bound to it, and the
         client's next request may come as soon as the answer ends). A bug here forwards the
@@ -157,7 +157,7 @@ class ReasoningGuard:
         await self.save(guarded, call.policy.state_ttl_s)
         return guarded
 
-    async def retry_body(self, guarded: Guarded | None, call: ChatCall, status: int,
+    async def retry_body(self, guarded: Guarded | None, call: ModelCall, status: int,
                          answer: bytes | None) -> dict[str, Any] | None:
         """After a prefix-check 400 on a request Sieve changed: the body to send once more, in the
         safe form (``safe_form``), the beta header set on ``call``; None: the answer stands."""
@@ -213,7 +213,7 @@ class ReasoningGuard:
                 (isinstance(include, list) and "reasoning.encrypted_content" in include)
         return False
 
-    async def _load(self, call: ChatCall) -> ReasoningRecord:
+    async def _load(self, call: ModelCall) -> ReasoningRecord:
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id) + KEY_SUFFIX
         try:
             return ReasoningRecord.from_bytes(key, await self._store.get(key))

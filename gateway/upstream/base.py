@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import Any, AsyncIterator, Protocol
 
 from gateway.config.settings import ModelRoute, RouteKind
-from gateway.wire.call import ChatCall
+from gateway.wire.call import ModelCall
 
 
 class KeyScheme(StrEnum):
@@ -58,6 +58,6 @@ class UpstreamResponse:
 
 
 class Upstream(Protocol):
-    async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
+    async def send(self, route: ResolvedRoute, call: ModelCall, body: dict[str, Any]) -> UpstreamResponse:
         """Forward ``body`` (already pruned; ``body["stream"]`` says how it answers) for ``call``."""
         ...

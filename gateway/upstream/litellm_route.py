@@ -18,7 +18,7 @@ import orjson
 from gateway.errors import UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
 from gateway.telemetry.redaction import scrub
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
-from gateway.wire.call import ChatCall
+from gateway.wire.call import ModelCall
 from gateway.wire.keys import client_provider_key
 
 _JSON = {"content-type": "application/json"}
@@ -39,7 +39,7 @@ class LiteLLMUpstream:
             self._litellm = litellm
         return self._litellm
 
-    async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
+    async def send(self, route: ResolvedRoute, call: ModelCall, body: dict[str, Any]) -> UpstreamResponse:
         litellm = self._lib()
         model = route.route
         params = {k: v for k, v in body.items() if k not in ("model",)}

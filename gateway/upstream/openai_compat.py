@@ -31,7 +31,7 @@ from gateway.errors import UpstreamErrorPage, UpstreamTimeout, UpstreamTooLarge,
 from gateway.telemetry.redaction import redact_url
 from gateway.upstream.base import KeyScheme, ResolvedRoute, UpstreamResponse
 from gateway.upstream.http1 import Http1Client, Http1Response
-from gateway.wire.call import ChatCall, Identity
+from gateway.wire.call import ModelCall, Identity
 from gateway.wire.formats import WireFormat
 from gateway.wire.ingress import INGRESSES
 from gateway.wire.keys import client_provider_key
@@ -144,7 +144,7 @@ class OpenAICompatibleUpstream:
         self._max_body_bytes = max_body_bytes
         self._read_timeout_s = read_timeout_s
 
-    async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
+    async def send(self, route: ResolvedRoute, call: ModelCall, body: dict[str, Any]) -> UpstreamResponse:
         headers = provider_headers(route, call.identity, call.headers)
         return await self._request("POST", route.url or "", orjson.dumps(body), headers, body.get("stream") is True,
                                    call.format)

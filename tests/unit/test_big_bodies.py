@@ -11,7 +11,7 @@ from gateway.exchange.big_bodies import BigBodies
 
 
 class Owner:
-    """Stands for the request that holds a body (a ChatCall): something with a weak reference."""
+    """Stands for the request that holds a body (a ModelCall): something with a weak reference."""
 
 
 async def hold(big: BigBodies, size: int, order: list[str], name: str, release: asyncio.Event) -> None:
