@@ -50,8 +50,10 @@ def imports(path: Path, known: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known)
+            submodules = {f"{node.module}.{a.name}" for a in node.names} & known.keys()
+            found.update(submodules)
+            if len(submodules) < len(node.names):  # not only submodules: the package's face too
+                found.add(node.module)
     return {name for name in found if name in known}
 
 
@@ -140,6 +142,8 @@ def main() -> None:
           f"imports past a face {len(past_the_face(package, module_edges))}")
     for cycle in cycles(rooms):
         print("  cycle:", " <-> ".join(cycle))
+    for src, dst in past_the_face(package, module_edges):
+        print(f"  past the face: {src} -> {dst}")
     for a, b in up:
         print(f"  up: {a} ({LAYERS.get(a, 0)}) -> {b} ({LAYERS.get(b, 0)})")
     if args.arrows:

@@ -45,8 +45,8 @@ from starlette.responses import Response
 from starlette.routing import request_response
 
 from gateway.errors import Forbidden, HeadersTooLarge, InvalidRequest, SieveError, TooManyAuthFailures, Unauthorized
-from gateway.telemetry.access_log import AccessLine, log_access
-from gateway.wire.keys import presented_key
+from gateway.telemetry import AccessLine, log_access
+from gateway.wire import presented_key
 
 log = logging.getLogger("sieve.auth")
 

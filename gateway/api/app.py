@@ -32,8 +32,8 @@ from gateway.api.routes import ROUTES
 from gateway.api.shutdown import AnswerCutRequests
 from gateway.errors import SieveError
 from gateway.api.services import Services
-from gateway.config.settings import Settings
-from gateway.telemetry.metrics import Metrics
+from gateway.config import Settings
+from gateway.telemetry import Metrics
 
 LOCK_SWITCH_INTERVAL_S = 0.001
 # A request allocates a few thousand short-lived containers; at the default (700, 10, 10)

@@ -17,44 +17,44 @@ from typing import Any
 
 import aiohttp
 
-from gateway.exchange.accounting import Accountant
-from gateway.auth.throttle import AuthThrottle
-from gateway.exchange.big_bodies import BigBodies
-from gateway.exchange.budget_guard import BudgetGuard
-from gateway.billing.budgets import BudgetConfig
-from gateway.exchange.deferred import Deferred
-from gateway.embedding.model import EmbeddingModel, ModelUnavailable
-from gateway.embedding.worker import Embedder, WorkerLimits
+from gateway.exchange import Accountant
+from gateway.auth import AuthThrottle
+from gateway.exchange import BigBodies
+from gateway.exchange import BudgetGuard
+from gateway.billing import BudgetConfig
+from gateway.exchange import Deferred
+from gateway.embedding import EmbeddingModel, ModelUnavailable
+from gateway.embedding import Embedder, WorkerLimits
 from gateway.errors import ConfigError, StoreUnavailable
-from gateway.auth.identity import Authenticator, OpenAccess, authenticator_for
-from gateway.exchange.passthrough import PassThrough
-from gateway.config.policies import PolicyBook
-from gateway.exchange.expander import Expander
-from gateway.exchange.forward import Forwarder
-from gateway.exchange.prune_step import Pruner
-from gateway.pruning.scoring import LocalScorer
-from gateway.exchange.reasoning_guard import ReasoningGuard
-from gateway.pruning.tokens import TokenCounters
-from gateway.scorers.llm import LLMScorer
-from gateway.scorers.summaries import Summarizer
-from gateway.config.settings import RouteKind, Settings, prepare_offline_environment
-from gateway.exchange.stored_responses import StoredResponses
-from gateway.state.memory import (MemoryAuthFailureLog, MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore,
+from gateway.auth import Authenticator, OpenAccess, authenticator_for
+from gateway.exchange import PassThrough
+from gateway.config import PolicyBook
+from gateway.exchange import Expander
+from gateway.exchange import Forwarder
+from gateway.exchange import Pruner
+from gateway.pruning import LocalScorer
+from gateway.exchange import ReasoningGuard
+from gateway.pruning import TokenCounters
+from gateway.scorers import LLMScorer
+from gateway.scorers import Summarizer
+from gateway.config import RouteKind, Settings, prepare_offline_environment
+from gateway.exchange import StoredResponses
+from gateway.state import (MemoryAuthFailureLog, MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore,
                                   MemoryResponseRegistry, MemoryScoreCache)
-from gateway.state.protocols import (AuthFailureLog, BudgetStore, ConversationStore, KeyStore, ResponseRegistry,
+from gateway.state import (AuthFailureLog, BudgetStore, ConversationStore, KeyStore, ResponseRegistry,
                                      ScoreCache)
-from gateway.telemetry.audit import AuditLog
-from gateway.telemetry.metrics import Metrics
-from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.recording import LabelBounds, RequestRecorder
-from gateway.telemetry.redaction import protect_logs, redact_url
-from gateway.upstream.credentials import check_url_credentials
-from gateway.upstream.litellm_route import LiteLLMUpstream
-from gateway.upstream.models import ModelCatalog
-from gateway.upstream.http1 import Http1Client
-from gateway.upstream.openai_compat import OpenAICompatibleUpstream
-from gateway.upstream.router import ModelRouter
-from gateway.wire.chat import WireLimits
+from gateway.telemetry import AuditLog
+from gateway.telemetry import Metrics
+from gateway.telemetry import PriceBook
+from gateway.telemetry import LabelBounds, RequestRecorder
+from gateway.telemetry import protect_logs, redact_url
+from gateway.upstream import check_url_credentials
+from gateway.upstream import LiteLLMUpstream
+from gateway.upstream import ModelCatalog
+from gateway.upstream import Http1Client
+from gateway.upstream import OpenAICompatibleUpstream
+from gateway.upstream import ModelRouter
+from gateway.wire import WireLimits
 
 log = logging.getLogger("sieve.services")
 COHORT_SECRET_KEY = "sieve:cohort-secret"
@@ -83,10 +83,10 @@ class Stores:
             return cls(MemoryConversationStore(settings.state_max_entries, settings.state_max_bytes),
                        MemoryScoreCache(), MemoryBudgetStore(), MemoryKeyStore(), MemoryResponseRegistry(),
                        MemoryAuthFailureLog())
-        from gateway.state.redis_store import RedisStores  # noqa: PLC0415 - only with Redis
+        from gateway.state import RedisStores  # noqa: PLC0415 - only with Redis
 
         # After a timeout, Redis is skipped for a second rather than waited for on every call.
-        from gateway.state.redis_registries import RedisAuthFailureLog, RedisResponseRegistry  # noqa: PLC0415
+        from gateway.state import RedisAuthFailureLog, RedisResponseRegistry  # noqa: PLC0415
 
         redis = RedisStores.from_url(settings.redis_url, breaker_cooldown_s=1.0)
         return cls(redis.conversations, redis.scores, redis.budgets, redis.keys,

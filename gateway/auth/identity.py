@@ -35,10 +35,10 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from gateway.errors import ConfigError, StoreUnavailable, Unauthorized
-from gateway.config.settings import Settings
-from gateway.state.protocols import KeyRecord, KeyStore
-from gateway.wire.call import ANONYMOUS, Identity, IdentityKind
-from gateway.wire.keys import presented_key
+from gateway.config import Settings
+from gateway.state import KeyRecord, KeyStore
+from gateway.wire import ANONYMOUS, Identity, IdentityKind
+from gateway.wire import presented_key
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 

@@ -34,8 +34,8 @@ from collections import OrderedDict
 from typing import Callable
 
 from gateway.errors import StoreUnavailable
-from gateway.state.memory import MemoryAuthFailureLog
-from gateway.state.protocols import AuthFailureLog
+from gateway.state import MemoryAuthFailureLog
+from gateway.state import AuthFailureLog
 
 log = logging.getLogger("sieve.auth")
 MAX_TRACKED_CLIENTS = 10_000

@@ -51,7 +51,7 @@ import orjson
 from gateway.billing.budgets import MAX_TOKENS
 from gateway.errors import InvalidRequest
 from gateway.billing.image_tokens import data_url_size, image_tokens
-from gateway.wire.formats.registry import WireFormat
+from gateway.wire import WireFormat
 
 __all__ = ["OUTPUT_CAPS", "ReservationEstimate", "estimate_reservation", "output_cap"]
 

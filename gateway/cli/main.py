@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import ConfigError
-from gateway.config.settings import Settings, prepare_offline_environment
+from gateway.config import Settings, prepare_offline_environment
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(args)
         if args.command == "prune":
             from gateway.cli.offline import prune_file  # noqa: PLC0415
-            from gateway.wire.formats import WireFormat  # noqa: PLC0415
+            from gateway.wire import WireFormat  # noqa: PLC0415
 
             return prune_file(args.file, _settings(None), args.policy, args.target, args.strategy,
                               fmt=WireFormat(args.format) if args.format else None)
@@ -89,10 +89,10 @@ def _settings(args: argparse.Namespace | None) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415
 
-    from gateway.api.app import create_app, uvicorn_config  # noqa: PLC0415
-    from gateway.auth.identity import is_open  # noqa: PLC0415
-    from gateway.api.services import check_config  # noqa: PLC0415
-    from gateway.telemetry.access_log import access_lines_to  # noqa: PLC0415
+    from gateway.api import create_app, uvicorn_config  # noqa: PLC0415
+    from gateway.auth import is_open  # noqa: PLC0415
+    from gateway.api import check_config  # noqa: PLC0415
+    from gateway.telemetry import access_lines_to  # noqa: PLC0415
 
     settings = _settings(args)
     check_config(settings)  # a ConfigError is one line (main), not a failed lifespan's traceback

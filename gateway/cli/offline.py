@@ -19,24 +19,24 @@ from typing import Any, BinaryIO, Iterator, TextIO
 
 import orjson
 
-from gateway.wire.chat import check_chat_body
+from gateway.wire import check_chat_body
 from gateway.errors import ConfigError, InvalidRequest, SieveError
-from gateway.config.policies import load_policies
-from gateway.exchange.prune_step import conversation_key
-from gateway.pruning.expansion import shown_with_refs
-from gateway.pruning.frozen import FrozenPlan
-from gateway.pruning.messages import fingerprint
-from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy, Steering
-from gateway.pruning.scoring import LocalScorer
-from gateway.pruning.tokens import TokenCounters
-from gateway.config.settings import Settings
+from gateway.config import load_policies
+from gateway.exchange import conversation_key
+from gateway.pruning import shown_with_refs
+from gateway.pruning import FrozenPlan
+from gateway.pruning import fingerprint
+from gateway.pruning import prune
+from gateway.pruning import Policy, Steering
+from gateway.pruning import LocalScorer
+from gateway.pruning import TokenCounters
+from gateway.config import Settings
 from gateway.cli.shadow_report import is_shadow_log, shadow_report
-from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.usage import Usage
-from gateway.wire.continuation import more_steps_follow
-from gateway.wire.formats import WireFormat, adapter_for
-from gateway.wire.formats.detect import AmbiguousFormat, detect_format
+from gateway.telemetry import PriceBook
+from gateway.telemetry import Usage
+from gateway.wire import more_steps_follow
+from gateway.wire import WireFormat, adapter_for
+from gateway.wire import AmbiguousFormat, detect_format
 
 
 STDIN = "-"

@@ -23,11 +23,11 @@ from typing import Any
 import yaml
 
 from gateway.errors import ConfigError
-from gateway.pruning.policy import OVERRIDES, POLICY_FIELDS, POLICY_MODES, SCORER_FALLBACKS, SCORERS, STRATEGIES, \
+from gateway.pruning import OVERRIDES, POLICY_FIELDS, POLICY_MODES, SCORER_FALLBACKS, SCORERS, STRATEGIES, \
     Policy
-from gateway.pruning.vocabulary import PolicyMode, Strategy
+from gateway.pruning import PolicyMode, Strategy
 from gateway.config.settings import Settings
-from gateway.wire.call import Identity
+from gateway.wire import Identity
 
 _TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}
 

@@ -84,7 +84,7 @@ from typing import Any, Mapping
 import yaml
 
 from gateway.errors import ConfigError
-from gateway.pruning.tokens import ENGINES as TOKEN_ENGINES  # how text is counted (SIEVE_TOKEN_ENGINE)
+from gateway.pruning import ENGINES as TOKEN_ENGINES  # how text is counted (SIEVE_TOKEN_ENGINE)
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POLICIES_DIR = PACKAGE_ROOT.parent / "policies"
 DEFAULT_EMBEDDING_MODEL_DIR = PACKAGE_ROOT.parent / "models" / "all-minilm-l6-v2-int8"

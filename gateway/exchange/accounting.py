@@ -18,29 +18,29 @@ import orjson
 
 from gateway.exchange.budget_guard import BudgetGuard, Hold
 from gateway.exchange.prune_step import PruneOutcome
-from gateway.pruning.vocabulary import Mode
-from gateway.telemetry.access_log import AccessLine, log_access
-from gateway.telemetry.audit import AuditEntry, AuditLog, MessageDecision, Timings
-from gateway.telemetry.metrics import Outcome
-from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.conversation_signals import conversation_signals
+from gateway.pruning import Mode
+from gateway.telemetry import AccessLine, log_access
+from gateway.telemetry import AuditEntry, AuditLog, MessageDecision, Timings
+from gateway.telemetry import Outcome
+from gateway.telemetry import PriceBook
+from gateway.telemetry import conversation_signals
 from gateway.exchange.reasoning_guard import Guarded
-from gateway.telemetry.recording import CohortFigures, RequestFigures, RequestRecorder, transformation_reasons
-from gateway.wire.formats.reasoning import input_transformations
-from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, ShadowSavings, expand_rounds_only, \
+from gateway.telemetry import CohortFigures, RequestFigures, RequestRecorder, transformation_reasons
+from gateway.wire import input_transformations
+from gateway.telemetry import OriginalPrompt, SavingsRecord, ShadowSavings, expand_rounds_only, \
     savings_for_request, shadow_savings, with_expand_rounds
-from gateway.telemetry.metrics import UsageAnomaly
-from gateway.telemetry.usage import Usage, usage_from_provider
-from gateway.pruning.tokens import TokenCounters
-from gateway.pruning.vocabulary import Strategy
-from gateway.billing.reservation_estimate import CLAUDE_TEXT_MARGIN
+from gateway.telemetry import UsageAnomaly
+from gateway.telemetry import Usage, usage_from_provider
+from gateway.pruning import TokenCounters
+from gateway.pruning import Strategy
+from gateway.billing import CLAUDE_TEXT_MARGIN
 from gateway.exchange.stored_responses import StoredResponses
-from gateway.telemetry.usage_bounds import Charge, bounded_figures, usage_is_readable
-from gateway.upstream.base import ResolvedRoute
-from gateway.wire.call import ModelCall
-from gateway.wire.formats import WireFormat
-from gateway.wire.ingress import chat_answer_chars
-from gateway.wire.sse import SSEUsageTap
+from gateway.telemetry import Charge, bounded_figures, usage_is_readable
+from gateway.upstream import ResolvedRoute
+from gateway.wire import ModelCall
+from gateway.wire import WireFormat
+from gateway.wire import chat_answer_chars
+from gateway.wire import SSEUsageTap
 
 log = logging.getLogger("sieve.accounting")
 

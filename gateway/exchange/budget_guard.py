@@ -37,16 +37,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from gateway.billing.budgets import BudgetConfig, BudgetLimit, Reservation, Settlement, new_reservation_id
+from gateway.billing import BudgetConfig, BudgetLimit, Reservation, Settlement, new_reservation_id
 from gateway.errors import BudgetExceeded, StoreRejected, StoreUnavailable
-from gateway.pruning.tokens import TokenCounters
-from gateway.billing.reservation_estimate import OUTPUT_CAPS, ReservationEstimate, estimate_reservation
-from gateway.state.protocols import BudgetStore
-from gateway.telemetry.metrics import FailOpen, Metrics
-from gateway.telemetry.usage_bounds import DEFAULT_CEILING, Charge, bounded_usage
-from gateway.pruning.policy import Policy
-from gateway.wire.call import ModelCall, Identity
-from gateway.wire.formats.registry import WireFormat
+from gateway.pruning import TokenCounters
+from gateway.billing import OUTPUT_CAPS, ReservationEstimate, estimate_reservation
+from gateway.state import BudgetStore
+from gateway.telemetry import FailOpen, Metrics
+from gateway.telemetry import DEFAULT_CEILING, Charge, bounded_usage
+from gateway.pruning import Policy
+from gateway.wire import ModelCall, Identity
+from gateway.wire import WireFormat
 
 log = logging.getLogger("sieve.budgets")
 MAX_PENDING = 100_000

@@ -21,14 +21,14 @@ from typing import Any
 import orjson
 
 from gateway.exchange.prune_step import conversation_key
-from gateway.pruning.pins import PinnedRoom
-from gateway.pruning.tokens import TokenCounters
-from gateway.state.protocols import ConversationStore
-from gateway.pruning.result import PruneResult
-from gateway.wire.call import ModelCall
-from gateway.wire.continuation import more_steps_follow
-from gateway.wire.expand_tool import make_pin, pin_messages, pin_needs, pin_place
-from gateway.wire.formats import WireFormat
+from gateway.pruning import PinnedRoom
+from gateway.pruning import TokenCounters
+from gateway.state import ConversationStore
+from gateway.pruning import PruneResult
+from gateway.wire import ModelCall
+from gateway.wire import more_steps_follow
+from gateway.wire import make_pin, pin_messages, pin_needs, pin_place
+from gateway.wire import WireFormat
 
 log = logging.getLogger("sieve.expander")
 KEY_SUFFIX = "|expand"

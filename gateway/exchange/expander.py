@@ -55,21 +55,21 @@ from gateway.exchange.budget_guard import BudgetGuard
 from gateway.errors import BudgetExceeded
 from gateway.exchange.expand_record import ExpandRecord, ExpandRecords
 from gateway.exchange.prune_step import PruneOutcome
-from gateway.pruning.expansion import Expandable, expandable, refs_of_call, restore
-from gateway.pruning.result import PruneResult
-from gateway.pruning.tokens import TokenCounters
-from gateway.state.protocols import ConversationStore
-from gateway.telemetry.metrics import ExpandOutcome, Metrics
-from gateway.upstream.base import UpstreamResponse
-from gateway.telemetry.usage_bounds import usage_is_readable
-from gateway.wire.call import ModelCall
-from gateway.telemetry.usage import usage_from_provider
-from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
+from gateway.pruning import Expandable, expandable, refs_of_call, restore
+from gateway.pruning import PruneResult
+from gateway.pruning import TokenCounters
+from gateway.state import ConversationStore
+from gateway.telemetry import ExpandOutcome, Metrics
+from gateway.upstream import UpstreamResponse
+from gateway.telemetry import usage_is_readable
+from gateway.wire import ModelCall
+from gateway.telemetry import usage_from_provider
+from gateway.wire import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
     continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, tool_definition, \
     with_pins, with_tool
-from gateway.wire.expand_filter import MAX_HELD_BYTES, held_back
-from gateway.wire.formats import WireFormat
-from gateway.wire.formats.reasoning import input_transformations
+from gateway.wire import MAX_HELD_BYTES, held_back
+from gateway.wire import WireFormat
+from gateway.wire import input_transformations
 
 log = logging.getLogger("sieve.expander")
 

@@ -40,20 +40,20 @@ from gateway.errors import SieveError, UpstreamTooLarge, UpstreamUnavailable
 from gateway.exchange.expand_record import ExpandRecord
 from gateway.exchange.expander import Expander, Session
 from gateway.exchange.prune_step import PruneOutcome, Pruner
-from gateway.pruning.expansion import shown_with_refs
-from gateway.pruning.result import PruneResult
-from gateway.pruning.vocabulary import Cohort, PolicyMode
+from gateway.pruning import shown_with_refs
+from gateway.pruning import PruneResult
+from gateway.pruning import Cohort, PolicyMode
 from gateway.exchange.reasoning_guard import Guarded, ReasoningGuard
 from gateway.exchange.stored_responses import StoredResponses
-from gateway.telemetry.metrics import FailOpen, Outcome
-from gateway.telemetry.redaction import without_secrets
-from gateway.upstream.base import ResolvedRoute, UpstreamResponse
-from gateway.upstream.router import ModelRouter
-from gateway.wire.call import ModelCall
-from gateway.wire.formats import WireFormat
-from gateway.wire.headers import REASONING_HEADER, response_headers
-from gateway.wire.ingress import INGRESSES, Ingress
-from gateway.wire.sse import SSEUsageTap
+from gateway.telemetry import FailOpen, Outcome
+from gateway.telemetry import without_secrets
+from gateway.upstream import ResolvedRoute, UpstreamResponse
+from gateway.upstream import ModelRouter
+from gateway.wire import ModelCall
+from gateway.wire import WireFormat
+from gateway.wire import REASONING_HEADER, response_headers
+from gateway.wire import INGRESSES, Ingress
+from gateway.wire import SSEUsageTap
 
 log = logging.getLogger("sieve.proxy")
 WRITE_FAILED = "the pruned body could not be written back in its format: forwarded as sent"

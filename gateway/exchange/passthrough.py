@@ -37,20 +37,20 @@ from gateway.exchange.budget_guard import BudgetGuard, Hold
 from gateway.exchange.deferred import Deferred
 from gateway.errors import BudgetExceeded, SieveError, StoreUnavailable, UpstreamTooLarge
 from gateway.exchange.forward import Reply
-from gateway.pruning.policy import Policy
-from gateway.pruning.vocabulary import Strategy
+from gateway.pruning import Policy
+from gateway.pruning import Strategy
 from gateway.exchange.stored_responses import StoredResponses
-from gateway.telemetry.audit import AuditEntry, AuditLog, Timings
-from gateway.telemetry.metrics import Outcome
-from gateway.telemetry.recording import RequestRecorder
-from gateway.telemetry.usage import usage_from_provider
-from gateway.upstream.base import ResolvedRoute, UpstreamResponse
-from gateway.upstream.openai_compat import OpenAICompatibleUpstream, provider_headers
-from gateway.upstream.router import ModelRouter
-from gateway.telemetry.usage_bounds import usage_is_readable
-from gateway.wire.call import Identity
-from gateway.wire.formats import WireFormat
-from gateway.wire.ingress import INGRESSES
+from gateway.telemetry import AuditEntry, AuditLog, Timings
+from gateway.telemetry import Outcome
+from gateway.telemetry import RequestRecorder
+from gateway.telemetry import usage_from_provider
+from gateway.upstream import ResolvedRoute, UpstreamResponse
+from gateway.upstream import OpenAICompatibleUpstream, provider_headers
+from gateway.upstream import ModelRouter
+from gateway.telemetry import usage_is_readable
+from gateway.wire import Identity
+from gateway.wire import WireFormat
+from gateway.wire import INGRESSES
 
 log = logging.getLogger("sieve.passthrough")
 

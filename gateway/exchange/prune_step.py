@@ -24,24 +24,24 @@ from typing import Any, Mapping
 import orjson
 
 from gateway.exchange.big_bodies import THREAD_THRESHOLD_BYTES, BigBodies
-from gateway.embedding.worker import Embedder
+from gateway.embedding import Embedder
 from gateway.errors import Forbidden
-from gateway.pruning.cohort import cohort_of
-from gateway.pruning.frozen import FrozenPlan
-from gateway.pruning.pins import PinnedRoom
-from gateway.pruning.pipeline import PruneResult, prune
-from gateway.pruning.policy import OVERRIDES, Policy, Steering
-from gateway.pruning.scoring import LocalScorer, Scorer, UnitScore
-from gateway.pruning.semantic import SemanticOutcome, SemanticScorer
-from gateway.pruning.tokens import TokenCounter, TokenCounters
-from gateway.pruning.vocabulary import Cohort, Mode, PolicyMode, Strategy
-from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
-from gateway.scorers.summaries import Summarizer, SummaryRun
-from gateway.state.protocols import ConversationStore
-from gateway.telemetry.metrics import FailOpen, Metrics
-from gateway.wire.call import ModelCall, Identity
-from gateway.wire.continuation import more_steps_follow
-from gateway.wire.headers import SieveHeaders
+from gateway.pruning import cohort_of
+from gateway.pruning import FrozenPlan
+from gateway.pruning import PinnedRoom
+from gateway.pruning import PruneResult, prune
+from gateway.pruning import OVERRIDES, Policy, Steering
+from gateway.pruning import LocalScorer, Scorer, UnitScore
+from gateway.pruning import SemanticOutcome, SemanticScorer
+from gateway.pruning import TokenCounter, TokenCounters
+from gateway.pruning import Cohort, Mode, PolicyMode, Strategy
+from gateway.scorers import CapturingScorer, LLMScorer, ScorerRun
+from gateway.scorers import Summarizer, SummaryRun
+from gateway.state import ConversationStore
+from gateway.telemetry import FailOpen, Metrics
+from gateway.wire import ModelCall, Identity
+from gateway.wire import more_steps_follow
+from gateway.wire import SieveHeaders
 
 log = logging.getLogger("sieve.pruner")
 CONTROL = "control group: this conversation is never pruned (policy control_share)"

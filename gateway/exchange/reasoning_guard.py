@@ -41,11 +41,11 @@ from typing import Any, Mapping
 import orjson
 
 from gateway.exchange.prune_step import conversation_key
-from gateway.config.settings import Settings
-from gateway.state.protocols import ConversationStore
-from gateway.wire.call import ModelCall
-from gateway.wire.formats import WireFormat
-from gateway.wire.formats.reasoning import Carrier, Scope, Verdict, carriers, chain, judge, strippable
+from gateway.config import Settings
+from gateway.state import ConversationStore
+from gateway.wire import ModelCall
+from gateway.wire import WireFormat
+from gateway.wire import Carrier, Scope, Verdict, carriers, chain, judge, strippable
 
 log = logging.getLogger("sieve.reasoning")
 KEY_SUFFIX = "|reasoning"

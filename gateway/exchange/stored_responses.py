@@ -29,9 +29,9 @@ import re
 from typing import Any, Mapping
 
 from gateway.errors import StoreUnavailable, UnknownStoredResponse
-from gateway.pruning.policy import Policy
-from gateway.state.protocols import ResponseRegistry, StoredResponse
-from gateway.wire.call import Identity
+from gateway.pruning import Policy
+from gateway.state import ResponseRegistry, StoredResponse
+from gateway.wire import Identity
 
 __all__ = ["RESPONSE_ID_CHARS", "RETENTION_S", "StoredResponses", "conversation_id"]
 

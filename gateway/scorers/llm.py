@@ -39,10 +39,10 @@ from typing import Any, Sequence
 import aiohttp
 import orjson
 
-from gateway.pruning.conversation import Conversation
-from gateway.pruning.policy import Policy
-from gateway.pruning.scoring import Scorer, UnitScore
-from gateway.pruning.tokens import TokenCounters
+from gateway.pruning import Conversation
+from gateway.pruning import Policy
+from gateway.pruning import Scorer, UnitScore
+from gateway.pruning import TokenCounters
 from gateway.scorers.clients import (
     REASON_TIMEOUT,
     LiteLLMClient,
@@ -52,10 +52,10 @@ from gateway.scorers.clients import (
 )
 from gateway.scorers.parsing import ScoreParseError, parse_scores
 from gateway.scorers.prompt import UnitView, batch_messages, context_key
-from gateway.state.protocols import ScoreCache
-from gateway.telemetry.metrics import Metrics
-from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.usage import Usage
+from gateway.state import ScoreCache
+from gateway.telemetry import Metrics
+from gateway.telemetry import PriceBook
+from gateway.telemetry import Usage
 
 log = logging.getLogger("sieve.scorer")
 

@@ -14,7 +14,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
-from gateway.billing.budgets import (
+from gateway.billing import (
     BudgetLimit,
     BudgetStatus,
     Bucket,

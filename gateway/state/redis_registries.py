@@ -19,7 +19,7 @@ import json
 
 import redis.asyncio as aioredis
 
-from gateway.billing.budgets import new_reservation_id
+from gateway.billing import new_reservation_id
 from gateway.state.protocols import StoredResponse
 from gateway.state.redis_store import _Guard, _enc, _lua, _ms
 

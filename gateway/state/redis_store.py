@@ -54,7 +54,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.billing.budgets import (
+from gateway.billing import (
     BudgetLimit,
     BudgetStatus,
     Bucket,

@@ -37,10 +37,10 @@ from typing import Any, Iterable, Mapping
 
 from gateway.errors import BodyTooLarge, BudgetExceeded, Forbidden, InvalidRequest, SieveError, StoreUnavailable, \
     TooManyAuthFailures, Unauthorized
-from gateway.pruning.vocabulary import Cohort
-from gateway.telemetry.conversation_signals import ConversationSignals
+from gateway.pruning import Cohort
+from gateway.telemetry.signals import ConversationSignals
 from gateway.telemetry.metrics import OUTCOMES, UNIT_ACTIONS, InputTransformation, Metrics, Outcome
-from gateway.wire.formats.reasoning import Scope
+from gateway.wire import Scope
 from gateway.telemetry.savings import SavingsRecord, ShadowSavings
 
 __all__ = ["OTHER", "NOT_FORWARDED", "CohortFigures", "LabelBounds", "RequestFigures", "RequestRecorder",

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from gateway.billing.budgets import MAX_TOKENS
+from gateway.billing import MAX_TOKENS
 from gateway.telemetry.metrics import UsageAnomaly
 from gateway.telemetry.usage import Usage
 

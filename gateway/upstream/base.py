@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, AsyncIterator, Protocol
 
-from gateway.config.settings import ModelRoute, RouteKind
-from gateway.wire.call import ModelCall
+from gateway.config import ModelRoute, RouteKind
+from gateway.wire import ModelCall
 
 
 class KeyScheme(StrEnum):

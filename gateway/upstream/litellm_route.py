@@ -16,10 +16,10 @@ from typing import Any, AsyncIterator
 import orjson
 
 from gateway.errors import UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
-from gateway.telemetry.redaction import scrub
+from gateway.telemetry import scrub
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
-from gateway.wire.call import ModelCall
-from gateway.wire.keys import client_provider_key
+from gateway.wire import ModelCall
+from gateway.wire import client_provider_key
 
 _JSON = {"content-type": "application/json"}
 _SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}

@@ -15,9 +15,9 @@ from typing import Any, Mapping
 
 import aiohttp
 
-from gateway.config.settings import Settings
-from gateway.wire.call import Identity
-from gateway.wire.keys import client_provider_key
+from gateway.config import Settings
+from gateway.wire import Identity
+from gateway.wire import client_provider_key
 
 log = logging.getLogger("sieve.upstream")
 LIST_TIMEOUT_S = 3.0

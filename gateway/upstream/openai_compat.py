@@ -28,13 +28,13 @@ from typing import Any, AsyncIterator, Iterable, Mapping
 import orjson
 
 from gateway.errors import UpstreamErrorPage, UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
-from gateway.telemetry.redaction import redact_url
+from gateway.telemetry import redact_url
 from gateway.upstream.base import KeyScheme, ResolvedRoute, UpstreamResponse
 from gateway.upstream.http1 import Http1Client, Http1Response
-from gateway.wire.call import ModelCall, Identity
-from gateway.wire.formats import WireFormat
-from gateway.wire.ingress import INGRESSES
-from gateway.wire.keys import client_provider_key
+from gateway.wire import ModelCall, Identity
+from gateway.wire import WireFormat
+from gateway.wire import INGRESSES
+from gateway.wire import client_provider_key
 
 # Request headers never forwarded: hop-by-hop, our own, and what the forwarding client sets.
 _DROP_REQUEST = frozenset((

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
-from gateway.pruning.policy import Policy
+from gateway.pruning import Policy
 from gateway.wire.formats import ChatView, WireFormat
 from gateway.wire.headers import SieveHeaders
 

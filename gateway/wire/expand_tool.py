@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from gateway.pruning.expansion import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETERS
+from gateway.pruning import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETERS
 from gateway.wire.expand_codecs import CODECS, Codec, EventReader, ToolAnswer
 from gateway.wire.expand_filter import CallFilter, chat_end, continued_blocks, continued_chunks, continued_items, \
     message_end, responses_end

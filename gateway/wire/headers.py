@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from gateway.errors import InvalidRequest
-from gateway.pruning.policy import STRATEGIES
-from gateway.pruning.vocabulary import Strategy
+from gateway.pruning import STRATEGIES
+from gateway.pruning import Strategy
 
 MAX_TARGET_TOKENS = 10_000_000
 # Thinking blocks or reasoning items Sieve's rewrite of this request left invalid (gateway.exchange.reasoning_guard).

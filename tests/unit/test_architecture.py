@@ -50,10 +50,12 @@ def _imports(name: str) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            # ``from gateway.pruning import selection``: the submodule is what is imported.
-            found.update(f"{node.module}.{alias.name}" for alias in node.names
-                         if f"{node.module}.{alias.name}" in MODULES)
+            # ``from gateway.pruning import selection``: the submodule is what is imported,
+            # not the package's face.
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & MODULES.keys()
+            found.update(submodules)
+            if len(submodules) < len(node.names):
+                found.add(node.module)
     return found
 
 

@@ -12,7 +12,7 @@ from gateway.config.policies import load_policies
 from gateway.pruning.cohort import cohort_of, control_point
 from gateway.pruning.policy import Policy
 from gateway.pruning.vocabulary import Cohort, PolicyMode
-from gateway.telemetry.conversation_signals import conversation_signals
+from gateway.telemetry.signals import conversation_signals
 from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.savings import shadow_savings
 from gateway.telemetry.usage import Usage
@@ -111,7 +111,7 @@ def test_shadow_savings_lean_against_pruning() -> None:
 
 
 def test_cohort_figures_move_only_for_forwarded_requests() -> None:
-    from gateway.telemetry.conversation_signals import ConversationSignals
+    from gateway.telemetry.signals import ConversationSignals
     from gateway.telemetry.metrics import Metrics, Outcome
     from gateway.telemetry.recording import CohortFigures, LabelBounds, RequestFigures, record_request
     from tests.support import metric_value

@@ -28,7 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from gateway.pruning.result import PruneResult
+from gateway.pruning import PruneResult
 from gateway.wire.chat import WireLimits
 from gateway.wire.formats.content import parts_text
 from gateway.wire.formats.merged_markers import merged_marker_texts

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gateway.pruning.result import PruneResult
+from gateway.pruning import PruneResult
 from gateway.wire.chat import WireLimits, check_chat_body
 from gateway.wire.formats.anthropic_messages import MessagesAdapter
 from gateway.wire.formats.openai_responses import ResponsesAdapter
