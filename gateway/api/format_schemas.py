@@ -12,8 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.schemas import OMITTED, TOKEN_COUNT, ChatCompletionRequest, Listed, Wire, _plain
 from gateway.exchange import RESPONSE_ID_CHARS
-from gateway.wire import MAX_COMPLETION_TOKENS
-from gateway.wire import messages_check, responses_check
+from gateway.wire import MAX_COMPLETION_TOKENS, messages_check, responses_check
 
 
 def _other_than(*kinds: str) -> str:

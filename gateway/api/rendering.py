@@ -21,14 +21,13 @@ from starlette.routing import Match
 
 from gateway.errors import ClientClosedRequest, InvalidRequest, SieveError
 from gateway.exchange import Reply
-from gateway.telemetry import AccessLine, log_access
+from gateway.telemetry import AccessLine, log_access, redact_url
 from gateway.wire import anthropic_error_body, anthropic_error_type
 
 # The routes that forward a request (metrics count their refusals), and those that answer in Anthropic's shape.
 # Matched as path endings: a route mounted under a prefix forwards all the same.
 FORWARDING_PATHS = ("/chat/completions", "/v1/messages", "/v1/responses")
 ANTHROPIC_PATHS = "/v1/messages"
-from gateway.telemetry import redact_url
 
 log = logging.getLogger("sieve")
 

@@ -31,19 +31,13 @@ from gateway.api.rendering import json_response, reply_response
 from gateway.api.format_schemas import AnthropicMessage, OpenAIResponse, Relayed
 from gateway.api.schemas import (ChatCompletion, Health, ModelList, OpenAPIDocument, PruneResponse, Readiness, answers,
                                  steered)
-from gateway.exchange import THREAD_THRESHOLD_BYTES
+from gateway.exchange import PassThroughCall, RESPONSE_ID_CHARS, THREAD_THRESHOLD_BYTES, sieve_headers
 from gateway.errors import StoreUnavailable
 from gateway.api.health import readiness
-from gateway.exchange import PassThroughCall
-from gateway.exchange import sieve_headers
 from gateway.api.services import Services
 from gateway.config import litellm_package_dir
-from gateway.exchange import RESPONSE_ID_CHARS
-from gateway.wire import parse_body, read_body
-from gateway.wire import ModelCall
-from gateway.wire import FORMAT_HEADER, WireFormat, adapter_for, parse_format
-from gateway.wire import parse_sieve_headers
-from gateway.wire import INGRESSES
+from gateway.wire import (FORMAT_HEADER, INGRESSES, ModelCall, WireFormat, adapter_for, parse_body, parse_format,
+    parse_sieve_headers, read_body)
 
 
 async def _read_json(request: Request, required: bool = True) -> tuple[bytes, dict[str, Any] | None]:

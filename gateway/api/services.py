@@ -17,43 +17,21 @@ from typing import Any
 
 import aiohttp
 
-from gateway.exchange import Accountant
-from gateway.auth import AuthThrottle
-from gateway.exchange import BigBodies
-from gateway.exchange import BudgetGuard
+from gateway.exchange import (Accountant, BigBodies, BudgetGuard, Deferred, Expander, Forwarder, PassThrough,
+    Pruner, ReasoningGuard, StoredResponses)
+from gateway.auth import AuthThrottle, Authenticator, OpenAccess, authenticator_for
 from gateway.billing import BudgetConfig
-from gateway.exchange import Deferred
-from gateway.embedding import EmbeddingModel, ModelUnavailable
-from gateway.embedding import Embedder, WorkerLimits
+from gateway.embedding import Embedder, EmbeddingModel, ModelUnavailable, WorkerLimits
 from gateway.errors import ConfigError, StoreUnavailable
-from gateway.auth import Authenticator, OpenAccess, authenticator_for
-from gateway.exchange import PassThrough
-from gateway.config import PolicyBook
-from gateway.exchange import Expander
-from gateway.exchange import Forwarder
-from gateway.exchange import Pruner
-from gateway.pruning import LocalScorer
-from gateway.exchange import ReasoningGuard
-from gateway.pruning import TokenCounters
-from gateway.scorers import LLMScorer
-from gateway.scorers import Summarizer
-from gateway.config import RouteKind, Settings, prepare_offline_environment
-from gateway.exchange import StoredResponses
-from gateway.state import (MemoryAuthFailureLog, MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore,
-                                  MemoryResponseRegistry, MemoryScoreCache)
-from gateway.state import (AuthFailureLog, BudgetStore, ConversationStore, KeyStore, ResponseRegistry,
-                                     ScoreCache)
-from gateway.telemetry import AuditLog
-from gateway.telemetry import Metrics
-from gateway.telemetry import PriceBook
-from gateway.telemetry import LabelBounds, RequestRecorder
-from gateway.telemetry import protect_logs, redact_url
-from gateway.upstream import check_url_credentials
-from gateway.upstream import LiteLLMUpstream
-from gateway.upstream import ModelCatalog
-from gateway.upstream import Http1Client
-from gateway.upstream import OpenAICompatibleUpstream
-from gateway.upstream import ModelRouter
+from gateway.config import PolicyBook, RouteKind, Settings, prepare_offline_environment
+from gateway.pruning import LocalScorer, TokenCounters
+from gateway.scorers import LLMScorer, Summarizer
+from gateway.state import (AuthFailureLog, BudgetStore, ConversationStore, KeyStore, MemoryAuthFailureLog,
+    MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore, MemoryResponseRegistry, MemoryScoreCache,
+    ResponseRegistry, ScoreCache)
+from gateway.telemetry import AuditLog, LabelBounds, Metrics, PriceBook, RequestRecorder, protect_logs, redact_url
+from gateway.upstream import (Http1Client, LiteLLMUpstream, ModelCatalog, ModelRouter, OpenAICompatibleUpstream,
+    check_url_credentials)
 from gateway.wire import WireLimits
 
 log = logging.getLogger("sieve.services")

@@ -37,8 +37,7 @@ import yaml
 from gateway.errors import ConfigError, StoreUnavailable, Unauthorized
 from gateway.config import Settings
 from gateway.state import KeyRecord, KeyStore
-from gateway.wire import ANONYMOUS, Identity, IdentityKind
-from gateway.wire import presented_key
+from gateway.wire import ANONYMOUS, Identity, IdentityKind, presented_key
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 

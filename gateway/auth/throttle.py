@@ -34,8 +34,7 @@ from collections import OrderedDict
 from typing import Callable
 
 from gateway.errors import StoreUnavailable
-from gateway.state import MemoryAuthFailureLog
-from gateway.state import AuthFailureLog
+from gateway.state import AuthFailureLog, MemoryAuthFailureLog
 
 log = logging.getLogger("sieve.auth")
 MAX_TRACKED_CLIENTS = 10_000

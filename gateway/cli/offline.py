@@ -19,24 +19,14 @@ from typing import Any, BinaryIO, Iterator, TextIO
 
 import orjson
 
-from gateway.wire import check_chat_body
+from gateway.wire import AmbiguousFormat, WireFormat, adapter_for, check_chat_body, detect_format, more_steps_follow
 from gateway.errors import ConfigError, InvalidRequest, SieveError
-from gateway.config import load_policies
+from gateway.config import Settings, load_policies
 from gateway.exchange import conversation_key
-from gateway.pruning import shown_with_refs
-from gateway.pruning import FrozenPlan
-from gateway.pruning import fingerprint
-from gateway.pruning import prune
-from gateway.pruning import Policy, Steering
-from gateway.pruning import LocalScorer
-from gateway.pruning import TokenCounters
-from gateway.config import Settings
+from gateway.pruning import (FrozenPlan, LocalScorer, Policy, Steering, TokenCounters, fingerprint, prune,
+    shown_with_refs, target_in_force)
 from gateway.cli.shadow_report import is_shadow_log, shadow_report
-from gateway.telemetry import PriceBook
-from gateway.telemetry import Usage
-from gateway.wire import more_steps_follow
-from gateway.wire import WireFormat, adapter_for
-from gateway.wire import AmbiguousFormat, detect_format
+from gateway.telemetry import PriceBook, Usage
 
 
 STDIN = "-"
@@ -188,7 +178,7 @@ def _progress(done: int, total: int) -> None:
 
 def _print_totals(totals: dict[str, ModelTotals], skipped: int, policy: Policy, target: int | None,
                   out: TextIO) -> None:
-    out.write(f"policy {policy.name}, target {target or policy.target_tokens} tokens "
+    out.write(f"policy {policy.name}, target {target_in_force(target, policy)} tokens "
               f"(cache modelled: a repeated leading prefix of a conversation is priced as cached)\n")
     out.write(f"{'model':<28} {'requests':>8} {'prompt tokens':>14} {'forwarded':>12} {'saved %':>8} "
               f"{'cost unpruned $':>16} {'cost pruned $':>14} {'saved $':>10}\n")

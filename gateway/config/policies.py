@@ -23,9 +23,8 @@ from typing import Any
 import yaml
 
 from gateway.errors import ConfigError
-from gateway.pruning import OVERRIDES, POLICY_FIELDS, POLICY_MODES, SCORER_FALLBACKS, SCORERS, STRATEGIES, \
-    Policy
-from gateway.pruning import PolicyMode, Strategy
+from gateway.pruning import (OVERRIDES, POLICY_FIELDS, POLICY_MODES, Policy, PolicyMode, SCORERS, SCORER_FALLBACKS,
+    STRATEGIES, Strategy)
 from gateway.config.settings import Settings
 from gateway.wire import Identity
 

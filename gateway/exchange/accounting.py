@@ -18,29 +18,16 @@ import orjson
 
 from gateway.exchange.budget_guard import BudgetGuard, Hold
 from gateway.exchange.prune_step import PruneOutcome
-from gateway.pruning import Mode
-from gateway.telemetry import AccessLine, log_access
-from gateway.telemetry import AuditEntry, AuditLog, MessageDecision, Timings
-from gateway.telemetry import Outcome
-from gateway.telemetry import PriceBook
-from gateway.telemetry import conversation_signals
+from gateway.pruning import Mode, Strategy, TokenCounters
+from gateway.telemetry import (AccessLine, AuditEntry, AuditLog, Charge, CohortFigures, MessageDecision,
+    OriginalPrompt, Outcome, PriceBook, RequestFigures, RequestRecorder, SavingsRecord, ShadowSavings, Timings,
+    Usage, UsageAnomaly, bounded_figures, conversation_signals, expand_rounds_only, log_access, savings_for_request,
+    shadow_savings, transformation_reasons, usage_from_provider, usage_is_readable, with_expand_rounds)
 from gateway.exchange.reasoning_guard import Guarded
-from gateway.telemetry import CohortFigures, RequestFigures, RequestRecorder, transformation_reasons
-from gateway.wire import input_transformations
-from gateway.telemetry import OriginalPrompt, SavingsRecord, ShadowSavings, expand_rounds_only, \
-    savings_for_request, shadow_savings, with_expand_rounds
-from gateway.telemetry import UsageAnomaly
-from gateway.telemetry import Usage, usage_from_provider
-from gateway.pruning import TokenCounters
-from gateway.pruning import Strategy
+from gateway.wire import ModelCall, SSEUsageTap, WireFormat, chat_answer_chars, input_transformations
 from gateway.billing import CLAUDE_TEXT_MARGIN
 from gateway.exchange.stored_responses import StoredResponses
-from gateway.telemetry import Charge, bounded_figures, usage_is_readable
 from gateway.upstream import ResolvedRoute
-from gateway.wire import ModelCall
-from gateway.wire import WireFormat
-from gateway.wire import chat_answer_chars
-from gateway.wire import SSEUsageTap
 
 log = logging.getLogger("sieve.accounting")
 

@@ -37,16 +37,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from gateway.billing import BudgetConfig, BudgetLimit, Reservation, Settlement, new_reservation_id
+from gateway.billing import (BudgetConfig, BudgetLimit, OUTPUT_CAPS, Reservation, ReservationEstimate, Settlement,
+    estimate_reservation, new_reservation_id)
 from gateway.errors import BudgetExceeded, StoreRejected, StoreUnavailable
-from gateway.pruning import TokenCounters
-from gateway.billing import OUTPUT_CAPS, ReservationEstimate, estimate_reservation
+from gateway.pruning import Policy, TokenCounters
 from gateway.state import BudgetStore
-from gateway.telemetry import FailOpen, Metrics
-from gateway.telemetry import DEFAULT_CEILING, Charge, bounded_usage
-from gateway.pruning import Policy
-from gateway.wire import ModelCall, Identity
-from gateway.wire import WireFormat
+from gateway.telemetry import Charge, DEFAULT_CEILING, FailOpen, Metrics, bounded_usage
+from gateway.wire import Identity, ModelCall, WireFormat
 
 log = logging.getLogger("sieve.budgets")
 MAX_PENDING = 100_000

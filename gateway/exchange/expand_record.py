@@ -21,14 +21,9 @@ from typing import Any
 import orjson
 
 from gateway.exchange.prune_step import conversation_key
-from gateway.pruning import PinnedRoom
-from gateway.pruning import TokenCounters
+from gateway.pruning import PinnedRoom, PruneResult, TokenCounters
 from gateway.state import ConversationStore
-from gateway.pruning import PruneResult
-from gateway.wire import ModelCall
-from gateway.wire import more_steps_follow
-from gateway.wire import make_pin, pin_messages, pin_needs, pin_place
-from gateway.wire import WireFormat
+from gateway.wire import ModelCall, WireFormat, make_pin, more_steps_follow, pin_messages, pin_needs, pin_place
 
 log = logging.getLogger("sieve.expander")
 KEY_SUFFIX = "|expand"

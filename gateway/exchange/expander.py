@@ -55,21 +55,13 @@ from gateway.exchange.budget_guard import BudgetGuard
 from gateway.errors import BudgetExceeded
 from gateway.exchange.expand_record import ExpandRecord, ExpandRecords
 from gateway.exchange.prune_step import PruneOutcome
-from gateway.pruning import Expandable, expandable, refs_of_call, restore
-from gateway.pruning import PruneResult
-from gateway.pruning import TokenCounters
+from gateway.pruning import Expandable, PruneResult, TokenCounters, expandable, refs_of_call, restore
 from gateway.state import ConversationStore
-from gateway.telemetry import ExpandOutcome, Metrics
+from gateway.telemetry import ExpandOutcome, Metrics, usage_from_provider, usage_is_readable
 from gateway.upstream import UpstreamResponse
-from gateway.telemetry import usage_is_readable
-from gateway.wire import ModelCall
-from gateway.telemetry import usage_from_provider
-from gateway.wire import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
-    continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, tool_definition, \
-    with_pins, with_tool
-from gateway.wire import MAX_HELD_BYTES, held_back
-from gateway.wire import WireFormat
-from gateway.wire import input_transformations
+from gateway.wire import (CODECS, CallFilter, Codec, EventReader, MAX_HELD_BYTES, ModelCall, ToolAnswer, WireFormat,
+    chat_end, continued_blocks, continued_chunks, continued_items, held_back, history_of, input_transformations,
+    message_end, responses_end, tool_definition, with_pins, with_tool)
 
 log = logging.getLogger("sieve.expander")
 

@@ -40,20 +40,12 @@ from gateway.errors import SieveError, UpstreamTooLarge, UpstreamUnavailable
 from gateway.exchange.expand_record import ExpandRecord
 from gateway.exchange.expander import Expander, Session
 from gateway.exchange.prune_step import PruneOutcome, Pruner
-from gateway.pruning import shown_with_refs
-from gateway.pruning import PruneResult
-from gateway.pruning import Cohort, PolicyMode
+from gateway.pruning import Cohort, PolicyMode, PruneResult, shown_with_refs, target_in_force
 from gateway.exchange.reasoning_guard import Guarded, ReasoningGuard
 from gateway.exchange.stored_responses import StoredResponses
-from gateway.telemetry import FailOpen, Outcome
-from gateway.telemetry import without_secrets
-from gateway.upstream import ResolvedRoute, UpstreamResponse
-from gateway.upstream import ModelRouter
-from gateway.wire import ModelCall
-from gateway.wire import WireFormat
-from gateway.wire import REASONING_HEADER, response_headers
-from gateway.wire import INGRESSES, Ingress
-from gateway.wire import SSEUsageTap
+from gateway.telemetry import FailOpen, Outcome, without_secrets
+from gateway.upstream import ModelRouter, ResolvedRoute, UpstreamResponse
+from gateway.wire import INGRESSES, Ingress, ModelCall, REASONING_HEADER, SSEUsageTap, WireFormat, response_headers
 
 log = logging.getLogger("sieve.proxy")
 WRITE_FAILED = "the pruned body could not be written back in its format: forwarded as sent"
@@ -223,7 +215,7 @@ class Forwarder:
         left = await self._budgets.budget_left(call)
         if left is None:
             return None
-        base = call.sieve.target_tokens or call.policy.target_tokens
+        base = target_in_force(call.sieve.target_tokens, call.policy)
         tightened = call.policy.tightened_target(base, left)
         return tightened if tightened != base else None
 

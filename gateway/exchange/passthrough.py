@@ -37,20 +37,12 @@ from gateway.exchange.budget_guard import BudgetGuard, Hold
 from gateway.exchange.deferred import Deferred
 from gateway.errors import BudgetExceeded, SieveError, StoreUnavailable, UpstreamTooLarge
 from gateway.exchange.forward import Reply
-from gateway.pruning import Policy
-from gateway.pruning import Strategy
+from gateway.pruning import Policy, Strategy
 from gateway.exchange.stored_responses import StoredResponses
-from gateway.telemetry import AuditEntry, AuditLog, Timings
-from gateway.telemetry import Outcome
-from gateway.telemetry import RequestRecorder
-from gateway.telemetry import usage_from_provider
-from gateway.upstream import ResolvedRoute, UpstreamResponse
-from gateway.upstream import OpenAICompatibleUpstream, provider_headers
-from gateway.upstream import ModelRouter
-from gateway.telemetry import usage_is_readable
-from gateway.wire import Identity
-from gateway.wire import WireFormat
-from gateway.wire import INGRESSES
+from gateway.telemetry import (AuditEntry, AuditLog, Outcome, RequestRecorder, Timings, usage_from_provider,
+    usage_is_readable)
+from gateway.upstream import ModelRouter, OpenAICompatibleUpstream, ResolvedRoute, UpstreamResponse, provider_headers
+from gateway.wire import INGRESSES, Identity, WireFormat
 
 log = logging.getLogger("sieve.passthrough")
 

@@ -26,22 +26,13 @@ import orjson
 from gateway.exchange.big_bodies import THREAD_THRESHOLD_BYTES, BigBodies
 from gateway.embedding import Embedder
 from gateway.errors import Forbidden
-from gateway.pruning import cohort_of
-from gateway.pruning import FrozenPlan
-from gateway.pruning import PinnedRoom
-from gateway.pruning import PruneResult, prune
-from gateway.pruning import OVERRIDES, Policy, Steering
-from gateway.pruning import LocalScorer, Scorer, UnitScore
-from gateway.pruning import SemanticOutcome, SemanticScorer
-from gateway.pruning import TokenCounter, TokenCounters
-from gateway.pruning import Cohort, Mode, PolicyMode, Strategy
-from gateway.scorers import CapturingScorer, LLMScorer, ScorerRun
-from gateway.scorers import Summarizer, SummaryRun
+from gateway.pruning import (Cohort, FrozenPlan, LocalScorer, Mode, OVERRIDES, PinnedRoom, Policy, PolicyMode,
+    PruneResult, Scorer, SemanticOutcome, SemanticScorer, Steering, Strategy, TokenCounter, TokenCounters,
+    UnitScore, cohort_of, prune)
+from gateway.scorers import CapturingScorer, LLMScorer, ScorerRun, Summarizer, SummaryRun
 from gateway.state import ConversationStore
 from gateway.telemetry import FailOpen, Metrics
-from gateway.wire import ModelCall, Identity
-from gateway.wire import more_steps_follow
-from gateway.wire import SieveHeaders
+from gateway.wire import Identity, ModelCall, SieveHeaders, more_steps_follow
 
 log = logging.getLogger("sieve.pruner")
 CONTROL = "control group: this conversation is never pruned (policy control_share)"

@@ -43,9 +43,7 @@ import orjson
 from gateway.exchange.prune_step import conversation_key
 from gateway.config import Settings
 from gateway.state import ConversationStore
-from gateway.wire import ModelCall
-from gateway.wire import WireFormat
-from gateway.wire import Carrier, Scope, Verdict, carriers, chain, judge, strippable
+from gateway.wire import Carrier, ModelCall, Scope, Verdict, WireFormat, carriers, chain, judge, strippable
 
 log = logging.getLogger("sieve.reasoning")
 KEY_SUFFIX = "|reasoning"

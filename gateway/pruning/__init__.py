@@ -44,6 +44,7 @@ from gateway.pruning.policy import (
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import LocalScorer, Scorer, UnitScore
 from gateway.pruning.semantic import SemanticOutcome, SemanticScorer
+from gateway.pruning.target import target_in_force
 from gateway.pruning.tokens import ENGINES, TokenCounter, TokenCounters
 from gateway.pruning.vocabulary import Action, Cohort, Mode, PolicyMode, Strategy
 
@@ -95,6 +96,7 @@ __all__ = [
     "restore",
     "shown_with_refs",
     "summary_message",
+    "target_in_force",
     "tool_call_text",
     "with_ref",
 ]

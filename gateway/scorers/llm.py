@@ -39,10 +39,7 @@ from typing import Any, Sequence
 import aiohttp
 import orjson
 
-from gateway.pruning import Conversation
-from gateway.pruning import Policy
-from gateway.pruning import Scorer, UnitScore
-from gateway.pruning import TokenCounters
+from gateway.pruning import Conversation, Policy, Scorer, TokenCounters, UnitScore
 from gateway.scorers.clients import (
     REASON_TIMEOUT,
     LiteLLMClient,
@@ -53,9 +50,7 @@ from gateway.scorers.clients import (
 from gateway.scorers.parsing import ScoreParseError, parse_scores
 from gateway.scorers.prompt import UnitView, batch_messages, context_key
 from gateway.state import ScoreCache
-from gateway.telemetry import Metrics
-from gateway.telemetry import PriceBook
-from gateway.telemetry import Usage
+from gateway.telemetry import Metrics, PriceBook, Usage
 
 log = logging.getLogger("sieve.scorer")
 

@@ -15,17 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.pruning import is_omission_marker, marker_ids, summary_message
-from gateway.pruning import content_text, message_token_text
-from gateway.pruning import PruneResult
-from gateway.pruning import Policy
-from gateway.pruning import TokenCounter
-from gateway.pruning import Action
+from gateway.pruning import (Action, Policy, PruneResult, TokenCounter, content_text, is_omission_marker,
+    marker_ids, message_token_text, summary_message)
 from gateway.scorers.clients import ScorerCallError
 from gateway.scorers.llm import LLMScorer
-from gateway.telemetry import Metrics
-from gateway.telemetry import PriceBook
-from gateway.telemetry import Usage
+from gateway.telemetry import Metrics, PriceBook, Usage
 
 log = logging.getLogger("sieve.summaries")
 

@@ -54,20 +54,8 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.billing import (
-    BudgetLimit,
-    BudgetStatus,
-    Bucket,
-    Reservation,
-    Scope,
-    Settlement,
-    Window,
-    bucket_for,
-    budget_exceeded,
-    check_tokens,
-    new_reservation_id,
-    reservation_org,
-)
+from gateway.billing import (BudgetLimit, BudgetStatus, Bucket, Reservation, Scope, Settlement, Window, bucket_for,
+    budget_exceeded, check_tokens, new_reservation_id, reservation_org)
 from gateway.errors import StoreRejected, StoreUnavailable
 from gateway.state.memory import DEFAULT_COUNTER_GRACE_S, DEFAULT_MARKER_TTL_S, DEFAULT_RESERVATION_TTL_S
 from gateway.state.protocols import KeyRecord

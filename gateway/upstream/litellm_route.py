@@ -18,8 +18,7 @@ import orjson
 from gateway.errors import UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
 from gateway.telemetry import scrub
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
-from gateway.wire import ModelCall
-from gateway.wire import client_provider_key
+from gateway.wire import ModelCall, client_provider_key
 
 _JSON = {"content-type": "application/json"}
 _SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}

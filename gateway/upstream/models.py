@@ -16,8 +16,7 @@ from typing import Any, Mapping
 import aiohttp
 
 from gateway.config import Settings
-from gateway.wire import Identity
-from gateway.wire import client_provider_key
+from gateway.wire import Identity, client_provider_key
 
 log = logging.getLogger("sieve.upstream")
 LIST_TIMEOUT_S = 3.0

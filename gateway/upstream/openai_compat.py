@@ -31,10 +31,7 @@ from gateway.errors import UpstreamErrorPage, UpstreamTimeout, UpstreamTooLarge,
 from gateway.telemetry import redact_url
 from gateway.upstream.base import KeyScheme, ResolvedRoute, UpstreamResponse
 from gateway.upstream.http1 import Http1Client, Http1Response
-from gateway.wire import ModelCall, Identity
-from gateway.wire import WireFormat
-from gateway.wire import INGRESSES
-from gateway.wire import client_provider_key
+from gateway.wire import INGRESSES, Identity, ModelCall, WireFormat, client_provider_key
 
 # Request headers never forwarded: hop-by-hop, our own, and what the forwarding client sets.
 _DROP_REQUEST = frozenset((

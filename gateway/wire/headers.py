@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from gateway.errors import InvalidRequest
-from gateway.pruning import STRATEGIES
-from gateway.pruning import Strategy
+from gateway.pruning import STRATEGIES, Strategy
 
 MAX_TARGET_TOKENS = 10_000_000
 # Thinking blocks or reasoning items Sieve's rewrite of this request left invalid (gateway.exchange.reasoning_guard).

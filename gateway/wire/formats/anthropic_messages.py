@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from gateway.pruning import DROPPED_MARKER
-from gateway.pruning import PruneResult
+from gateway.pruning import DROPPED_MARKER, PruneResult
 from gateway.wire.chat import WireLimits
 from gateway.wire.formats.cache_control import (MAX_BREAKPOINTS, breakpoints_in, cap_breakpoints, markable,
                                                  with_breakpoint)

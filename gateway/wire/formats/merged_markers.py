@@ -23,8 +23,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from gateway.pruning import dropped_marker, is_omission_marker, marker_ids
-from gateway.pruning import REF_CHARS, with_ref
+from gateway.pruning import REF_CHARS, dropped_marker, is_omission_marker, marker_ids, with_ref
 
 _REF = re.compile(rf", ref ([0-9a-f]{{{REF_CHARS}}})\b")
 
