@@ -7,7 +7,8 @@ from gateway.exchange.big_bodies import BigBodies, THREAD_THRESHOLD_BYTES
 from gateway.exchange.budget_guard import BudgetGuard
 from gateway.exchange.deferred import Deferred
 from gateway.exchange.expander import Expander
-from gateway.exchange.forward import Forwarder, Reply, sieve_headers
+from gateway.exchange.forward import Forwarder, sieve_headers
+from gateway.exchange.relay import Reply
 from gateway.exchange.passthrough import PassThrough, PassThroughCall
 from gateway.exchange.prune_step import Pruner, conversation_key
 from gateway.exchange.reasoning_guard import ReasoningGuard

@@ -30,8 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any, AsyncGenerator, Callable, Mapping
+from typing import Any, AsyncGenerator, Mapping
 
 from gateway.exchange.accounting import Accountant, RequestRecord, chain_tokens
 from gateway.exchange.budget_guard import BudgetGuard, Hold
@@ -42,6 +41,7 @@ from gateway.exchange.expander import Expander, Session
 from gateway.exchange.prune_step import PruneOutcome, Pruner
 from gateway.pruning import Cohort, PolicyMode, PruneResult, shown_with_refs, target_in_force
 from gateway.exchange.reasoning_guard import Guarded, ReasoningGuard
+from gateway.exchange.relay import Reply, StreamEnd, close_quietly, relay_stream
 from gateway.exchange.stored_responses import StoredResponses
 from gateway.telemetry import FailOpen, Outcome, without_secrets
 from gateway.upstream import ModelRouter, ResolvedRoute, UpstreamResponse
@@ -53,18 +53,6 @@ WRITE_FAILED = "the pruned body could not be written back in its format: forward
 SHADOW_HEAD_START_S = 0.002
 ACCOUNTING_DELAY_S = 0.001
 SHADOW = "shadow mode: forwarded as sent; the decision is measured, not applied"
-
-
-@dataclass(slots=True)
-class Reply:
-    """The answer to relay: a whole body, or a stream whose ``on_close`` must run however
-    it ends (even when it never started: the client left first, or shutdown)."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes | None = None
-    stream: AsyncGenerator[bytes, None] | None = None
-    on_close: Callable[[], None] | None = None
 
 
 class Forwarder:
@@ -299,45 +287,29 @@ class Forwarder:
 
     async def _relay(self, response: UpstreamResponse, record: RequestRecord,
                      tap: SSEUsageTap) -> AsyncGenerator[bytes, None]:
-        completed = False
+        end = StreamEnd()
+
+        async def claim_id() -> None:
+            if record.stores_response and record.response_id is None:
+                await self._claim(record, (getattr(tap, "response", None) or {}).get("id"))
+
         try:
-            assert response.chunks is not None
-            async for chunk in response.chunks:
-                out = tap.feed(chunk)
-                if record.stores_response and record.response_id is None:
-                    await self._claim(record, (getattr(tap, "response", None) or {}).get("id"))
-                if out:
-                    yield out
-            tail = tap.flush()
-            if tail:
-                yield tail
-            if tap.error is not None:
-                # The provider told the client itself, in-stream: relayed as it came, counted as failed.
-                record.outcome_label = Outcome.UPSTREAM_ERROR
-                record.error_status = 502
-            elif not tap.finished:
-                # A clean close is no proof of a whole answer (no chunked framing, a proxy cut it).
-                raise UpstreamUnavailable("the upstream stream ended without [DONE], a finish_reason or "
-                                          "the format's end event: the answer is incomplete")
-            else:
-                completed = True
-        except SieveError as exc:
-            # The incomplete event the tap still holds is dropped: the client gets whole events,
-            # then one whole error event.
-            record.outcome_label = Outcome.UPSTREAM_ERROR
-            record.error_status = exc.status
-            yield tap.error_event(exc)
+            async for out in relay_stream(response, tap, end, on_event=claim_id):
+                yield out
         except (asyncio.CancelledError, GeneratorExit):
             record.disconnected = True
             raise
         finally:
+            if end.provider_error or end.failure is not None:  # relayed or told: counted as failed
+                record.outcome_label = Outcome.UPSTREAM_ERROR
+                record.error_status = end.failure.status if end.failure is not None else 502
             record.upstream_s = time.perf_counter() - record.upstream_started
             record.stream_usage, record.usage_final = tap.usage, tap.usage_final
             record.transformations.extend(tap.transformations)
             record.tap = tap
-            record.completed = completed
+            record.completed = end.completed
             if response.release is not None:
-                _close_quietly(response.release)
+                close_quietly(response.release)
             self._account(record)
 
 
@@ -382,11 +354,4 @@ def sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None = No
     return headers
 
 
-def _close_quietly(resp: Any) -> None:
-    try:
-        resp.release()
-    except Exception:  # noqa: BLE001 - closing a dead connection
-        pass
-
-
-__all__ = ["Forwarder", "Reply", "sieve_headers"]
+__all__ = ["Forwarder", "sieve_headers"]

@@ -36,7 +36,7 @@ import orjson
 from gateway.exchange.budget_guard import BudgetGuard, Hold
 from gateway.exchange.deferred import Deferred
 from gateway.errors import BudgetExceeded, SieveError, StoreUnavailable, UpstreamTooLarge
-from gateway.exchange.forward import Reply
+from gateway.exchange.relay import Reply, StreamEnd, close_quietly, relay_stream
 from gateway.pruning import Policy, Strategy
 from gateway.exchange.stored_responses import StoredResponses
 from gateway.telemetry import (AuditEntry, AuditLog, Outcome, RequestRecorder, Timings, usage_from_provider,
@@ -188,20 +188,14 @@ def _usage_of(answer: bytes | None) -> dict[str, Any] | None:
 
 
 async def _relay(response: UpstreamResponse, fmt: WireFormat) -> AsyncGenerator[bytes, None]:
-    """The provider's events as they come; a stream that breaks ends with the format's error event."""
-    tap = INGRESSES[fmt].tap()
+    """The provider's events as they come; a stream that breaks or ends early ends with the
+    format's error event."""
+    end = StreamEnd()
     try:
-        assert response.chunks is not None
-        async for chunk in response.chunks:
-            out = tap.feed(chunk)
-            if out:
-                yield out
-        tail = tap.flush()
-        if tail:
-            yield tail
-    except SieveError as exc:
-        log.warning("a relayed stream broke: %s", exc.message)
-        yield tap.error_event(exc)
+        async for out in relay_stream(response, INGRESSES[fmt].tap(), end):
+            yield out
     finally:
+        if end.failure is not None:
+            log.warning("a relayed stream broke: %s", end.failure.message)
         if response.release is not None:
-            response.release.release()
+            close_quietly(response.release)

@@ -1,0 +1,85 @@
+"""A provider's answer on its way back: ``Reply``, and the one loop that relays a stream.
+
+Both the forward (``exchange/forward.py``) and the pass-through routes
+(``exchange/passthrough.py``) relay a provider's events through their format's tap
+(``gateway.wire.INGRESSES[fmt].tap()``), so the rules live here once: only whole events
+go out; a stream that breaks, or closes cleanly without the format's end (``[DONE]`` or
+a finish_reason, ``message_stop``, ``response.completed``), ends with the format's error
+event; a provider's own in-stream error is relayed as it came::
+
+    end = StreamEnd()
+    async for out in relay_stream(response, tap, end):
+        yield out
+    end.failure, end.provider_error, end.completed   # how it ended
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, AsyncGenerator, Awaitable, Callable
+
+from gateway.errors import SieveError, UpstreamUnavailable
+from gateway.upstream import UpstreamResponse
+from gateway.wire import SSEUsageTap
+
+INCOMPLETE = ("the upstream stream ended without [DONE], a finish_reason or the format's end event: "
+              "the answer is incomplete")
+
+
+@dataclass(slots=True)
+class Reply:
+    """The answer to relay: a whole body, or a stream whose ``on_close`` must run however
+    it ends (even when it never started: the client left first, or shutdown)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes | None = None
+    stream: AsyncGenerator[bytes, None] | None = None
+    on_close: Callable[[], None] | None = None
+
+
+@dataclass(slots=True)
+class StreamEnd:
+    """How a relayed stream ended: whole, with the provider's own error event, or cut
+    (``failure``: the error Sieve told the client in the format's error event)."""
+
+    completed: bool = False
+    provider_error: bool = False
+    failure: SieveError | None = None
+
+
+async def relay_stream(response: UpstreamResponse, tap: SSEUsageTap, end: StreamEnd,
+                       on_event: Callable[[], Awaitable[Any]] | None = None) -> AsyncGenerator[bytes, None]:
+    """The provider's events as the tap passes them; ``on_event`` runs after each chunk is
+    read (the forward claims a stored response's id as soon as the stream names it)."""
+    try:
+        assert response.chunks is not None
+        async for chunk in response.chunks:
+            out = tap.feed(chunk)
+            if on_event is not None:
+                await on_event()
+            if out:
+                yield out
+        tail = tap.flush()
+        if tail:
+            yield tail
+        if tap.error is not None:
+            end.provider_error = True  # the provider told the client itself, in-stream
+        elif not tap.finished:
+            # A clean close is no proof of a whole answer (no chunked framing, a proxy cut it).
+            raise UpstreamUnavailable(INCOMPLETE)
+        else:
+            end.completed = True
+    except SieveError as exc:
+        # The incomplete event the tap still holds is dropped: the client gets whole events,
+        # then one whole error event.
+        end.failure = exc
+        yield tap.error_event(exc)
+
+
+def close_quietly(release: Any) -> None:
+    """Give a provider's connection back; one that already died needs nothing."""
+    try:
+        release.release()
+    except Exception:  # noqa: BLE001 - closing a dead connection
+        pass
