@@ -1,6 +1,6 @@
 """Gateway overhead: Sieve vs. LiteLLM's proxy vs. the upstream itself, on loopback.
 
-Starts the fake upstream (``python -m tests.fake_upstream``; ``tests.scripted_provider`` for the
+Starts the fake upstream (``python -m tests.support.fake_upstream``; ``tests.support.scripted_provider`` for the
 ``messages`` and ``responses`` routes, see bench/overhead_routes.py), Sieve
 (``python -m gateway.cli serve``) and LiteLLM's proxy (in its own virtualenv under
 ``bench/.cache``), then drives each with the same bounded aiohttp load generator::

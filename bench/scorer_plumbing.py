@@ -49,8 +49,8 @@ from gateway.scorers.prompt import SYSTEM_PROMPT  # noqa: E402
 from gateway.telemetry.metrics import Metrics  # noqa: E402
 from gateway.telemetry.pricing import PriceBook  # noqa: E402
 from gateway.telemetry.usage import Usage  # noqa: E402
-from tests.fake_scorer import ScorerModel, answer, batch_ids  # noqa: E402
-from tests.fake_upstream import Reply  # noqa: E402
+from tests.support.fake_scorer import ScorerModel, answer, batch_ids  # noqa: E402
+from tests.support.fake_upstream import Reply  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "dev-locomo.jsonl.gz"
 

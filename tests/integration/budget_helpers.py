@@ -2,7 +2,7 @@
 
 ``GatewayProcess`` runs ``python -m gateway.cli serve`` as its own process (the
 multi-replica and fault tests need separate processes sharing one Redis);
-``tests.gateway_server.GatewayServer`` runs the app in a thread when one
+``tests.support.gateway_server.GatewayServer`` runs the app in a thread when one
 in-process gateway is enough.
 """
 

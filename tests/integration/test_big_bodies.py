@@ -13,7 +13,7 @@ import httpx
 import orjson
 
 from gateway.exchange.big_bodies import THREAD_THRESHOLD_BYTES
-from tests.conversations import agent_history
+from tests.support.conversations import agent_history
 from tests.support import wait_until
 
 BUDGET = 1_000_000

@@ -12,8 +12,8 @@ import tiktoken
 
 from gateway.pruning.messages import message_token_text
 from gateway.pruning.normalize import structural_problems
-from tests.conversations import GOAL, agent_history
-from tests.fake_upstream import Reply
+from tests.support.conversations import GOAL, agent_history
+from tests.support.fake_upstream import Reply
 from tests.support import async_openai_client, openai_client
 
 KEY = "sk-client-key"

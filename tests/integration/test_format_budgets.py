@@ -24,11 +24,11 @@ from gateway.state.protocols import StoredResponse
 from gateway.state.redis_registries import RedisResponseRegistry
 from gateway.state.redis_store import RedisStores
 from gateway.telemetry.pricing import PriceBook
-from tests.fake_providers import FakeProviders, Reply
-from tests.gateway_server import GatewayServer
+from tests.support.fake_providers import FakeProviders, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, admin_headers, org_counter
 from tests.integration.conftest import format_settings
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support import NO_PRUNING, metric_value, openai_client, read_jsonl
 
 pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("clear_of_a_minute_edge")]

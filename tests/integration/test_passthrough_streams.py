@@ -18,8 +18,8 @@ import pytest
 from aiohttp import web
 
 from gateway.config.settings import Settings
-from tests.gateway_server import GatewayServer
-from tests.threaded_server import ThreadedServer
+from tests.support.gateway_server import GatewayServer
+from tests.support.threaded_server import ThreadedServer
 
 RESPONSE = {"id": "resp_elsewhere_01", "object": "response", "status": "in_progress", "model": "gpt-5", "output": []}
 

@@ -32,10 +32,10 @@ from gateway.config.settings import Settings
 from gateway.telemetry.pricing import load_litellm_model_cost
 from gateway.wire.expand_tool import tool_definition
 from gateway.wire.formats import WireFormat
-from tests.conversations import agent_history
-from tests.fake_scorer import ScorerModel, answer
-from tests.fake_upstream import PromptCache, Reply
-from tests.gateway_server import GatewayServer
+from tests.support.conversations import agent_history
+from tests.support.fake_scorer import ScorerModel, answer
+from tests.support.fake_upstream import PromptCache, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.support import openai_client
 
 ORG = "anonymous"  # an open gateway's callers

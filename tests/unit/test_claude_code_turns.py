@@ -8,7 +8,7 @@ from gateway.wire.formats.anthropic_messages import MessagesAdapter
 from gateway.wire.formats.messages_check import check_messages_body
 
 
-def claude_code_body(system_content) -> dict:
+def claude_code_body_with_system(system_content) -> dict:
     return {"model": "claude-test", "max_tokens": 1024,
             "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
             "messages": [
@@ -22,13 +22,13 @@ def claude_code_body(system_content) -> dict:
 
 
 def test_a_system_turn_between_the_others_is_a_valid_request():
-    check_messages_body(claude_code_body("# Environment\n - cwd: /tmp/p"))
-    check_messages_body(claude_code_body([{"type": "text", "text": "# Environment"}]))
+    check_messages_body(claude_code_body_with_system("# Environment\n - cwd: /tmp/p"))
+    check_messages_body(claude_code_body_with_system([{"type": "text", "text": "# Environment"}]))
 
 
 def test_a_system_turn_is_read_as_a_system_message_whatever_its_content_shape():
     for content in ("# Environment", [{"type": "text", "text": "# Environment"}]):
-        view = MessagesAdapter().read(claude_code_body(content))
+        view = MessagesAdapter().read(claude_code_body_with_system(content))
         roles = [m["role"] for m in view.body["messages"]]
         assert roles == ["system", "user", "system", "assistant", "tool"]
         assert view.body["messages"][2]["content"] == "# Environment"

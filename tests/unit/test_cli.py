@@ -16,8 +16,8 @@ from gateway.pruning.compression import OMITTED_PREFIX
 from gateway.pruning.policy import Policy
 from gateway.pruning.tokens import TokenCounters
 from gateway.config.settings import Settings
-from tests.conversations import agent_history
-from tests.formats_support import chat_to_messages
+from tests.support.conversations import agent_history
+from tests.support.formats import chat_to_messages
 
 
 def test_open_gateway_refuses_a_public_bind(capsys, monkeypatch):

@@ -12,7 +12,7 @@ from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED
-from tests.conversations import agent_history
+from tests.support.conversations import agent_history
 
 
 def test_a_marker_with_its_ref_keeps_its_ids_and_stays_a_marker():

@@ -20,8 +20,8 @@ from gateway.pruning.vocabulary import Action, Mode
 from gateway.wire.formats import WireFormat, adapter_for, parse_format
 from gateway.wire.formats.cache_control import cap_breakpoints
 from gateway.wire.formats.merged_markers import merged_marker_texts
-from tests.conversations import agent_history
-from tests.formats_support import chat_to_messages, chat_to_responses, messages_problems, responses_problems
+from tests.support.conversations import agent_history
+from tests.support.formats import chat_to_messages, chat_to_responses, messages_problems, responses_problems
 
 COUNTER = TokenCounters().for_model("claude-sonnet-4-5")
 MESSAGES, RESPONSES = adapter_for(WireFormat.MESSAGES), adapter_for(WireFormat.RESPONSES)

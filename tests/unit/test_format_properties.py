@@ -19,7 +19,7 @@ from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.pruning.vocabulary import Mode
 from gateway.wire.formats import WireFormat, adapter_for
-from tests.formats_support import messages_problems, responses_problems
+from tests.support.formats import messages_problems, responses_problems
 
 COUNTER = TokenCounters().for_model("claude-sonnet-4-5")
 WORDS = ["order", "#W100200", "refund", "lamp", "blue", "never", "user_42", "ok", "error", "report.csv",

@@ -10,15 +10,12 @@ from gateway.state.memory import MemoryKeyStore
 from gateway.state.protocols import KeyRecord
 from gateway.wire.call import ANONYMOUS, Identity, IdentityKind
 from gateway.wire.keys import presented_key
+from tests.support import bearer
 
 ENTRIES = [
     {"key": "sk-sieve-alice", "org": "acme", "team": "search", "name": "alice"},
     {"key_sha256": hash_key("sk-sieve-bob").upper(), "org": "acme"},
 ]
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
 
 
 def test_registry_keeps_only_hashes():

@@ -211,7 +211,7 @@ class _RecordingScorer(LocalScorer):
 def test_the_feedback_pass_reuses_only_scores_it_would_repeat():
     # Scores are compared to the last bit: a reused score that a full pass would
     # compute otherwise could flip a tie, and replicas must decide the same bytes.
-    from tests.conversations import agent_history
+    from tests.support.conversations import agent_history
 
     messages = agent_history(40)
     messages.append({"role": "user", "content": "Which laptop order was it, and what did the refund come to?"})

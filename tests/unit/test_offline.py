@@ -7,7 +7,7 @@ import json
 import orjson
 
 from gateway.cli import main
-from tests.conversations import agent_history
+from tests.support.conversations import agent_history
 
 
 def test_prune_file_prints_request_and_report(tmp_path, capsys):

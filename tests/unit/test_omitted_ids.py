@@ -11,7 +11,7 @@ from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
-from tests.conversations import SYSTEM, agent_history
+from tests.support.conversations import SYSTEM, agent_history
 
 COUNTER = TokenCounters().for_model("gpt-4o-mini")
 SCORER = LocalScorer()

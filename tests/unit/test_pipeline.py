@@ -21,7 +21,7 @@ from gateway.pruning.request import PruneRequest
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounter, TokenCounters, encoding_name_for
 from gateway.pruning.vocabulary import Mode
-from tests.conversations import GOAL, agent_history
+from tests.support.conversations import GOAL, agent_history
 
 COUNTER = TokenCounters().for_model("gpt-4o-mini")
 SCORER = LocalScorer()
@@ -376,7 +376,7 @@ from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.request import PruneRequest
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
-from tests.conversations import agent_history
+from tests.support.conversations import agent_history
 messages = agent_history(40)
 # A step that names many old ids: units share several entities with it, in set order.
 messages[-1] = {"role": "user", "content": "Compare orders #W1000003, #W1000007 and #W1000011: "

@@ -1,6 +1,6 @@
 """The reservation estimate: everything a provider bills for a body, never less.
 
-The provider's side is ``tests.provider_billing`` (OpenAI's rules, worked out on
+The provider's side is ``tests.support.provider_billing`` (OpenAI's rules, worked out on
 their own): for any body of messages, tools, images, schemas and ``n``, the
 estimate is at least what it bills.
 """
@@ -23,7 +23,7 @@ from gateway.telemetry.usage_bounds import Charge, bounded_figures, bounded_usag
 from gateway.telemetry.metrics import UsageAnomaly
 from gateway.telemetry.usage import usage_from_provider
 from gateway.wire.formats.registry import WireFormat
-from tests.provider_billing import openai_usage, png_data_url
+from tests.support.provider_billing import openai_usage, png_data_url
 
 COUNT = TokenCounters().for_model("gpt-4o").count_text
 
@@ -32,7 +32,7 @@ def estimate(body: dict, default_output: int = 16_384, fmt: WireFormat = WireFor
     return estimate_reservation(fmt, body, COUNT, default_output).tokens
 
 
-def chat(**extra) -> dict:
+def chat_body(**extra) -> dict:
     return {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello there"}], **extra}
 
 
@@ -56,22 +56,22 @@ def test_output_cap_reads_the_first_field_set_and_refuses_junk():
 
 
 def test_n_multiplies_the_output_and_must_be_a_positive_integer():
-    one = estimate(chat(max_tokens=100))
-    assert estimate(chat(max_tokens=100, n=4)) == one + 300
-    assert estimate(chat()) - estimate(chat(max_tokens=0)) == 16_384  # no cap: the model's default
+    one = estimate(chat_body(max_tokens=100))
+    assert estimate(chat_body(max_tokens=100, n=4)) == one + 300
+    assert estimate(chat_body()) - estimate(chat_body(max_tokens=0)) == 16_384  # no cap: the model's default
     for junk in (0, -1, "4", 2.5, False):
         with pytest.raises(InvalidRequest, match="'n' must be"):
-            estimate(chat(n=junk))
+            estimate(chat_body(n=junk))
 
 
 def test_tools_functions_schemas_and_tool_choice_are_counted():
-    plain = estimate(chat(max_tokens=10))
-    with_tools = estimate(chat(max_tokens=10, tools=[WEATHER] * 3))
+    plain = estimate(chat_body(max_tokens=10))
+    with_tools = estimate(chat_body(max_tokens=10, tools=[WEATHER] * 3))
     assert with_tools - plain >= 3 * COUNT(orjson.dumps(WEATHER).decode())
-    assert estimate(chat(max_tokens=10, functions=[WEATHER["function"]])) > plain + 40
+    assert estimate(chat_body(max_tokens=10, functions=[WEATHER["function"]])) > plain + 40
     schema = {"type": "json_schema", "json_schema": {"name": "r", "schema": WEATHER["function"]["parameters"]}}
-    assert estimate(chat(max_tokens=10, response_format=schema)) > plain + 40
-    assert estimate(chat(max_tokens=10, tool_choice={"type": "function", "function": {"name": "x"}})) > plain
+    assert estimate(chat_body(max_tokens=10, response_format=schema)) > plain + 40
+    assert estimate(chat_body(max_tokens=10, tool_choice={"type": "function", "function": {"name": "x"}})) > plain
 
 
 def test_image_rule_with_and_without_a_known_size():
@@ -85,10 +85,10 @@ def test_image_rule_with_and_without_a_known_size():
     assert image_tokens("gpt-4.1-mini", None, None) == 2489  # 1,536 patches x 1.62
     assert image_tokens("claude-sonnet-4", None, None) == UNLISTED_MODEL_IMAGE_TOKENS
     # The size is read from an inline image; a URL is never fetched.
-    body = chat(max_tokens=0, messages=[{"role": "user", "content": [
+    body = chat_body(max_tokens=0, messages=[{"role": "user", "content": [
         {"type": "text", "text": "what is it"},
         {"type": "image_url", "image_url": {"url": png_data_url(1024, 1024)}}]}])
-    text_only = chat(max_tokens=0, messages=[{"role": "user", "content": [{"type": "text", "text": "what is it"}]}])
+    text_only = chat_body(max_tokens=0, messages=[{"role": "user", "content": [{"type": "text", "text": "what is it"}]}])
     assert estimate(body) - estimate(text_only) == 765
     body["messages"][0]["content"][1] = {"type": "image_url", "image_url": {"url": "https://x/cat.png"}}
     assert estimate(body) - estimate(text_only) == 1445

@@ -13,7 +13,7 @@ from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.semantic import SemanticOutcome, SemanticScorer, mixed_relevance
 from gateway.pruning.tokens import TokenCounters
-from tests.embedding_support import ANSWER, chat_messages, model_dir
+from tests.support.embedding import ANSWER, chat_messages, model_dir
 
 COUNTER = TokenCounters().for_model("gpt-4o-mini")
 

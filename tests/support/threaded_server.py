@@ -1,7 +1,7 @@
 """An aiohttp app served on 127.0.0.1 from a background thread with its own event loop.
 
-The fake providers (:mod:`tests.fake_upstream`, :mod:`tests.fake_providers`,
-:mod:`tests.scripted_provider`) are real HTTP servers that sync and async tests
+The fake providers (:mod:`tests.support.fake_upstream`, :mod:`tests.support.fake_providers`,
+:mod:`tests.support.scripted_provider`) are real HTTP servers that sync and async tests
 alike can talk to; this is the lifecycle they share::
 
     class Provider(ThreadedServer):

@@ -22,18 +22,18 @@ Fault modes (``Reply`` fields), for the dependency-fault tests::
 
 Usage as a provider would bill the request (tools, images, ``n``)::
 
-    FakeUpstream(usage_for=tests.provider_billing.openai_usage)
+    FakeUpstream(usage_for=tests.support.provider_billing.openai_usage)
 
 As a process, for benchmarks (recording off)::
 
-    python -m tests.fake_upstream --port 9100 --latency-ms 20 --chunks 8
+    python -m tests.support.fake_upstream --port 9100 --latency-ms 20 --chunks 8
 
 Opt-in prompt-cache simulation (``PromptCache``): computed usage then reports
 cached reads (and, Anthropic-style, cache writes) for the longest prefix, in
 whole messages, that an earlier request already sent::
 
     up = FakeUpstream(prompt_cache=PromptCache("openai"))      # or "anthropic"
-    python -m tests.fake_upstream --prompt-cache openai
+    python -m tests.support.fake_upstream --prompt-cache openai
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from typing import Any, Callable, Mapping
 import orjson
 from aiohttp import web
 
-from tests.threaded_server import ThreadedServer
+from tests.support.threaded_server import ThreadedServer
 
 __all__ = ["FakeUpstream", "PromptCache", "RecordedRequest", "Reply", "MODELS", "estimate_prompt_tokens"]
 
@@ -231,7 +231,7 @@ class PromptCache:
 
     def messages_usage(self, body: Mapping[str, Any], output_tokens: int) -> dict[str, Any]:
         """Usage for an Anthropic Messages ``body`` as Anthropic bills it, from the client's own
-        ``cache_control`` breakpoints (``/v1/messages`` of :class:`tests.fake_providers.FakeProviders`).
+        ``cache_control`` breakpoints (``/v1/messages`` of :class:`tests.support.fake_providers.FakeProviders`).
 
         The prompt is its blocks in Anthropic's order (tools, system, then each message's
         content blocks; a string content is the one text block it stands for), each ``len(JSON) // 4`` tokens with
@@ -339,7 +339,7 @@ class FakeUpstream(ThreadedServer):
         usage_for: Callable[[dict], dict] | None = None,
     ) -> None:
         super().__init__(host=host, port=port)
-        self.usage_for = usage_for  # computes the usage from the request (tests.provider_billing)
+        self.usage_for = usage_for  # computes the usage from the request (tests.support.provider_billing)
         self.prompt_cache = prompt_cache  # None: computed usage reports no caching
         self.record = record
         self.default = default or Reply()

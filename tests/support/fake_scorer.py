@@ -22,7 +22,7 @@ from typing import Any, Callable
 import orjson
 from aiohttp import web
 
-from tests.fake_upstream import FakeUpstream, Reply, estimate_prompt_tokens, fault_response
+from tests.support.fake_upstream import FakeUpstream, Reply, estimate_prompt_tokens, fault_response
 
 Responder = Callable[[list[int], int, dict], Reply]
 _UNIT_LINE = re.compile(r"^\[(\d+)\] \(", re.MULTILINE)

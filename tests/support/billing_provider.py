@@ -44,7 +44,7 @@ import orjson
 from aiohttp import web
 
 from gateway.pruning.tokens import default_engine, text_counter
-from tests.threaded_server import ThreadedServer
+from tests.support.threaded_server import ThreadedServer
 
 __all__ = ["BillingProvider", "DOCUMENT_TOKENS", "TOKEN"]
 

@@ -25,7 +25,7 @@ from typing import Mapping
 
 import pytest
 
-CLIENTS_DIR = Path(__file__).resolve().parent / "clients"
+CLIENTS_DIR = Path(__file__).resolve().parents[1] / "clients"
 BIN_DIR = CLIENTS_DIR / "node_modules" / ".bin"
 RUN_TIMEOUT_S = 180
 LOOPBACK = "127.0.0.1,localhost"
@@ -100,7 +100,7 @@ class ClaudeCode:
 
     ALLOWED_TOOLS = "Bash"  # print mode asks no one: the scripted steps run this tool
     # A model with preserved thinking: Claude Code asks it to think (``thinking: adaptive``) and sends
-    # its thinking blocks back, which a provider binds to their prefix (tests.prefix_checks).
+    # its thinking blocks back, which a provider binds to their prefix (tests.support.prefix_checks).
     MODEL = "claude-sonnet-5-5"
 
     def __init__(self, workdir: Path, *, base_url: str, trap: OutboundTrap,

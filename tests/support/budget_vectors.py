@@ -2,11 +2,11 @@
 its budget was charged.
 
 Two gateways (threads under uvicorn) share one redis-server and the gateway's own provider
-keys; :class:`tests.billing_provider.BillingProvider` bills real token counts and keeps
+keys; :class:`tests.support.billing_provider.BillingProvider` bills real token counts and keeps
 Responses server-side. Each vector is one org with a day budget of ``budget`` tokens,
 attacked by 16 concurrent callers split over the two replicas::
 
-    python -m tests.budget_vectors [--budget 20000]     # a table: vector, billed, charged, reserved
+    python -m tests.support.budget_vectors [--budget 20000]     # a table: vector, billed, charged, reserved
 
 (run on any tree: it uses only settings every release has; ``tests/integration/
 test_budget_vectors.py`` holds the figures to the issue's bound). A vector's stored history
@@ -26,9 +26,9 @@ from typing import Any, Callable
 import httpx
 
 from gateway.config.settings import Settings
-from tests.billing_provider import DOCUMENT_TOKENS, BillingProvider
-from tests.gateway_server import GatewayServer
-from tests.redis_server import RedisServer
+from tests.support.billing_provider import DOCUMENT_TOKENS, BillingProvider
+from tests.support.gateway_server import GatewayServer
+from tests.support.redis_server import RedisServer
 
 CONCURRENCY = 16
 ATTEMPTS = 2  # per caller: 32 requests a vector

@@ -2,7 +2,7 @@
 
 It speaks the Anthropic Messages API (``POST /v1/messages``, ``/v1/messages/count_tokens``) and
 the OpenAI Responses API (``POST /v1/responses``), streaming or not, with the event streams the
-real APIs send (``tests.provider_events``). A script holds tasks; a task is found by its key word
+real APIs send (``tests.support.provider_events``). A script holds tasks; a task is found by its key word
 in the user's prompt, and each main-loop request of it gets the next step: run a shell command with
 the CLI's own tool, then, after the last command, the task's final answer. A CLI run therefore goes
 through a real tool loop (the CLI runs the commands and sends their output back) and ends with a
@@ -25,7 +25,7 @@ test sees everything a CLI tried.
 
 As a process, for benchmarks (no script: every request gets the same text answer, recording off)::
 
-    python -m tests.scripted_provider --port 9200 --latency-ms 20 --chunks 8 --chunk-delay-ms 2
+    python -m tests.support.scripted_provider --port 9200 --latency-ms 20 --chunks 8 --chunk-delay-ms 2
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ import orjson
 from aiohttp import web
 
 from tests import provider_events as events
-from tests.prefix_checks import PrefixChecks, anthropic_refusal
-from tests.threaded_server import ThreadedServer
+from tests.support.prefix_checks import PrefixChecks, anthropic_refusal
+from tests.support.threaded_server import ThreadedServer
 
 ANTHROPIC_SHELL_TOOL = "Bash"
 EXPAND_TOOL = "sieve_expand"
@@ -157,7 +157,7 @@ def _json(body: Any) -> web.Response:
 
 
 class ScriptedProvider(ThreadedServer):
-    """The provider, in a background thread with its own loop (as ``tests.fake_upstream`` runs)."""
+    """The provider, in a background thread with its own loop (as ``tests.support.fake_upstream`` runs)."""
 
     thread_name = "scripted-provider"
 
@@ -167,7 +167,7 @@ class ScriptedProvider(ThreadedServer):
                  expand_after_text: bool = False) -> None:
         super().__init__(host=host, port=port)
         self.script = script
-        # Preserved reasoning (tests.prefix_checks): answers carry reasoning bound to their prefix,
+        # Preserved reasoning (tests.support.prefix_checks): answers carry reasoning bound to their prefix,
         # and every request is checked as the providers check it.
         self.checks = checks
         # Every that many steps of a task, a request that offers Sieve's sieve_expand tool and shows a
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> None:
         await asyncio.Event().wait()
 
     try:
-        import uvloop  # optional: the faster loop, as tests.fake_upstream runs under a benchmark
+        import uvloop  # optional: the faster loop, as tests.support.fake_upstream runs under a benchmark
 
         run = uvloop.run
     except (ImportError, AttributeError):

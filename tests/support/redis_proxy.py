@@ -21,7 +21,7 @@ import asyncio
 import threading
 from dataclasses import dataclass, field
 
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support import free_port
 
 

@@ -37,7 +37,7 @@ class Turn:
     text: str | None = None
     call: ToolCall | None = None
     pieces: tuple[str, ...] | None = None  # how the text streams (default: a piece every 24 characters)
-    # Preserved reasoning (tests.prefix_checks): a thinking block opening an Anthropic message, a
+    # Preserved reasoning (tests.support.prefix_checks): a thinking block opening an Anthropic message, a
     # reasoning item opening a Responses output, and the request's input_transformations.
     thinking: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None

@@ -7,7 +7,7 @@
     llm = openai_client(gw, "sk-acme", headers=NO_PRUNING)   # a GatewayServer, GatewayProcess or FakeUpstream
     assert wait_until(lambda: metric_value(gw.metrics, "sieve_requests_total", **labels) == 1)
 
-The bottom layer of the test helpers: ``tests.gateway_server``, ``tests.redis_server`` and the
+The bottom layer of the test helpers: ``tests.support.gateway_server``, ``tests.support.redis_server`` and the
 integration helpers import it, so it imports nothing from ``tests`` and nothing of the gateway.
 The fixtures (the fake upstreams, the gateway, the clock clear of a window edge) are in the
 ``conftest.py`` files.

@@ -1,6 +1,6 @@
 """The fake provider, speaking Anthropic's Messages API and OpenAI's Responses API as well.
 
-A :class:`tests.fake_upstream.FakeUpstream` (real aiohttp server on 127.0.0.1,
+A :class:`tests.support.fake_upstream.FakeUpstream` (real aiohttp server on 127.0.0.1,
 recording every request) with the routes of the two other formats, answered
 from the same scripted ``Reply`` queue::
 
@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fake_upstream import FakeUpstream, Reply, _norm_tool_calls, fault_response, send_frames
+from tests.support.fake_upstream import FakeUpstream, Reply, _norm_tool_calls, fault_response, send_frames
 
 __all__ = ["FakeProviders", "Reply"]
 
