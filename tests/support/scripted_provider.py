@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests import provider_events as events
+from tests.support import provider_events as events
 from tests.support.prefix_checks import PrefixChecks, anthropic_refusal
 from tests.support.threaded_server import ThreadedServer
 
