@@ -80,7 +80,7 @@ class RawRoute(GuardedRoute):
     FastAPI documents it (summary, response model, ``openapi_extra``) but does not handle
     it: no dependency solving, endpoint context or response model on the path every chat
     request takes (the guard and the endpoint are all that run; measured: 2.4 % of a
-    passthrough chat request's instructions, see docs/architecture.md)."""
+    passthrough chat request's instructions, see docs/speed.md)."""
 
     def __init__(self, path: str, endpoint: Handler, **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)

@@ -1,6 +1,6 @@
 """Every Prometheus metric Sieve exports, defined in one place.
 
-The names are a contract (docs/architecture.md): the Grafana dashboard, the
+The names are a contract (docs/contracts.md): the Grafana dashboard, the
 alert rules and the tests read them. Labels stay bounded: org names come from
 configuration, models from the routed model list (anything else is reported
 as ``other``), never a request id, user text or a raw key.

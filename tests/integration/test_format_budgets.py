@@ -144,7 +144,7 @@ def test_savings_are_priced_with_anthropics_cache_rates(gateway, providers):
 
 # -- the pass-through routes ------------------------------------------------------------------------
 # Compaction runs the model (billed: reserved and settled); the others cost nothing at the provider
-# (never refused by a budget). All are counted and audited (docs/architecture.md, Budgets).
+# (never refused by a budget). All are counted and audited (docs/contracts.md, Budgets).
 
 COMPACT_USAGE = {"input_tokens": 1500, "output_tokens": 40}
 

@@ -189,7 +189,7 @@ def _check(body: dict[str, Any], result) -> None:
     else:                                                            # broken in: no worse out
         assert not _kinds(after) - _kinds(before), (before, after)
     # Never more messages, but for the policy's goal reminder: by design one short message
-    # restating the task when anything was removed (docs/architecture.md: the goal is never dropped).
+    # restating the task when anything was removed (docs/pruning.md: the goal is never dropped).
     reminders = sum(1 for m in sent if str(m.get("content")).startswith(REMINDER_PREFIX) and m not in original)
     assert len(sent) <= len(original) + min(reminders, 1)
     assert COUNTER.count_messages(sent) <= COUNTER.count_messages(original)  # never more tokens
