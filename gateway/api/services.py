@@ -138,7 +138,7 @@ class Services:
                                                                   settings.preserved_thinking_models))
         passthrough = PassThrough(router, fast_path, budgets, recorder, audit, deferred, stored)
         return cls(settings, policies, authenticator, stores, proxy, passthrough,
-                   ModelCatalog(settings, session), recorder, budgets, deferred, session, audit,
+                   ModelCatalog(settings, fast_path), recorder, budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
                               settings.max_json_depth, settings.max_request_chars),
                    AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s, stores.auth_failures),
