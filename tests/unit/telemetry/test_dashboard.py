@@ -22,7 +22,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from gateway.telemetry.metrics import Metrics
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "sieve"
+CHART = Path(__file__).resolve().parents[3] / "helm" / "sieve"
 DASHBOARDS = sorted((CHART / "dashboards").glob("*.json"))
 RULES = CHART / "rules" / "sieve-alerts.yaml"
 DATASOURCE = "${DS_PROMETHEUS}"

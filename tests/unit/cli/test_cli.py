@@ -66,7 +66,7 @@ def test_shutdown_grace_is_read_and_checked():
 def _sieve_prune(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
     """``sieve prune`` as a user runs it: its own process, its exit status and streams."""
     return subprocess.run([sys.executable, "-m", "gateway.cli", "prune", *args], input=stdin, capture_output=True,
-                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+                          timeout=120, cwd=Path(__file__).resolve().parents[3])
 
 
 def test_prune_of_a_bare_json_array_is_one_clean_line(tmp_path):
