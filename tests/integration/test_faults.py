@@ -128,7 +128,7 @@ def test_upstream_stalling_mid_stream_charges_what_was_streamed(gateway: Gateway
     assert response.status_code == 200 and '"upstream_timeout"' in text  # the stall is told in-stream
     # The provider billed the prompt and what it streamed before the stall: that is charged
     # (issue 28: it was released, free), the rest of the reservation given back.
-    assert wait_until(lambda: gateway.api.services.deferred.pending == 0)
+    assert wait_until(lambda: gateway.services.deferred.pending == 0)
     assert 0 < before - remaining(gateway) < 5000
 
 
@@ -147,7 +147,7 @@ def test_client_disconnect_mid_stream_leaves_nothing_reserved(gateway: GatewaySe
             if got.count(b"data:") >= 3:
                 break  # walk away mid-stream: the context manager closes the connection
     # The deferred accounting settles what was streamed (prompt + deltas so far) or releases: no leak.
-    assert wait_until(lambda: gateway.api.services.deferred.pending == 0 and
+    assert wait_until(lambda: gateway.services.deferred.pending == 0 and
                       redis_day_counter(redis.url, "acme").reserved == 0, timeout_s=10)
     spent = before - remaining(gateway)
     assert 0 <= spent < 5000 + 100  # the prompt and a few deltas, never the whole reservation kept
