@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.unit.test_architecture import LAYERS as PACKAGE_LAYERS  # noqa: E402
+from tests.unit.test_architecture import LAYERS as PACKAGE_LAYERS, cycles  # noqa: E402
 
 LAYERS = {
     **PACKAGE_LAYERS,
@@ -79,37 +79,6 @@ def graph(package: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
                 rooms[room(name)].add(room(target))
     rooms.pop("(root)", None)
     return dict(rooms), module_edges
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for child in sorted(edges.get(node, ())):
-            if child not in index:
-                visit(child)
-                low[node] = min(low[node], low[child])
-            elif child in stack:
-                low[node] = min(low[node], index[child])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                top = stack.pop()
-                component.append(top)
-                if top == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(edges):
-        if node not in index:
-            visit(node)
-    return found
 
 
 def faces(package: Path) -> dict[str, bool]:
