@@ -285,32 +285,31 @@ class Forwarder:
             log.exception("shadow decision failed (%s); accounted as a plain passthrough", type(exc).__name__)
             return None
 
-    async def _relay(self, response: UpstreamResponse, record: RequestRecord,
-                     tap: SSEUsageTap) -> AsyncGenerator[bytes, None]:
-        end = StreamEnd()
+    def _relay(self, response: UpstreamResponse, record: RequestRecord,
+               tap: SSEUsageTap) -> AsyncGenerator[bytes, None]:
+        claim_id = None
+        if record.stores_response:  # the id is claimed as soon as the stream names it
+            async def claim_id() -> None:
+                if record.response_id is None:
+                    await self._claim(record, (getattr(tap, "response", None) or {}).get("id"))
 
-        async def claim_id() -> None:
-            if record.stores_response and record.response_id is None:
-                await self._claim(record, (getattr(tap, "response", None) or {}).get("id"))
+        return relay_stream(response, tap, StreamEnd(), claim_id,
+                            on_end=lambda end: self._stream_ended(response, record, tap, end))
 
-        try:
-            async for out in relay_stream(response, tap, end, on_event=claim_id):
-                yield out
-        except (asyncio.CancelledError, GeneratorExit):
-            record.disconnected = True
-            raise
-        finally:
-            if end.provider_error or end.failure is not None:  # relayed or told: counted as failed
-                record.outcome_label = Outcome.UPSTREAM_ERROR
-                record.error_status = end.failure.status if end.failure is not None else 502
-            record.upstream_s = time.perf_counter() - record.upstream_started
-            record.stream_usage, record.usage_final = tap.usage, tap.usage_final
-            record.transformations.extend(tap.transformations)
-            record.tap = tap
-            record.completed = end.completed
-            if response.release is not None:
-                close_quietly(response.release)
-            self._account(record)
+    def _stream_ended(self, response: UpstreamResponse, record: RequestRecord, tap: SSEUsageTap,
+                      end: StreamEnd) -> None:
+        record.disconnected = record.disconnected or end.disconnected
+        if end.provider_error or end.failure is not None:  # relayed or told: counted as failed
+            record.outcome_label = Outcome.UPSTREAM_ERROR
+            record.error_status = end.failure.status if end.failure is not None else 502
+        record.upstream_s = time.perf_counter() - record.upstream_started
+        record.stream_usage, record.usage_final = tap.usage, tap.usage_final
+        record.transformations.extend(tap.transformations)
+        record.tap = tap
+        record.completed = end.completed
+        if response.release is not None:
+            close_quietly(response.release)
+        self._account(record)
 
 
 def _upstream_body(call: ModelCall, ingress: Ingress, result: PruneResult,

@@ -187,15 +187,14 @@ def _usage_of(answer: bytes | None) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
-async def _relay(response: UpstreamResponse, fmt: WireFormat) -> AsyncGenerator[bytes, None]:
+def _relay(response: UpstreamResponse, fmt: WireFormat) -> AsyncGenerator[bytes, None]:
     """The provider's events as they come; a stream that breaks or ends early ends with the
     format's error event."""
-    end = StreamEnd()
-    try:
-        async for out in relay_stream(response, INGRESSES[fmt].tap(), end):
-            yield out
-    finally:
-        if end.failure is not None:
-            log.warning("a relayed stream broke: %s", end.failure.message)
-        if response.release is not None:
-            close_quietly(response.release)
+    return relay_stream(response, INGRESSES[fmt].tap(), StreamEnd(), on_end=lambda end: _stream_ended(response, end))
+
+
+def _stream_ended(response: UpstreamResponse, end: StreamEnd) -> None:
+    if end.failure is not None:
+        log.warning("a relayed stream broke: %s", end.failure.message)
+    if response.release is not None:
+        close_quietly(response.release)

@@ -7,14 +7,13 @@ go out; a stream that breaks, or closes cleanly without the format's end (``[DON
 a finish_reason, ``message_stop``, ``response.completed``), ends with the format's error
 event; a provider's own in-stream error is relayed as it came::
 
-    end = StreamEnd()
-    async for out in relay_stream(response, tap, end):
-        yield out
-    end.failure, end.provider_error, end.completed   # how it ended
+    reply = Reply(200, headers, stream=relay_stream(response, tap, StreamEnd(), on_end=account))
+    # account(end) runs once the stream is over: end.completed, .provider_error, .failure
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Awaitable, Callable
 
@@ -46,12 +45,15 @@ class StreamEnd:
     completed: bool = False
     provider_error: bool = False
     failure: SieveError | None = None
+    disconnected: bool = False  # the client went away (or the server cut the stream) first
 
 
 async def relay_stream(response: UpstreamResponse, tap: SSEUsageTap, end: StreamEnd,
-                       on_event: Callable[[], Awaitable[Any]] | None = None) -> AsyncGenerator[bytes, None]:
+                       on_event: Callable[[], Awaitable[Any]] | None = None,
+                       on_end: Callable[[StreamEnd], None] | None = None) -> AsyncGenerator[bytes, None]:
     """The provider's events as the tap passes them; ``on_event`` runs after each chunk is
-    read (the forward claims a stored response's id as soon as the stream names it)."""
+    read (the forward claims a stored response's id as soon as the stream names it),
+    ``on_end`` once the stream is over, however it ended (the caller's accounting)."""
     try:
         assert response.chunks is not None
         async for chunk in response.chunks:
@@ -75,6 +77,12 @@ async def relay_stream(response: UpstreamResponse, tap: SSEUsageTap, end: Stream
         # then one whole error event.
         end.failure = exc
         yield tap.error_event(exc)
+    except (asyncio.CancelledError, GeneratorExit):
+        end.disconnected = True
+        raise
+    finally:
+        if on_end is not None:
+            on_end(end)
 
 
 def close_quietly(release: Any) -> None:
