@@ -289,9 +289,9 @@ class Forwarder:
                tap: SSEUsageTap) -> AsyncGenerator[bytes, None]:
         claim_id = None
         if record.stores_response:  # the id is claimed as soon as the stream names it
-            async def claim_id() -> None:
-                if record.response_id is None:
-                    await self._claim(record, (getattr(tap, "response", None) or {}).get("id"))
+            async def claim_id() -> bool:
+                await self._claim(record, (getattr(tap, "response", None) or {}).get("id"))
+                return record.response_id is not None
 
         return relay_stream(response, tap, StreamEnd(), claim_id,
                             on_end=lambda end: self._stream_ended(response, record, tap, end))

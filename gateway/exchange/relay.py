@@ -49,17 +49,18 @@ class StreamEnd:
 
 
 async def relay_stream(response: UpstreamResponse, tap: SSEUsageTap, end: StreamEnd,
-                       on_event: Callable[[], Awaitable[Any]] | None = None,
+                       on_event: Callable[[], Awaitable[bool]] | None = None,
                        on_end: Callable[[StreamEnd], None] | None = None) -> AsyncGenerator[bytes, None]:
     """The provider's events as the tap passes them; ``on_event`` runs after each chunk is
-    read (the forward claims a stored response's id as soon as the stream names it),
+    read until it answers True (the forward claims a stored response's id as soon as the
+    stream names it),
     ``on_end`` once the stream is over, however it ended (the caller's accounting)."""
     try:
         assert response.chunks is not None
         async for chunk in response.chunks:
             out = tap.feed(chunk)
-            if on_event is not None:
-                await on_event()
+            if on_event is not None and await on_event():
+                on_event = None  # it has done what it waited for
             if out:
                 yield out
         tail = tap.flush()
