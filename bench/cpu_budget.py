@@ -43,7 +43,7 @@ PARTS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(pattern)) for name
     ("audit", r"telemetry/(audit|redaction)\.py"),
     ("metrics", r"telemetry/(recording|metrics)\.py|prometheus_client/"),
     ("accounting", r"gateway/(exchange/)?(accounting|deferred)\.py|telemetry/(savings|pricing|usage|usage_bounds|"
-                   r"conversation_signals)\.py"),
+                   r"conversation_signals|signals)\.py"),
     ("budget", r"gateway/(exchange/budget_guard|(billing/)?(budgets|reservation_estimate|image_tokens)|budget_guard)\.py|"
                    r"gateway/state/"),
     ("prune", r"gateway/(exchange/)?(pruner|prune_step|expander|expand_record|big_bodies)\.py|gateway/pruning/|"
