@@ -185,7 +185,6 @@ class ChatCompletionRequest(Wire):
     stream_options: StreamOptions | None = OMITTED
     max_tokens: int | None = TOKEN_COUNT
     max_completion_tokens: int | None = TOKEN_COUNT
-    n: int | None = Field(OMITTED, ge=1, description="Choices asked for; the budget reserves each one's answer.")
     metadata: Any = Field(OMITTED, description="`metadata.sieve_goal` (a string) sets the goal like "
                                                "`x-sieve-goal`; forwarded as sent.")
     tools: Any = Field(OMITTED, description="Tool schemas; forwarded as sent, not counted against the target.")
