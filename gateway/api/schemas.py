@@ -18,12 +18,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
-from gateway.pruning.policy import STRATEGIES
-from gateway.pruning.vocabulary import Action, Cohort, Mode, Strategy
-from gateway.telemetry.metrics import FailOpen
-from gateway.wire.chat import MAX_COMPLETION_TOKENS, WireLimits
-from gateway.wire.formats.view import WireFormat
-from gateway.wire.headers import MAX_CONVERSATION_ID_BYTES, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
+from gateway.pruning import Action, Cohort, Mode, STRATEGIES, Strategy
+from gateway.telemetry import FailOpen
+from gateway.wire import (MAX_COMPLETION_TOKENS, MAX_CONVERSATION_ID_BYTES, MAX_GOAL_CHARS, MAX_TARGET_TOKENS,
+    WireFormat, WireLimits)
 
 OMITTED: Any = None  # an optional field that is never null on the wire (no model is ever built)
 LIMITS = WireLimits()
