@@ -12,7 +12,7 @@ Nothing here knows the web framework or does I/O of its own: the routes in
 
 from gateway.wire.body import parse_body, read_body
 from gateway.wire.call import ANONYMOUS, Identity, IdentityKind, ModelCall
-from gateway.wire.chat import MAX_COMPLETION_TOKENS, WireLimits, check_chat_body
+from gateway.wire.chat import MAX_COMPLETION_TOKENS, MAX_CHOICES, WireLimits, check_chat_body
 from gateway.wire.continuation import more_steps_follow
 from gateway.wire.error_shapes import anthropic_error_body, anthropic_error_type
 from gateway.wire.expand_codecs import Codec, EventReader, ToolAnswer
@@ -78,6 +78,7 @@ __all__ = [
     "Identity",
     "IdentityKind",
     "Ingress",
+    "MAX_CHOICES",
     "MAX_COMPLETION_TOKENS",
     "MAX_CONVERSATION_ID_BYTES",
     "MAX_GOAL_CHARS",
