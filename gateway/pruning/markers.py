@@ -15,7 +15,7 @@ from gateway.pruning.compression import dropped_marker, is_marker
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.expansion import with_ref
 from gateway.pruning.ids import ids_in, omitted_ids, text_ids
-from gateway.pruning.messages import message_token_text
+from gateway.pruning.messages import readable_text
 from gateway.pruning.policy import Policy
 from gateway.pruning.text_features import query_words, stem
 from gateway.pruning.tokens import TokenCounter
@@ -93,7 +93,7 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     def cost(pos: int, marker: dict[str, Any]) -> int:
         return counter.count_message(with_ref(marker, refs[pos]) if pos in refs else marker)
 
-    present = ids_in(message_token_text(m) for m in forwarded)
+    present = ids_in(readable_text(m) for m in forwarded)
     # A tool's name is in the tool definitions every request carries (the model called
     # it from there): listing it again tells the model nothing.
     present.update(name for u in conv.units for name in u.tool_names)
@@ -122,9 +122,9 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
 
 
 def _text_and_dialogue(message: Mapping[str, Any], present: set[str]) -> tuple[str, bool, bool]:
-    """A message's text, whether someone said it (user or assistant words, not a tool
-    output or a bare call), and whether the forwarded request repeats one of its values
-    (``present``: a kept later message quoted it)."""
-    text = message_token_text(message)
+    """A message's text as the value reader reads it (``messages.readable_text``), whether
+    someone said it (user or assistant words, not a tool output or a bare call), and whether
+    the forwarded request repeats one of its values (``present``: a kept later message quoted it)."""
+    text = readable_text(message)
     return (text, message.get("role") in ("user", "assistant") and bool(message.get("content")),
             not present.isdisjoint(text_ids(text)))

@@ -54,6 +54,56 @@ def message_token_text(message: Mapping[str, Any]) -> str:
     return text
 
 
+def readable_text(message: Mapping[str, Any]) -> str:
+    """What a message says, as the scorer and the value reader read it: its content, then
+    each call's name and its arguments decoded, each on lines of its own. The counted text
+    (``message_token_text``) runs the content into the call's name and keeps the arguments'
+    JSON escapes, so a sentence's last word would join the name ("files.bash") and a line of
+    a command its escape's letter ("\\nimport" -> "nimport"): values no message holds."""
+    if "tool_calls" not in message and "function_call" not in message:
+        return content_text(message.get("content"))
+    pieces = [content_text(message.get("content"))]
+    calls = message.get("tool_calls") or ()
+    fns = [(call or {}).get("function") or {} for call in calls if isinstance(call, dict)] \
+        if isinstance(calls, list) else []
+    legacy = message.get("function_call")
+    if isinstance(legacy, dict):
+        fns.append(legacy)
+    for fn in fns:
+        if not isinstance(fn, dict):
+            continue
+        pieces.append(str(fn.get("name") or ""))
+        args = fn.get("arguments")
+        pieces.append(_arguments_text(args) if isinstance(args, str) else "\n".join(_value_lines(args)))
+    return "\n".join(pieces)
+
+
+def _arguments_text(arguments: str) -> str:
+    """A call's JSON arguments as lines: each field ``"key": value`` (a key in quotes, as JSON
+    names a field), string values as written, without JSON's escapes; arguments that are not
+    JSON as they came."""
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    return "\n".join(_value_lines(value))
+
+
+def _value_lines(value: Any, key: str | None = None) -> list[str]:
+    head = f'"{key}": ' if key is not None else ""
+    if isinstance(value, dict):
+        lines = [f'"{key}":'] if key is not None else []
+        for k, v in value.items():
+            lines.extend(_value_lines(v, str(k)))
+        return lines
+    if isinstance(value, list):
+        lines = [f'"{key}":'] if key is not None else []
+        for v in value:
+            lines.extend(_value_lines(v))
+        return lines
+    return [head + (value if isinstance(value, str) else orjson.dumps(value).decode())]
+
+
 def fingerprint(message: Mapping[str, Any]) -> str:
     """Stable identity of a message: a hash of its canonical JSON (sorted keys)."""
     canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
