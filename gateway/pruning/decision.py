@@ -18,11 +18,12 @@ in the retry and in the room the ids take. The plan keeps the plain markers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from gateway.pruning.assembly import Assembled, assemble, count_forwarded
-from gateway.pruning.compression import dropped_marker, goal_reminder, is_marker, is_omission_marker, marker_ids
+from gateway.pruning.compression import (dropped_marker, goal_reminder, is_marker, is_omission_marker, marker_ids,
+                                         masked_message)
 from gateway.pruning.conversation import KIND_USER, Conversation
 from gateway.pruning.epochs import settled_prefix
 from gateway.pruning.expansion import marker_spans, refs_tokens, span_ref, with_ref
@@ -31,10 +32,12 @@ from gateway.pruning.markers import MARKER_RESERVE, omitted_ids_reserve, place_m
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.policy import Policy
 from gateway.pruning.protection import Protection, protect
+from gateway.pruning.refill import RefillTask, refill
 from gateway.pruning.request import PruneRequest
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.selection import SelectionRules, select, shrink_to_fit
+from gateway.pruning.working_set import lifted as working_set_lifted, named_masks, working_set
 from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action, Mode, Strategy
 
 
@@ -79,6 +82,7 @@ class _Decision:
     scores: dict[int, UnitScore] = field(default_factory=dict)
     reminder: dict[str, Any] | None = None
     actions: dict[int, Action] = field(default_factory=dict)
+    working: set[int] = field(default_factory=set)  # the working set's units (``working_set``)
 
 
 def decide(task: DecisionTask) -> PruneResult:
@@ -104,7 +108,16 @@ def decide(task: DecisionTask) -> PruneResult:
     # it); only the units after it are decided now.
     d.forced.update(d.settled)
     d.candidates = [i for i in p.candidates if i not in d.settled]
-    d.scores = _scores(d)
+    # The agent's working set (``working_set``): the last views, among the units the room
+    # can hold, of what the recent units' calls name; they rank above what is only on topic,
+    # and their masks keep the names their output holds.
+    free = task.budget - p.tokens(p.hard_pins) - d.marker_reserve - sum(d.carried) - d.ids_reserve
+    last_views = working_set(conv, [i for i in d.candidates + p.soft_pins if i < recent_from(d)
+                                    and p.masked_cost.get(i, p.units[i].tokens) <= free],
+                             range(recent_from(d), len(p.units)))
+    d.working = set(last_views)
+    d.scores = working_set_lifted(conv, _scores(d), last_views)
+    d.protection = p = _with_named_masks(d, p)
     d.reminder = _reminder(conv, policy)
     d.actions = _selected(d)
     return _result(d, _forwarded(d))
@@ -133,6 +146,18 @@ def _scores(d: _Decision) -> dict[int, UnitScore]:
     return scores
 
 
+def recent_from(d: _Decision) -> int:
+    """The first of the recent units: the policy's last units, the current step among them."""
+    return max(0, len(d.protection.units) - max(1, d.task.request.policy.protect_last_units))
+
+
+def _with_named_masks(d: _Decision, p: Protection) -> Protection:
+    """``p`` with the working set's results masked with every value of their output."""
+    forms, cost = named_masks(d.task.conversation, d.working, p.masked_forms, p.masked_cost, d.task.prior_masks,
+                              d.task.request.counter.count_message)
+    return replace(p, masked_forms=forms, masked_cost=cost) if forms is not p.masked_forms else p
+
+
 def _selected(d: _Decision) -> dict[int, Action]:
     """Every unit's action within the budget: pins, hard user constraints and the settled
     prefix as they are, the rest selected by score; the protected window shed oldest
@@ -158,7 +183,12 @@ def _selected(d: _Decision) -> dict[int, Action]:
     excess = pinned_tokens + reserve - task.budget
     if excess > 0:
         release = sorted(p.soft_pins) + sorted(hard - p.hard_pins)
-        shrink_to_fit(task.conversation, actions, release, p.masked_cost, excess, drop=p.attainable)
+        left = shrink_to_fit(task.conversation, actions, release, p.masked_cost, excess, drop=p.attainable)
+        if left < 0 and p.attainable:
+            d.protection, working = refill(RefillTask(
+                task.conversation, task.scorer, policy, p, d.scores, d.forced, task.prior_masks, d.ids_reserve,
+                task.request.counter.count_message, recent_from(d)), actions, release, -left)
+            d.working |= working
     return actions
 
 

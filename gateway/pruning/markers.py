@@ -15,7 +15,7 @@ from gateway.pruning.compression import dropped_marker, is_marker
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.expansion import with_ref
 from gateway.pruning.ids import ids_in, omitted_ids, text_ids
-from gateway.pruning.messages import readable_text
+from gateway.pruning.messages import call_arguments_text, readable_text
 from gateway.pruning.policy import Policy
 from gateway.pruning.text_features import query_words, stem
 from gateway.pruning.tokens import TokenCounter
@@ -32,12 +32,20 @@ def omitted_ids_reserve(conv: Conversation, policy: Policy, candidates: Sequence
                          masked_forms: Mapping[int, dict[str, Any]], counter: TokenCounter, room: int) -> int:
     """Tokens held back for the ids of what this decision omits: a share of the room
     the pins leave, and no more than the undecided candidates hold in ids (a chat
-    history without tool output holds few; an unused reserve is waste)."""
+    history without tool output holds few; an unused reserve is waste): the ids their
+    masks keep and, where those fall short, the values their calls pass (an agent whose
+    outputs are code or prose holds its paths and names in its calls, not its masks)."""
     if policy.omitted_ids_tokens <= 0 or room <= 0:
         return 0
+    undecided = [i for i in candidates if i not in forced]
     supply = sum(max(0, counter.count_message(masked_forms[j]) - MASK_OVERHEAD)
-                 for i in candidates if i not in forced for j in conv.units[i].indices if j in masked_forms)
-    return min(policy.omitted_ids_tokens, supply, room // OMITTED_IDS_SHARE)
+                 for i in undecided for j in conv.units[i].indices if j in masked_forms)
+    wanted = min(policy.omitted_ids_tokens, room // OMITTED_IDS_SHARE)
+    if supply < wanted:
+        called = dict.fromkeys(v for i in undecided
+                               for v in text_ids(call_arguments_text(conv.messages[conv.units[i].start])))
+        supply += counter.count_text(" ".join(called)) if called else 0
+    return min(wanted, supply)
 
 
 def place_markers(conv: Conversation, actions: dict[int, Action], prior: Sequence[tuple[int, dict[str, Any]]],

@@ -78,6 +78,14 @@ def readable_text(message: Mapping[str, Any]) -> str:
     return "\n".join(pieces)
 
 
+def call_arguments_text(message: Mapping[str, Any]) -> str:
+    """The names and decoded arguments of a message's calls, as ``readable_text`` reads
+    them ('' for a message without calls)."""
+    if not (message.get("tool_calls") or message.get("function_call")):
+        return ""
+    return readable_text({"tool_calls": message.get("tool_calls"), "function_call": message.get("function_call")})
+
+
 def _arguments_text(arguments: str) -> str:
     """A call's JSON arguments as lines: each field ``"key": value`` (a key in quotes, as JSON
     names a field), string values as written, without JSON's escapes; arguments that are not
