@@ -1,4 +1,4 @@
-"""The forwarding client: aiohttp against httpx, posting the same bodies to the same server.
+"""The forwarding client: Sieve's own (gateway.upstream.http1), aiohttp and httpx, posting the same bodies.
 
     python bench/forward_client.py [--requests 3000] [--concurrency 16] [--rounds 3]
 
@@ -6,8 +6,9 @@ A gateway's forwarding client sits on every request, so its own cost bounds the
 gateway's throughput. This starts the fake upstream as its own process (no added
 latency, so the client is what is measured), then, in one process and one event
 loop, posts a two-message chat completion ``--requests`` times at
-``--concurrency`` with each client: ``aiohttp.ClientSession`` (what Sieve
-forwards with) and ``httpx.AsyncClient`` (what the design card named), each with
+``--concurrency`` with each client: ``Http1Client`` (what Sieve forwards with),
+``aiohttp.ClientSession`` (what it forwarded with before) and ``httpx.AsyncClient``
+(what the design card named), each with
 its default pool sized to the concurrency, keep-alive on. The clients alternate
 for ``--rounds`` rounds; medians of req/s and of the client process's CPU per
 request, and their ratios, are printed.
@@ -31,6 +32,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gateway.upstream.http1 import Http1Client  # noqa: E402
 from tests.support import free_port, wait_until  # noqa: E402
 
 BODY = orjson.dumps({"model": "gpt-4o-mini", "messages": [{"role": "system", "content": "You are terse."},
@@ -46,6 +48,19 @@ async def with_aiohttp(url: str, requests: int, concurrency: int) -> None:
                 await response.read()
                 assert response.status == 200, response.status
         await _drive(post, requests, concurrency)
+
+
+async def with_http1(url: str, requests: int, concurrency: int) -> None:
+    client = Http1Client(connect_timeout_s=10)
+    try:
+        async def post() -> None:
+            response = await client.request("POST", url, HEADERS, BODY, read_timeout_s=60)
+            await response.read()
+            response.release()
+            assert response.status == 200, response.status
+        await _drive(post, requests, concurrency)
+    finally:
+        await client.close()
 
 
 async def with_httpx(url: str, requests: int, concurrency: int) -> None:
@@ -91,9 +106,10 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         if not wait_until(lambda: _answers(port), timeout_s=30, interval_s=0.1):
             raise SystemExit("the fake upstream did not start")
-        results: dict[str, list[tuple[float, float]]] = {"aiohttp": [], "httpx": []}
+        clients = (("http1", with_http1), ("aiohttp", with_aiohttp), ("httpx", with_httpx))
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in clients}
         for _ in range(args.rounds):
-            for name, client in (("aiohttp", with_aiohttp), ("httpx", with_httpx)):
+            for name, client in clients:
                 results[name].append(measure(client, url, args.requests, args.concurrency))
     finally:
         server.terminate()
@@ -104,7 +120,8 @@ def main() -> int:
                for name, runs in results.items()}
     for name, (rps, cpu) in medians.items():
         print(f"  {name:<8} {rps:8.0f} req/s   {cpu:6.3f} client CPU ms/request")
-    (a_rps, a_cpu), (h_rps, h_cpu) = medians["aiohttp"], medians["httpx"]
+    (s_rps, s_cpu), (a_rps, a_cpu), (h_rps, h_cpu) = medians["http1"], medians["aiohttp"], medians["httpx"]
+    print(f"  http1 / aiohttp: req/s x{s_rps / a_rps:.2f}, CPU per request x{s_cpu / a_cpu:.2f}")
     print(f"  aiohttp / httpx: req/s x{a_rps / h_rps:.2f}, CPU per request x{a_cpu / h_cpu:.2f}")
     return 0
 

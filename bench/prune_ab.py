@@ -22,6 +22,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.shared import SHARED  # noqa: E402
 
 # Runs in a fresh process with one tree first on sys.path; older trees take
 # prune(..., target=N), newer ones prune(..., steering=Steering(target_tokens=N)).
@@ -64,7 +67,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--tokens", type=int, default=100_000)
     args = ap.parse_args()
-    sessions = ROOT.parent / "shared" / "data" / "dev-sessions-retail.jsonl.gz"
+    sessions = SHARED / "data" / "dev-sessions-retail.jsonl.gz"
     with tempfile.TemporaryDirectory() as tmp:
         other = Path(tmp) / "other"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(other), args.against], cwd=ROOT, check=True)

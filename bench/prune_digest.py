@@ -48,7 +48,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(ROOT))
+
+from bench.shared import SHARED  # noqa: E402
+
+DATA = SHARED / "data"
 RATIOS = (0.2, 0.5)
 SESSION_TARGETS = (4_000, 1_000)
 

@@ -42,11 +42,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.shared import SHARED  # noqa: E402
 from gateway.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 
 from gateway.pruning import ids, text_features  # noqa: E402
+from gateway.pruning import messages as message_reading  # noqa: E402
 from gateway.pruning.frozen import FrozenPlan  # noqa: E402
 from gateway.pruning.messages import message_token_text  # noqa: E402
 from gateway.pruning.pipeline import prune  # noqa: E402
@@ -54,7 +56,7 @@ from gateway.pruning.policy import Policy, Steering  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounter, TokenCounters, text_counter  # noqa: E402
 
-SESSIONS = ROOT.parent / "shared" / "data" / "dev-sessions-retail.jsonl.gz"
+SESSIONS = SHARED / "data" / "dev-sessions-retail.jsonl.gz"
 
 
 def history_of(tokens: int, counter) -> list[dict]:
@@ -107,6 +109,8 @@ def cold_counter(model_encoding_only: bool = False, engine: str | None = None) -
     for gpt-4o-mini; optionally counting o200k alone (no target rule)."""
     text_features.clear_word_cache()
     ids.clear_ids_memo()
+    if hasattr(message_reading, "clear_fingerprint_memo"):  # trees before the memo
+        message_reading.clear_fingerprint_memo()
     counter = TokenCounters(engine=engine).for_model("gpt-4o-mini")
     if model_encoding_only:
         count = text_counter("o200k_base", counter.engine)

@@ -41,6 +41,7 @@ from gateway.telemetry.recording import LabelBounds, RequestRecorder
 from gateway.telemetry.redaction import protect_logs
 from gateway.upstream.litellm_route import LiteLLMUpstream
 from gateway.upstream.models import ModelCatalog
+from gateway.upstream.http1 import Http1Client
 from gateway.upstream.openai_compat import OpenAICompatibleUpstream
 from gateway.upstream.router import ModelRouter
 from gateway.wire.chat import WireLimits
@@ -88,6 +89,7 @@ class Services:
     limits: WireLimits
     auth_throttle: AuthThrottle
     big_bodies: BigBodies   # the bound on big prunes in flight, and the heap trim after them
+    forwarding: Http1Client | None = None  # the forward's client (the session serves models, scorers)
 
     @property
     def metrics(self) -> Metrics:
@@ -117,8 +119,8 @@ class Services:
         deferred = Deferred()
         big_bodies = BigBodies(settings.max_prune_bytes_in_flight)
         pruner = _pruner(counters, settings, stores, session, metrics, prices, big_bodies)
-        fast_path = OpenAICompatibleUpstream(session, settings.upstream_timeout_s, settings.upstream_connect_timeout_s,
-                                             settings.max_upstream_body_bytes)
+        forwarding = Http1Client(connect_timeout_s=settings.upstream_connect_timeout_s)
+        fast_path = OpenAICompatibleUpstream(forwarding, settings.upstream_timeout_s, settings.max_upstream_body_bytes)
         router = _router(settings, fast_path)
         proxy = ChatProxy(router=router, pruner=pruner,
                           accountant=Accountant(recorder, prices, budgets, audit), budgets=budgets, deferred=deferred,
@@ -127,7 +129,8 @@ class Services:
                    ModelCatalog(settings, session), recorder, budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
                               settings.max_json_depth, settings.max_request_chars),
-                   AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s), big_bodies)
+                   AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s), big_bodies,
+                   forwarding)
 
     async def stop(self) -> None:
         """The end of the lifespan. uvicorn has closed the listener and let open responses
@@ -139,6 +142,8 @@ class Services:
         await self.deferred.drain(timeout_s=10.0)
         await self.budget_guard.flush()
         await self.session.close()
+        if self.forwarding is not None:
+            await self.forwarding.close()
         if self.stores.redis is not None:
             await self.stores.redis.aclose()
         self.audit.close()

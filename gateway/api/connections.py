@@ -46,7 +46,7 @@ def header_bound_protocol(timeout_s: float, max_bytes: int,
         _pending_bytes = 0  # bytes received while the headers are still incomplete
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            super().connection_made(transport)
+            super().connection_made(HeadWithBody(transport, self.loop))  # type: ignore[arg-type]
             self._arm()
 
         def data_received(self, data: bytes) -> None:
@@ -95,6 +95,60 @@ def header_bound_protocol(timeout_s: float, max_bytes: int,
             self.transport.close()
 
     return HeaderBoundProtocol
+
+
+class HeadWithBody:
+    """A connection's transport whose response heads wait for the body's first bytes (or the
+    end of the loop's turn), so that an answer leaves in one write, not two.
+
+    uvicorn writes a response's head when the app starts it and the body when it sends it,
+    one socket write each; the app sends both in the same turn of the loop, so the head
+    waits microseconds, and a write on loopback (a system call, the peer woken) costs more
+    than the rest of the head's handling. Bytes always leave in the order written; a head
+    whose body comes later (a stream's first event) leaves at the end of the turn."""
+
+    __slots__ = ("_transport", "_loop", "_held")
+
+    def __init__(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif data.startswith(b"HTTP/1.1 ") and not data.startswith(b"HTTP/1.1 1"):  # a final head
+            self._held = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    # What uvicorn calls on every request, without __getattr__'s detour.
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()  # type: ignore[attr-defined]
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()  # type: ignore[attr-defined]
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return self._transport.get_extra_info(name, default)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
 
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}

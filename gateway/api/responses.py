@@ -9,6 +9,7 @@ routes, whose clients parse only that (``gateway.wire.error_shapes``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, AsyncGenerator, Callable, Mapping
 
@@ -61,12 +62,39 @@ class RelayResponse(StreamingResponse):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await self._stream_until_disconnect(receive, send)
         finally:
             try:
                 await self._relay.aclose()
             finally:
                 self._on_close()
+
+    async def _stream_until_disconnect(self, receive: Any, send: Any) -> None:
+        """Starlette's relay for an ASGI 2.3 server, without its task group: the stream runs in
+        the request's own task (its first bytes go out a loop turn sooner), and a task waits
+        for the client's disconnect, which ends the relay as Starlette's does (the relay's
+        ``finally`` releases the upstream and accounts the request). Any other cancellation
+        (the shutdown grace ended) goes on as it came."""
+        streaming = asyncio.current_task()
+        assert streaming is not None
+        state = {"finished": False, "left": False}
+
+        def on_disconnect(listener: asyncio.Future[None]) -> None:
+            if not state["finished"] and not listener.cancelled() and listener.exception() is None:
+                state["left"] = True
+                streaming.cancel()
+
+        listener = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        listener.add_done_callback(on_disconnect)
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not state["left"]:
+                raise
+            streaming.uncancel()  # the client left: the relay ends here, as Starlette's would
+        finally:
+            state["finished"] = True
+            listener.cancel()
 
 
 def error_response(exc: SieveError, request_id: str | None = None, anthropic: bool = False) -> Response:

@@ -7,6 +7,8 @@ from typing import Any, Mapping
 
 import orjson
 
+from gateway.pruning.memo import TextMemo
+
 SYSTEM_ROLES = frozenset(("system", "developer"))
 
 
@@ -112,10 +114,27 @@ def _value_lines(value: Any, key: str | None = None) -> list[str]:
     return [head + (value if isinstance(value, str) else orjson.dumps(value).decode())]
 
 
+# Fingerprints of the messages seen lately, by their JSON as sent (its keys in their order):
+# an agent resends its whole history every step, and writing it as it is plus one lookup
+# costs less than half the canonical form (keys sorted) and its hash. Bounded in bytes, as
+# the token counts are; a message seen with its keys in another order is another entry
+# with the same fingerprint.
+_FINGERPRINTS: TextMemo[str] = TextMemo(200_000, 32 * 1024 * 1024)  # type: ignore[type-var]
+
+
 def fingerprint(message: Mapping[str, Any]) -> str:
     """Stable identity of a message: a hash of its canonical JSON (sorted keys)."""
-    canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
-    return hashlib.blake2b(canonical, digest_size=12).hexdigest()
+    as_sent = orjson.dumps(message)
+    found = _FINGERPRINTS.get(as_sent)  # type: ignore[arg-type]
+    if found is None:
+        canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+        found = _FINGERPRINTS.put(as_sent, hashlib.blake2b(canonical, digest_size=12).hexdigest())  # type: ignore[arg-type]
+    return found
+
+
+def clear_fingerprint_memo() -> None:
+    """Forget the fingerprints seen (benchmarks of a cold process)."""
+    _FINGERPRINTS.clear()
 
 
 def tool_call_ids(message: Mapping[str, Any]) -> list[str]:

@@ -12,6 +12,7 @@ so each process serves its own registry; Prometheus sums across pods.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -83,6 +84,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.requests = Counter("sieve_requests_total", "Chat requests by outcome.",
                                 ["org", "model", "outcome"], registry=r)
@@ -140,6 +142,16 @@ class Metrics:
         self.budget_remaining = Gauge("sieve_budget_remaining_tokens",
                                       "Tokens left in a budget window, as last seen.",
                                       ["org", "window"], registry=r)
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)`` (values in the metric's label order), looked up once per
+        label values: ``labels()`` checks its arguments and takes a lock on every call, and a
+        request moves a dozen children. Label values are bounded, so this dict is too."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def _cohort_metrics(self, r: CollectorRegistry) -> None:
         """Does pruning work? The same figures per cohort (pruned / control / shadow), and what

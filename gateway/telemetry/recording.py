@@ -165,13 +165,13 @@ def record_request(metrics: Metrics, bounds: LabelBounds, figures: RequestFigure
     if unknown:
         raise ValueError(f"unknown unit action(s) {', '.join(unknown)}; expected {', '.join(UNIT_ACTIONS)}")
     org, model = bounds.org(figures.org), bounds.model(figures.model)
-    metrics.requests.labels(org=org, model=model, outcome=figures.outcome).inc()
+    metrics.child(metrics.requests, org, model, figures.outcome).inc()
     if figures.outcome not in NOT_FORWARDED:
-        metrics.prompt_tokens_original.labels(org=org, model=model).inc(max(figures.original_tokens, 0))
-        metrics.prompt_tokens_forwarded.labels(org=org, model=model).inc(max(figures.forwarded_tokens, 0))
-        metrics.completion_tokens.labels(org=org, model=model).inc(max(figures.completion_tokens, 0))
+        metrics.child(metrics.prompt_tokens_original, org, model).inc(max(figures.original_tokens, 0))
+        metrics.child(metrics.prompt_tokens_forwarded, org, model).inc(max(figures.forwarded_tokens, 0))
+        metrics.child(metrics.completion_tokens, org, model).inc(max(figures.completion_tokens, 0))
     for action, count in figures.unit_actions.items():
-        metrics.units.labels(org=org, action=action).inc(max(count, 0))
+        metrics.child(metrics.units, org, action).inc(max(count, 0))
     if figures.savings is not None:
         _record_costs(metrics, org, model, figures.savings)
     for histogram, seconds in ((metrics.prune_seconds, figures.prune_s), (metrics.scorer_seconds, figures.scorer_s),
@@ -187,31 +187,31 @@ def _record_cohort(metrics: Metrics, org: str, model: str, figures: RequestFigur
     c = figures.cohort
     assert c is not None
     cohort = Cohort(c.cohort)  # a label outside the vocabulary is a bug: ValueError
-    metrics.cohort_requests.labels(org=org, cohort=cohort, outcome=figures.outcome).inc()
+    metrics.child(metrics.cohort_requests, org, cohort, figures.outcome).inc()
     for kind, tokens in (("original", figures.original_tokens), ("forwarded", figures.forwarded_tokens),
                          ("billed", c.billed_prompt_tokens), ("cached", c.cached_tokens)):
-        metrics.cohort_prompt_tokens.labels(org=org, cohort=cohort, kind=kind).inc(max(tokens, 0))
+        metrics.child(metrics.cohort_prompt_tokens, org, cohort, kind).inc(max(tokens, 0))
     if c.billed_usd is not None:
-        metrics.cohort_cost_usd.labels(org=org, cohort=cohort).inc(max(c.billed_usd, 0.0))
-    metrics.conversation_steps.labels(org=org, cohort=cohort).observe(c.signals.steps)
-    metrics.tool_calls.labels(org=org, cohort=cohort).inc(c.signals.tool_calls)
-    metrics.repeat_tool_calls.labels(org=org, cohort=cohort).inc(c.signals.repeated_tool_calls)
+        metrics.child(metrics.cohort_cost_usd, org, cohort).inc(max(c.billed_usd, 0.0))
+    metrics.child(metrics.conversation_steps, org, cohort).observe(c.signals.steps)
+    metrics.child(metrics.tool_calls, org, cohort).inc(c.signals.tool_calls)
+    metrics.child(metrics.repeat_tool_calls, org, cohort).inc(c.signals.repeated_tool_calls)
     shadow = c.shadow
     if shadow is not None:
-        metrics.shadow_prompt_tokens.labels(org=org, model=model).inc(max(shadow.forwarded_tokens, 0))
+        metrics.child(metrics.shadow_prompt_tokens, org, model).inc(max(shadow.forwarded_tokens, 0))
         if shadow.priced:
-            metrics.shadow_cost_usd.labels(org=org, model=model).inc(max(shadow.would_be_usd, 0.0))
+            metrics.child(metrics.shadow_cost_usd, org, model).inc(max(shadow.would_be_usd, 0.0))
         if shadow.prefix_changed:
-            metrics.shadow_prefix_changes.labels(org=org).inc()
+            metrics.child(metrics.shadow_prefix_changes, org).inc()
 
 
 def _record_costs(metrics: Metrics, org: str, model: str, savings: SavingsRecord) -> None:
     if savings.priced:
-        metrics.cost_usd.labels(org=org, model=model, kind="counterfactual").inc(max(savings.counterfactual_usd, 0.0))
-        metrics.cost_usd.labels(org=org, model=model, kind="actual").inc(max(savings.actual_usd, 0.0))
+        metrics.child(metrics.cost_usd, org, model, "counterfactual").inc(max(savings.counterfactual_usd, 0.0))
+        metrics.child(metrics.cost_usd, org, model, "actual").inc(max(savings.actual_usd, 0.0))
     else:
-        metrics.unpriced.labels(model=model).inc()
-    metrics.cost_usd.labels(org=org, model=model, kind="scorer").inc(max(savings.scorer_usd, 0.0))
+        metrics.child(metrics.unpriced, model).inc()
+    metrics.child(metrics.cost_usd, org, model, "scorer").inc(max(savings.scorer_usd, 0.0))
 
 
 @dataclass(slots=True)

@@ -1,10 +1,10 @@
 """The fast path: byte-transparent forwarding to a provider in the client's own format
 (an OpenAI-compatible API's Chat Completions or Responses, Anthropic's Messages).
 
-One shared ``aiohttp.ClientSession`` per process (created in the app's
-lifespan). aiohttp rather than httpx: under load on this class of machine
-httpx's AsyncClient saturated at a fraction of aiohttp's request rate (see
-BENCHMARKS.md), and a gateway's forwarding client sits on every request.
+One shared :class:`gateway.upstream.http1.Http1Client` per process (created in the
+app's lifespan): a forwarding client sits on every request, and this one costs a
+fraction of aiohttp's CPU per request, which cost a fraction of httpx's (BENCHMARKS.md,
+``bench/forward_client.py``).
 
 Streams are relayed chunk by chunk as they arrive; nothing is buffered.
 A whole answer is read up to ``max_body_bytes`` (``SIEVE_MAX_UPSTREAM_BODY_BYTES``):
@@ -22,22 +22,21 @@ credentials (``https://user:pass@proxy``).
 
 from __future__ import annotations
 
-import asyncio
 import re
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Iterable, Mapping
 
-import aiohttp
 import orjson
 
 from gateway.errors import UpstreamErrorPage, UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
 from gateway.telemetry.redaction import redact_url
 from gateway.upstream.base import KeyScheme, ResolvedRoute, UpstreamResponse
+from gateway.upstream.http1 import Http1Client, Http1Response
 from gateway.wire.call import ChatCall, Identity
 from gateway.wire.formats import WireFormat
 from gateway.wire.ingress import INGRESSES
 from gateway.wire.keys import client_provider_key
 
-# Request headers never forwarded: hop-by-hop, our own, and what aiohttp sets.
+# Request headers never forwarded: hop-by-hop, our own, and what the forwarding client sets.
 _DROP_REQUEST = frozenset((
     "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
     "upgrade", "proxy-authorization", "proxy-connection", "accept-encoding", "cookie", "x-api-key",
@@ -75,8 +74,7 @@ def forward_headers(incoming: Mapping[str, str], key: Mapping[str, str], *, clie
     along (its own org and project included), minus hop-by-hop, x-sieve-* and its key
     headers. Otherwise the key is the gateway's (or there is none) and only
     :data:`FORWARDED_WITH_GATEWAY_KEY` pass. ``accept-encoding: identity``: bytes are relayed
-    as they come (and read for usage), so the provider must not compress them (aiohttp
-    would ask for gzip)."""
+    as they come (and read for usage), so the provider must not compress them."""
     if clients_key:
         out = {k: v for k, v in incoming.items()
                if k not in _DROP_REQUEST and k != "authorization" and not k.startswith("x-sieve-")}
@@ -106,8 +104,8 @@ def key_headers(route: ResolvedRoute, identity: Identity, incoming: Mapping[str,
     return {"authorization": f"Bearer {key}"}
 
 
-def relay_headers(upstream: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in upstream.items() if k.lower() not in _DROP_RESPONSE}
+def relay_headers(upstream: Iterable[tuple[str, str]]) -> dict[str, str]:
+    return {k: v for k, v in upstream if k.lower() not in _DROP_RESPONSE}
 
 
 _TAGS = re.compile(r"<[^>]*>")
@@ -141,12 +139,10 @@ class OpenAICompatibleUpstream:
     The key is the route's configured one, else the caller's own provider key
     (passthrough); a Sieve virtual key never leaves the gateway."""
 
-    def __init__(self, session: aiohttp.ClientSession, read_timeout_s: float, connect_timeout_s: float,
-                 max_body_bytes: int = 32 * 1024 * 1024) -> None:
-        self._session = session
+    def __init__(self, client: Http1Client, read_timeout_s: float, max_body_bytes: int = 32 * 1024 * 1024) -> None:
+        self._client = client
         self._max_body_bytes = max_body_bytes
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s,
-                                              sock_read=read_timeout_s)
+        self._read_timeout_s = read_timeout_s
 
     async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
         headers = provider_headers(route, call.identity, call.headers)
@@ -165,10 +161,10 @@ class OpenAICompatibleUpstream:
         """``stream``: whether the answer is an event stream; None: as its content type says.
         ``fmt``: the client's format, whose shape a non-JSON error body is given."""
         try:
-            resp = await self._session.request(method, url, data=body, headers=headers, timeout=self._timeout)
-        except asyncio.TimeoutError as exc:
+            resp = await self._client.request(method, url, headers, body, self._read_timeout_s)
+        except TimeoutError as exc:  # before OSError: a TimeoutError is one
             raise UpstreamTimeout(f"upstream did not answer in time: {redact_url(url)}") from exc
-        except aiohttp.ClientError as exc:
+        except (OSError, ValueError) as exc:
             raise UpstreamUnavailable(f"cannot reach upstream {redact_url(url)}: {exc.__class__.__name__}") from exc
         headers_out = relay_headers(resp.headers)
         if stream is None:
@@ -176,9 +172,9 @@ class OpenAICompatibleUpstream:
         if not stream or resp.status >= 400:
             try:
                 payload = await _read_bounded(resp, self._max_body_bytes)
-            except asyncio.TimeoutError as exc:
+            except TimeoutError as exc:
                 raise UpstreamTimeout(f"upstream stopped answering: {redact_url(url)}") from exc
-            except aiohttp.ClientError as exc:
+            except OSError as exc:
                 raise UpstreamUnavailable(f"upstream connection broke: {exc.__class__.__name__}") from exc
             finally:
                 resp.release()
@@ -188,16 +184,16 @@ class OpenAICompatibleUpstream:
         return UpstreamResponse(resp.status, headers_out, chunks=_relay(resp, url), release=resp)
 
 
-async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+async def _read_bounded(resp: Http1Response, limit: int) -> bytes:
     """The whole body, or ``UpstreamTooLarge`` (the connection closed, not reused) once it is
-    declared or counted past ``limit`` bytes; counted as decoded, as it would be held."""
+    declared or counted past ``limit`` bytes."""
     declared = resp.content_length
     if declared is not None and declared > limit:
         resp.close()
         raise UpstreamTooLarge(f"the upstream's answer is {declared} bytes, over the limit of {limit} bytes "
                                "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed")
     parts, size = [], 0
-    async for chunk in resp.content.iter_any():
+    async for chunk in resp.chunks():
         size += len(chunk)
         if size > limit:
             resp.close()
@@ -207,13 +203,13 @@ async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes:
     return b"".join(parts)
 
 
-async def _relay(resp: aiohttp.ClientResponse, url: str) -> AsyncIterator[bytes]:
+async def _relay(resp: Http1Response, url: str) -> AsyncIterator[bytes]:
     try:
-        async for chunk in resp.content.iter_any():
+        async for chunk in resp.chunks():
             yield chunk
-    except asyncio.TimeoutError as exc:
+    except TimeoutError as exc:
         raise UpstreamTimeout(f"upstream stream stalled: {redact_url(url)}") from exc
-    except aiohttp.ClientError as exc:
+    except OSError as exc:
         raise UpstreamUnavailable(f"upstream stream broke before it finished ({exc.__class__.__name__}): "
                                   "the answer is incomplete") from exc
     finally:
