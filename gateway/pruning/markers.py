@@ -15,7 +15,7 @@ from gateway.pruning.compression import dropped_marker, is_marker
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.expansion import with_ref
 from gateway.pruning.ids import ids_in, omitted_ids, text_ids
-from gateway.pruning.messages import call_arguments_text, readable_text
+from gateway.pruning.messages import call_arguments_text, content_text, readable_text
 from gateway.pruning.policy import Policy
 from gateway.pruning.text_features import query_words, stem
 from gateway.pruning.tokens import TokenCounter
@@ -114,7 +114,7 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
         later = [p for p in positions if p > pos]
         end = later[0] if later else len(conv.messages)
         span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == DROPPED]
-        texts = (_text_and_dialogue(conv.messages[j], present) for u in reversed(span) for j in reversed(u.indices))
+        texts = (t for u in reversed(span) for j in reversed(u.indices) for t in _texts_read(conv.messages[j], present))
         ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
         bare = cost(pos, markers[pos])
         while ids and cost(pos, dropped_marker(ids)) - bare > room:
@@ -129,10 +129,17 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     return out
 
 
-def _text_and_dialogue(message: Mapping[str, Any], present: set[str]) -> tuple[str, bool, bool]:
-    """A message's text as the value reader reads it (``messages.readable_text``), whether
-    someone said it (user or assistant words, not a tool output or a bare call), and whether
-    the forwarded request repeats one of its values (``present``: a kept later message quoted it)."""
-    text = readable_text(message)
-    return (text, message.get("role") in ("user", "assistant") and bool(message.get("content")),
-            not present.isdisjoint(text_ids(text)))
+def _texts_read(message: Mapping[str, Any], present: set[str]) -> list[tuple[str, bool, bool, bool]]:
+    """What a marker reads of a message (``messages.readable_text``): its calls' arguments,
+    then its words or its output; each with whether someone said it (user or assistant
+    words, not a tool output or a bare call), whether the forwarded request repeats one of
+    its values (``present``: a kept later message quoted it), and whether it is calls."""
+    said = content_text(message.get("content"))
+    dialogue = message.get("role") in ("user", "assistant") and bool(said)
+    texts = []
+    calls = call_arguments_text(message)
+    if calls:
+        texts.append((calls, dialogue, not present.isdisjoint(text_ids(calls)), True))
+    if said:
+        texts.append((said, dialogue, not present.isdisjoint(text_ids(said)), False))
+    return texts

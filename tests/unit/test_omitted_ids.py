@@ -47,6 +47,21 @@ def test_ids_are_ranked_by_the_request_words_around_them_and_fit_the_room():
     assert one == ["4760268021"]
 
 
+def test_a_value_the_agents_calls_pass_twice_ranks_first():
+    # An agent read a file, ran a script, edited the file: its path and the script's name
+    # are what its next calls pass again, whatever the outputs say around the request's words.
+    read = ('"command": cat src/app/parser.py', True, False, True)
+    run = ('"command": python check_parser.py', True, False, True)
+    edit = ('"command": sed -i s/a/b/ src/app/parser.py && python check_parser.py', True, False, True)
+    output = ("The laptop order LAPTOP-7431 failed: see error_report_9912 and LAP-5501 for the laptop.", False)
+    words = ("laptop",)
+    ids = omitted_ids([edit, output, run, read], set(), room=12, count_text=COUNTER.count_text, query=words)
+    assert ids[:2] == ["src/app/parser.py", "check_parser.py"]
+    # passed once only, a value ranks as before: by the request's words around it
+    ids = omitted_ids([output, read], set(), room=8, count_text=COUNTER.count_text, query=words)
+    assert ids[0] == "LAPTOP-7431"
+
+
 def test_id_reading_matches_the_mask_and_skips_amounts_and_words():
     text = 'order #W1000001, user noah_ito_3850, total 535.97, qty 2, zip 98187, sku 7000001. See report.'
     assert kept_values(text) == ["#W1000001", "noah_ito_3850", "98187", "7000001"]
