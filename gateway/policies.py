@@ -48,6 +48,12 @@ class PolicyBook:
                 raise ConfigError(f"org_policies.{org}: policy {name!r} not found in {settings.policies_dir}")
         return cls(policies, settings.default_policy, dict(settings.org_policies))
 
+    def in_use(self) -> list[Policy]:
+        """The default policy and every org's, each once."""
+        found = {self.default.name: self.default}
+        found.update({p.name: p for p in self._by_org.values()})
+        return list(found.values())
+
     def for_identity(self, identity: Identity) -> Policy:
         return self._by_org.get(identity.org, self.default)
 
@@ -130,6 +136,8 @@ def _check(path: Path, line: int, key: str, value: Any) -> Any:
         raise ConfigError(f"{path}:{line}: scorer_fallback must be one of {', '.join(SCORER_FALLBACKS)}, got {value!r}")
     if key in ("scorer_batch_size", "scorer_batch_timeout_s", "scorer_deadline_s") and value <= 0:
         raise ConfigError(f"{path}:{line}: {key} must be positive, got {value!r}")
+    if key == "embedding_weight" and not 0 <= value <= 1:
+        raise ConfigError(f"{path}:{line}: embedding_weight must be in [0, 1], got {value!r}")
     if key == "low_water_ratio" and not 0 < value <= 1:
         raise ConfigError(f"{path}:{line}: low_water_ratio must be in (0, 1], got {value!r}")
     if isinstance(value, int) and not isinstance(value, bool) and value < 0:

@@ -24,13 +24,15 @@ from typing import Any, Mapping
 import orjson
 
 from gateway.big_bodies import THREAD_THRESHOLD_BYTES, BigBodies
+from gateway.embedding.worker import Embedder
 from gateway.errors import Forbidden
 from gateway.pruning.cohort import cohort_of
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.pipeline import PruneResult, prune
 from gateway.pruning.policy import OVERRIDES, Policy, Steering
-from gateway.pruning.scoring import Scorer, UnitScore
+from gateway.pruning.scoring import LocalScorer, Scorer, UnitScore
+from gateway.pruning.semantic import SemanticOutcome, SemanticScorer
 from gateway.pruning.tokens import TokenCounter, TokenCounters
 from gateway.pruning.vocabulary import Cohort, Mode, Strategy
 from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
@@ -64,9 +66,9 @@ class PruneOutcome:
 
 
 class Pruner:
-    def __init__(self, counters: TokenCounters, scorer: Scorer, store: ConversationStore,
+    def __init__(self, counters: TokenCounters, scorer: LocalScorer, store: ConversationStore,
                  metrics: Metrics, llm: LLMScorer | None = None, summarizer: Summarizer | None = None,
-                 big: BigBodies | None = None) -> None:
+                 big: BigBodies | None = None, embedder: Embedder | None = None) -> None:
         self._counters = counters
         self._big = big or BigBodies(max_bytes=8 * 1024 * 1024)  # the default SIEVE_MAX_PRUNE_BYTES_IN_FLIGHT
         self._scorer = scorer
@@ -74,6 +76,7 @@ class Pruner:
         self._metrics = metrics
         self._llm = llm
         self._summarizer = summarizer
+        self._embedder = embedder
 
     async def prune(self, call: ChatCall, target_tokens: int | None = None,
                     pinned: tuple[PinnedRoom, ...] = ()) -> PruneOutcome:
@@ -147,6 +150,8 @@ class Pruner:
         """The pipeline's decision; with an LLM scorer, a second pass on the model's scores
         when the first one scored anything (an epoch or a stateless prune)."""
         policy = run.call.policy
+        if policy.scorer == "embedding":
+            return await self._decide_embedded(run, state), None
         capture = CapturingScorer(self._scorer) if self._llm is not None and policy.scorer != "local" else None
         result = await run.prune(state, capture or self._scorer)
         if capture is None or capture.request is None:
@@ -159,6 +164,29 @@ class Pruner:
             fresh = FrozenPlan.from_bytes(raw) if raw else None
             result = await run.prune(fresh, self._scorer, scorer_run.scores)
         return result, scorer_run
+
+    async def _decide_embedded(self, run: _Run, state: FrozenPlan | None) -> PruneResult:
+        """The local scorer with the embedding model's relevance mixed in, from the vectors the
+        worker has made (``gateway.embedding.worker``); then the request's messages that have
+        none go to the worker, for the conversation's next decision."""
+        org, messages, policy = run.call.identity.org, run.call.body["messages"], run.call.policy
+        if self._embedder is None:
+            result = await run.prune(state, self._scorer)
+            if result.scored_units:
+                self._metrics.embedding_decisions.labels(outcome="unavailable").inc()
+            return result
+        if len(messages) >= policy.min_messages:  # a shorter history has little to rank
+            try:
+                await self._embedder.embed_request(org, messages)
+            except Exception as exc:  # noqa: BLE001 - the local scores stand
+                log.warning("embedding the request failed (%s); scoring without it", exc)
+        scorer = SemanticScorer(self._scorer, self._embedder.view(org), policy.embedding_weight)
+        result = await run.prune(state, scorer)
+        if scorer.outcome is not SemanticOutcome.UNSCORED:
+            self._metrics.embedding_decisions.labels(outcome=scorer.outcome.value).inc()
+        if len(result.state.fingerprints) == len(messages):
+            self._embedder.note(org, messages, result.state.fingerprints)
+        return result
 
     async def _summarize(self, run: _Run, result: PruneResult) -> SummaryRun | None:
         policy, body = run.call.policy, run.call.body

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import logging
+
 import aiohttp
 
 from gateway.accounting import Accountant
@@ -21,6 +23,9 @@ from gateway.big_bodies import BigBodies
 from gateway.budget_guard import BudgetGuard
 from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
+from gateway.embedding.model import EmbeddingModel, ModelUnavailable
+from gateway.embedding.worker import Embedder, WorkerLimits
+from gateway.errors import ConfigError
 from gateway.identity import Authenticator, OpenAccess, authenticator_for
 from gateway.passthrough import PassThrough
 from gateway.policies import PolicyBook
@@ -45,6 +50,8 @@ from gateway.upstream.http1 import Http1Client
 from gateway.upstream.openai_compat import OpenAICompatibleUpstream
 from gateway.upstream.router import ModelRouter
 from gateway.wire.chat import WireLimits
+
+log = logging.getLogger("sieve.services")
 
 # A route's dynamic label room: models routed to the default upstream that no config names
 # (none with strict_models: a model not configured is refused, and counted as "other").
@@ -90,6 +97,7 @@ class Services:
     auth_throttle: AuthThrottle
     big_bodies: BigBodies   # the bound on big prunes in flight, and the heap trim after them
     forwarding: Http1Client | None = None  # the forward's client (the session serves models, scorers)
+    embedder: Embedder | None = None  # the embedding scorer's model and worker, when a policy uses it
 
     @property
     def metrics(self) -> Metrics:
@@ -118,7 +126,10 @@ class Services:
         session = _http_session()
         deferred = Deferred()
         big_bodies = BigBodies(settings.max_prune_bytes_in_flight)
-        pruner = _pruner(counters, settings, stores, session, metrics, prices, big_bodies)
+        embedder = _embedder(settings, policies, stores, metrics)
+        if embedder is not None:
+            await embedder.start()
+        pruner = _pruner(counters, settings, stores, session, metrics, prices, big_bodies, embedder)
         forwarding = Http1Client(connect_timeout_s=settings.upstream_connect_timeout_s)
         fast_path = OpenAICompatibleUpstream(forwarding, settings.upstream_timeout_s, settings.max_upstream_body_bytes)
         router = _router(settings, fast_path)
@@ -130,7 +141,7 @@ class Services:
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
                               settings.max_json_depth, settings.max_request_chars),
                    AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s), big_bodies,
-                   forwarding)
+                   forwarding, embedder)
 
     async def stop(self) -> None:
         """The end of the lifespan. uvicorn has closed the listener and let open responses
@@ -144,6 +155,8 @@ class Services:
         await self.session.close()
         if self.forwarding is not None:
             await self.forwarding.close()
+        if self.embedder is not None:
+            await self.embedder.stop()
         if self.stores.redis is not None:
             await self.stores.redis.aclose()
         self.audit.close()
@@ -162,11 +175,32 @@ def _router(settings: Settings, fast_path: OpenAICompatibleUpstream) -> ModelRou
 
 
 def _pruner(counters: TokenCounters, settings: Settings, stores: Stores, session: aiohttp.ClientSession,
-            metrics: Metrics, prices: PriceBook, big_bodies: BigBodies) -> Pruner:
+            metrics: Metrics, prices: PriceBook, big_bodies: BigBodies, embedder: Embedder | None) -> Pruner:
     llm = LLMScorer(session=session, cache=stores.scores, metrics=metrics, prices=prices, counters=counters,
                     api_key=settings.scorer_api_key)
     return Pruner(counters, LocalScorer(), stores.conversations, metrics, llm=llm,
-                  summarizer=Summarizer(llm, prices, metrics), big=big_bodies)
+                  summarizer=Summarizer(llm, prices, metrics), big=big_bodies, embedder=embedder)
+
+
+def _embedder(settings: Settings, policies: PolicyBook, stores: Stores, metrics: Metrics) -> Embedder | None:
+    """The embedding model and its worker, when a policy in use scores with it. A model that
+    does not load is a start-up error under a policy with ``embedding_required``; else it is
+    logged and those policies score with the local scorer alone."""
+    wanted = [p for p in policies.in_use() if p.scorer == "embedding"]
+    if not wanted:
+        return None
+    try:
+        model = EmbeddingModel.load(settings.embedding_model_dir)
+    except ModelUnavailable as exc:
+        names = ", ".join(p.name for p in wanted)
+        if any(p.embedding_required for p in wanted):
+            raise ConfigError(f"{exc} (policy {names} has embedding_required: true)") from exc
+        log.warning("%s: policy %s scores with the local scorer alone", exc, names)
+        return None
+    log.info("embedding scorer: model %s from %s", model.model_id, settings.embedding_model_dir)
+    # With Redis, vectors are shared between replicas in the score store.
+    return Embedder(model, metrics, shared=stores.scores if stores.redis is not None else None,
+                    limits=WorkerLimits(max_queue=settings.embedding_queue, cpu_share=settings.embedding_cpu_share))
 
 
 def configured_secrets(settings: Settings) -> list[str]:

@@ -52,6 +52,10 @@ SIEVE_MAX_UPSTREAM_BODY_BYTES   largest non-stream answer (or error body) read f
                                 (default 32 MiB; larger: 502, nothing relayed; streams are relayed
                                 as they come and never held whole)
 SIEVE_SCORER_API_KEY            key for the LLM scorer model (policies name the model)
+SIEVE_EMBEDDING_MODEL_DIR       the embedding scorer's model directory (default models/all-minilm-l6-v2-int8
+                                beside policies/; built by python -m gateway.embedding.build)
+SIEVE_EMBEDDING_CPU_SHARE       share of one core its background worker may take (default 0.25)
+SIEVE_EMBEDDING_QUEUE           messages waiting for that worker, at most (default 20000)
 SIEVE_AUDIT_LOG                 path of the JSON-lines audit log, "-" = stdout
 SIEVE_LOG_LEVEL                 default "info"
 SIEVE_SHUTDOWN_GRACE_S          on SIGTERM, how long in-flight requests and streams
@@ -80,6 +84,7 @@ from gateway.errors import ConfigError
 from gateway.pruning.tokens import ENGINES as TOKEN_ENGINES  # how text is counted (SIEVE_TOKEN_ENGINE)
 PACKAGE_ROOT = Path(__file__).resolve().parent
 DEFAULT_POLICIES_DIR = PACKAGE_ROOT.parent / "policies"
+DEFAULT_EMBEDDING_MODEL_DIR = PACKAGE_ROOT.parent / "models" / "all-minilm-l6-v2-int8"
 # Routes for probes, scrapers and tooling: open by default, each closable.
 # Every other route needs a key; it cannot be opened by configuration.
 OPS_ROUTES = ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs")
@@ -143,6 +148,9 @@ class Settings:
     audit_log: str | None = None
     log_level: str = "info"
     scorer_api_key: str | None = None
+    embedding_model_dir: Path = DEFAULT_EMBEDDING_MODEL_DIR
+    embedding_cpu_share: float = 0.25
+    embedding_queue: int = 20_000
     shutdown_grace_s: float = 30.0
     token_engine: str | None = None
     models: Mapping[str, ModelRoute] = field(default_factory=dict)
@@ -194,6 +202,9 @@ class Settings:
             max_upstream_body_bytes=_int(env, "SIEVE_MAX_UPSTREAM_BODY_BYTES", cls.max_upstream_body_bytes),
             audit_log=env.get("SIEVE_AUDIT_LOG") or None,
             scorer_api_key=env.get("SIEVE_SCORER_API_KEY") or None,
+            embedding_model_dir=_path(env.get("SIEVE_EMBEDDING_MODEL_DIR")) or DEFAULT_EMBEDDING_MODEL_DIR,
+            embedding_cpu_share=_float(env, "SIEVE_EMBEDDING_CPU_SHARE", cls.embedding_cpu_share),
+            embedding_queue=_int(env, "SIEVE_EMBEDDING_QUEUE", cls.embedding_queue),
             log_level=env.get("SIEVE_LOG_LEVEL", cls.log_level),
             shutdown_grace_s=_float(env, "SIEVE_SHUTDOWN_GRACE_S", cls.shutdown_grace_s),
             token_engine=env.get("SIEVE_TOKEN_ENGINE", "").strip().lower() or None,
@@ -228,6 +239,8 @@ class Settings:
         if self.token_engine == "rs-bpe" and importlib.util.find_spec("rs_bpe") is None:
             raise ConfigError("SIEVE_TOKEN_ENGINE is rs-bpe, but rs-bpe is not installed (its wheels are for "
                               "Linux x86-64 and arm64): install it, or leave SIEVE_TOKEN_ENGINE unset")
+        if not 0 < self.embedding_cpu_share <= 1 or self.embedding_queue < 1:
+            raise ConfigError("SIEVE_EMBEDDING_CPU_SHARE must be in (0, 1] and SIEVE_EMBEDDING_QUEUE positive")
         if self.max_json_depth > 200:
             # orjson serializes at most 254 levels; deeper bodies could not be forwarded.
             raise ConfigError("SIEVE_MAX_JSON_DEPTH must be at most 200")

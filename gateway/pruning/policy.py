@@ -17,7 +17,7 @@ from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.vocabulary import PolicyMode, Strategy
 
 STRATEGIES = tuple(Strategy)  # what a policy file or x-sieve-strategy may name
-SCORERS = ("local", "llm", "hybrid")
+SCORERS = ("local", "embedding", "llm", "hybrid")
 SCORER_FALLBACKS = ("local", "keep")
 POLICY_MODES = tuple(PolicyMode)
 
@@ -83,10 +83,14 @@ class Policy:
     # into the 429: the target shrinks to 3/4, 1/2, then 1/4 of itself as the budget
     # drains (steps, so decisions stay frozen within one). 0 disables it.
     tighten_below: float = 0.0
-    # The cheap LLM scorer (gateway.scorers.llm). "local": the embedded scorer only;
-    # "llm": the model scores every candidate; "hybrid": the local scorer picks the
-    # hybrid_top_k best candidates and only those go to the model.
+    # "local": the rule-based scorer only; "embedding": the local scorer with a small
+    # sentence-embedding model's relevance mixed in (gateway.pruning.semantic, no API:
+    # docs/scorers.md). The cheap LLM scorer (gateway.scorers.llm): "llm": the model scores
+    # every candidate; "hybrid": the local scorer picks the hybrid_top_k best candidates
+    # and only those go to the model.
     scorer: str = "local"
+    embedding_weight: float = 0.5     # the model's share of the mix
+    embedding_required: bool = False  # no model: a start-up error (true) or the local scorer, logged
     scorer_model: str = "gpt-4o-mini"       # any litellm model string
     scorer_api_base: str = ""               # OpenAI-compatible base URL: the aiohttp fast path
     scorer_batch_size: int = 12

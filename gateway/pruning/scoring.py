@@ -50,6 +50,12 @@ class UnitScore:
     hard: bool = False  # a hard user constraint: pinned like the goal
 
 
+class RelevanceMix(Protocol):
+    def __call__(self, relevance: dict[int, float], hard: set[int]) -> dict[int, float]:
+        """The candidates' relevance reworked (duplicates are absent; ``hard``: user constraints)."""
+        ...
+
+
 class Scorer(Protocol):
     name: str
 
@@ -154,10 +160,18 @@ class LocalScorer:
               window: Sequence[int]) -> dict[int, UnitScore]:
         """Per-text features, read as a corpus; the signals of each candidate; its
         relevance; its tier (see the module docstring)."""
+        return self.score_mixed(conversation, candidates, window, None)
+
+    def score_mixed(self, conversation: Conversation, candidates: Sequence[int], window: Sequence[int],
+                    mix: RelevanceMix | None) -> dict[int, UnitScore]:
+        """``score``, with ``mix`` (another signal's stage: ``gateway.pruning.semantic``)
+        reworking the candidates' relevance before it is read as tiers."""
         corpus = _Corpus.of([self.features(u.text) for u in conversation.units])
         request = self.features(conversation.current_request)
         signals = self._signals(conversation, candidates, window, corpus, request)
         relevance, hard = self._relevance(conversation, candidates, corpus.feats, signals)
+        if mix is not None:
+            relevance = mix(relevance, hard)
         return self._tiered(conversation, candidates, corpus.feats, signals, relevance, hard)
 
     def _signals(self, conv: Conversation, candidates: Sequence[int], window: Sequence[int], corpus: _Corpus,

@@ -68,6 +68,19 @@ class ExpandOutcome(StrEnum):
     UNHANDLED = "unhandled"          # seen after the answer was already relayed (a stream's text first)
 
 
+class EmbeddingOutcome(StrEnum):
+    """The ``outcome`` label of ``sieve_embedding_messages_total``: one message the background
+    worker was handed (``gateway.embedding.worker``)."""
+
+    EMBEDDED = "embedded"  # the model embedded it
+    SHARED = "shared"      # another replica had: read from the shared store
+    DROPPED = "dropped"    # the queue was full: left for a later request to hand in again
+    FAILED = "failed"      # the model raised on its batch
+
+
+# sieve_embedding_decisions_total{outcome}: gateway.pruning.semantic's outcomes, and "unavailable"
+# (the policy asks for the embedding scorer, the model did not load).
+EMBEDDING_DECISIONS = ("mixed", "cold", "no_request", "unavailable")
 # sieve_units_total{action}: pruning's actions, and "summarised", which the dashboard shows beside them.
 UNIT_ACTIONS = (*(a.value for a in Action), "summarised")
 COST_KINDS = ("counterfactual", "actual", "scorer")
@@ -83,9 +96,8 @@ class Metrics:
     """The metric objects of one process, registered on ``registry``."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        r = self.registry = registry or CollectorRegistry()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        r = self.registry
         self.requests = Counter("sieve_requests_total", "Chat requests by outcome.",
                                 ["org", "model", "outcome"], registry=r)
         self.passthrough_requests = Counter(
@@ -139,6 +151,7 @@ class Metrics:
                                        "Provider usage figures charged as the reservation's estimate "
                                        "instead (junk or absurd).", ["reason"], registry=r)
         self._cohort_metrics(r)
+        self._embedding_metrics(r)
         self.budget_remaining = Gauge("sieve_budget_remaining_tokens",
                                       "Tokens left in a budget window, as last seen.",
                                       ["org", "window"], registry=r)
@@ -187,3 +200,19 @@ class Metrics:
             "sieve_shadow_prefix_changes_total",
             "Shadow decisions that would have changed the conversation's cached prefix.",
             ["org"], registry=r)
+
+    def _embedding_metrics(self, r: CollectorRegistry) -> None:
+        """The embedding scorer: its background work (bounded: a queue, a CPU share) and
+        how often a decision had the model's relevance."""
+        self.embedding_messages = Counter("sieve_embedding_messages_total",
+                                          "Messages handed to the embedding worker, by what became of them.",
+                                          ["outcome"], registry=r)
+        self.embedding_cpu_seconds = Counter("sieve_embedding_cpu_seconds_total",
+                                             "CPU seconds the embedding model spent (worker and request path).",
+                                             registry=r)
+        self.embedding_queue = Gauge("sieve_embedding_queue_messages",
+                                     "Messages waiting for the embedding worker.", registry=r)
+        self.embedding_decisions = Counter(
+            "sieve_embedding_decisions_total",
+            "Scored decisions under the embedding scorer: mixed, or the local scores alone and why.",
+            ["outcome"], registry=r)

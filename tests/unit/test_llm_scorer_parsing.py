@@ -127,7 +127,8 @@ def test_cache_context_changes_with_goal_step_and_model():
 
 # -- policy fields ----------------------------------------------------------------
 
-@pytest.mark.parametrize("line,message", [("scorer: gpt\n", "scorer must be one of local, llm, hybrid"),
+@pytest.mark.parametrize("line,message", [("scorer: gpt\n", "scorer must be one of local, embedding, llm, hybrid"),
+                                          ("embedding_weight: 1.5\n", "embedding_weight must be in"),
                                           ("scorer_fallback: drop\n", "scorer_fallback must be one of local, keep"),
                                           ("scorer_batch_size: 0\n", "scorer_batch_size must be positive"),
                                           ("scorer_deadline_s: fast\n", "scorer_deadline_s must be float")])
