@@ -88,15 +88,23 @@ def call_arguments_text(message: Mapping[str, Any]) -> str:
     return readable_text({"tool_calls": message.get("tool_calls"), "function_call": message.get("function_call")})
 
 
+# A call's arguments as read (``_arguments_text``), by the arguments string: every step of an
+# agent's loop reads the same calls again. Bounded like the other per-text memos.
+_ARGUMENTS: TextMemo[str] = TextMemo(50_000, 8 * 1024 * 1024)
+
+
 def _arguments_text(arguments: str) -> str:
     """A call's JSON arguments as lines: each field ``"key": value`` (a key in quotes, as JSON
     names a field), string values as written, without JSON's escapes; arguments that are not
-    JSON as they came."""
-    try:
-        value = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return arguments
-    return "\n".join(_value_lines(value))
+    JSON as they came (memoised)."""
+    text = _ARGUMENTS.get(arguments)
+    if text is None:
+        try:
+            text = "\n".join(_value_lines(orjson.loads(arguments)))
+        except orjson.JSONDecodeError:
+            text = arguments
+        _ARGUMENTS.put(arguments, text)
+    return text
 
 
 def _value_lines(value: Any, key: str | None = None) -> list[str]:
@@ -133,8 +141,9 @@ def fingerprint(message: Mapping[str, Any]) -> str:
 
 
 def clear_fingerprint_memo() -> None:
-    """Forget the fingerprints seen (benchmarks of a cold process)."""
+    """Forget the fingerprints seen and the calls' arguments read (benchmarks of a cold process)."""
     _FINGERPRINTS.clear()
+    _ARGUMENTS.clear()
 
 
 def tool_call_ids(message: Mapping[str, Any]) -> list[str]:
