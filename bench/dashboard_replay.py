@@ -3,7 +3,7 @@
 Starts the fake upstream with its prompt-cache simulation (``tests.fake_upstream.PromptCache``)
 and a gateway (in-process ``tests.gateway_server.GatewayServer``, or ``--cli`` for
 ``python -m gateway.cli serve`` with a generated config), replays
-``/work/shared/data/dev-sessions-retail.jsonl.gz`` step by step through
+``shared/data/dev-sessions-retail.jsonl.gz`` (``--data``) step by step through
 ``POST /v1/chat/completions``, scrapes ``/metrics`` once and evaluates every panel
 query of ``helm/sieve/dashboards/sieve-overview.json`` against that scrape::
 
@@ -74,8 +74,9 @@ from gateway.pruning.tokens import TokenCounters  # noqa: E402
 from tests.fake_upstream import CACHE_SHAPES, FakeUpstream, PromptCache, Reply  # noqa: E402
 from tests.gateway_server import GatewayServer  # noqa: E402
 from tests.support import free_port  # noqa: E402
+from bench.shared import require, shared_data  # noqa: E402
 
-DATA = Path("/work/shared/data/dev-sessions-retail.jsonl.gz")
+DATA = shared_data("dev-sessions-retail.jsonl.gz")
 DASHBOARD = ROOT / "helm" / "sieve" / "dashboards" / "sieve-overview.json"
 UPSTREAM_KEY = "sk-bench-upstream"
 ORGS = {"retail-east": "sk-bench-retail-east", "retail-west": "sk-bench-retail-west", "trial": "sk-bench-trial"}
@@ -543,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="retail-east with a 50%% control group, retail-west in shadow mode (in-process only)")
     p.add_argument("--json-out", type=Path, default=None)
     a = p.parse_args(argv)
+    require(a.data, "the retail dev sessions", "--data FILE (bench/data/dev-sessions-*.jsonl.gz are shipped)")
     if a.cohorts and a.cli:
         p.error("--cohorts runs the in-process gateway")
 

@@ -25,8 +25,11 @@ import httpx
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
-QUALITY = ROOT.parent / "shared" / "bench" / "quality.py"
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+
+from bench.shared import require, shared_bench  # noqa: E402
+
+QUALITY = shared_bench() / "quality.py"
 
 from gateway.wire.formats import WireFormat, adapter_for  # noqa: E402
 from tests.formats_support import (chat_to_messages, chat_to_responses, messages_problems,  # noqa: E402
@@ -103,6 +106,7 @@ def main() -> int:
     ap.add_argument("--format", required=True, choices=[f.value for f in CONVERT])
     ap.add_argument("quality_args", nargs=argparse.REMAINDER, help="-- then quality.py's arguments")
     args = ap.parse_args()
+    require(QUALITY, "the quality evaluator (quality.py)")
     shim = Shim(args.gateway, WireFormat(args.format))
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), shim.handler())
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -12,9 +12,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_BENCH = ROOT.parent / "shared" / "bench"
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(SHARED_BENCH))
+
+from bench.shared import require, shared_bench, shared_data  # noqa: E402
+
+sys.path.insert(0, str(require(shared_bench() / "quality.py", "the quality evaluator (quality.py)").parent))
 
 from gateway.settings import prepare_offline_environment  # noqa: E402
 
@@ -30,7 +32,8 @@ from gateway.pruning.tokens import TokenCounters  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("fixtures", nargs="*", default=[str(ROOT.parent / "shared" / "data" / "dev-locomo.jsonl.gz"), str(ROOT.parent / "shared" / "data" / "dev-tau-retail.jsonl.gz")])
+    ap.add_argument("fixtures", nargs="*", default=[str(shared_data("dev-locomo.jsonl.gz")),
+                                                    str(shared_data("dev-tau-retail.jsonl.gz"))])
     ap.add_argument("--ratio", default="0.3")
     ap.add_argument("--source", action="append")
     ap.add_argument("--limit", type=int)
@@ -38,6 +41,8 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                     help="a policy knob for this run, e.g. --set protect_last_units=4 (repeatable)")
     args = ap.parse_args()
+    for fixture in args.fixtures:
+        require(Path(fixture), f"the fixture {Path(fixture).name}", "fixtures of bench/data/ as arguments")
     quality.setup_tokenizer()
     cases = quality.load_cases(args.fixtures, set(args.source) if args.source else None, args.limit)
     cases = cases[:: args.stride]

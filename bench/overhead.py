@@ -45,11 +45,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from bench.overhead_routes import ROUTES, Route  # noqa: E402
+from bench.shared import require, shared_data  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 CACHE = ROOT / "bench" / ".cache"
 VENV = CACHE / "litellm-venv"
-DATA = Path("/work/shared/data/dev-sessions-retail.jsonl.gz")
+DATA = shared_data("dev-sessions-retail.jsonl.gz")
 MODEL = "gpt-4o-mini"
 KEY = "sk-bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -257,7 +258,7 @@ def approx_tokens(m: dict) -> int:
 def agent_request(target_tokens: int) -> tuple[dict, int]:
     """The longest step request of the largest session that stays under target_tokens
     (approx. chars/4): a real tool-calling history ending on a user or tool message."""
-    with gzip.open(DATA, "rt") as f:
+    with gzip.open(require(DATA, "the retail dev sessions (the agent payload)", "--payload small"), "rt") as f:
         session = max((json.loads(line) for line in f), key=lambda s: s["meta"]["tokens"])
     msgs = session["messages"]
     best, total, running = 1, 0, 0
@@ -554,6 +555,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    + ",".join(AGAINST_TARGETS) + ") and print this tree against it")
     p.add_argument("--json-out", type=Path)
     a = p.parse_args(argv)
+    if a.payload == "agent":  # said now, not after the servers (and LiteLLM's virtualenv) are up
+        require(DATA, "the retail dev sessions (the agent payload)", "--payload small")
     if a.memory and a.route != "chat":
         p.error("--memory loads the chat route only")
     if a.quick:

@@ -50,9 +50,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.shared import SHARED  # noqa: E402
+from bench.shared import require, shared_dir  # noqa: E402
 
-DATA = SHARED / "data"
+DATA = shared_dir() / "data"
+NEEDED = ("dev-locomo.jsonl.gz", "dev-tau-retail.jsonl.gz", "dev-sessions-retail.jsonl.gz")
 RATIOS = (0.2, 0.5)
 SESSION_TARGETS = (4_000, 1_000)
 
@@ -64,6 +65,8 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=DATA, help=f"folder of the dev data (default: {DATA})")
     ap.add_argument("--side", help=argparse.SUPPRESS)  # internal: digest one tree, print JSON lines
     args = ap.parse_args()
+    for name in NEEDED:
+        require(args.data / name, f"the dev data set {name}", "--data FOLDER")
     if args.side:
         return _run_side(Path(args.side), args.data, args.jobs)
     if not args.against:

@@ -42,7 +42,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.shared import SHARED  # noqa: E402
 from gateway.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
@@ -56,12 +55,14 @@ from gateway.pruning.policy import Policy, Steering  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounter, TokenCounters, text_counter  # noqa: E402
 
-SESSIONS = SHARED / "data" / "dev-sessions-retail.jsonl.gz"
+from bench.shared import require, shared_data  # noqa: E402
+
+SESSIONS = shared_data("dev-sessions-retail.jsonl.gz")
 
 
 def history_of(tokens: int, counter) -> list[dict]:
     """System prompt + whole trajectories (renumbered call ids) until ``tokens`` is reached."""
-    sessions = [json.loads(line) for line in gzip.open(SESSIONS)]
+    sessions = [json.loads(line) for line in gzip.open(require(SESSIONS, "the retail dev sessions", "--sessions FILE"))]
     messages = [sessions[0]["messages"][0]]
     total = counter.count_message(messages[0])
     n = 0
@@ -94,7 +95,7 @@ def _open_call(messages: list[dict]) -> bool:
 def other_conversations(count: int = 10) -> list[dict]:
     """The messages of the last ``count`` dev sessions: conversations of the same app
     that the histories above (built from the first sessions) do not reach up to 200k."""
-    sessions = [json.loads(line) for line in gzip.open(SESSIONS)]
+    sessions = [json.loads(line) for line in gzip.open(require(SESSIONS, "the retail dev sessions", "--sessions FILE"))]
     return [m for session in sessions[-count:] for m in session["messages"]]
 
 
@@ -151,6 +152,7 @@ def breakdown(size: int, repeats: int) -> None:
 
 
 def main() -> int:
+    global SESSIONS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,10000,50000,100000,200000")
     ap.add_argument("--repeats", type=int, default=7)
@@ -158,7 +160,11 @@ def main() -> int:
     ap.add_argument("--breakdown-size", type=int, default=100_000)
     ap.add_argument("--expand-tool", choices=("on", "off"), default="on",
                     help="the policy's expand_tool (on, the default policy's: the markers' refs counted under the target)")
+    ap.add_argument("--sessions", type=Path, default=SESSIONS,
+                    help="the session file the histories are built from (default: the shared retail sessions; "
+                         "bench/data/dev-sessions-coding.jsonl.gz is shipped)")
     args = ap.parse_args()
+    SESSIONS = require(args.sessions, "the retail dev sessions", "--sessions FILE")
     if args.breakdown:
         breakdown(args.breakdown_size, args.repeats)
         return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -26,11 +27,18 @@ from gateway.telemetry.conversation_signals import conversation_signals
 from gateway.telemetry.recording import CohortFigures, RequestFigures, RequestRecorder
 from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, ShadowSavings, expand_rounds_only, \
     savings_for_request, shadow_savings, with_expand_rounds
+from gateway.telemetry.metrics import UsageAnomaly
 from gateway.telemetry.usage import Usage, usage_from_provider
-from gateway.usage_bounds import usage_is_readable
+from gateway.pruning.tokens import TokenCounters
+from gateway.pruning.vocabulary import Strategy
+from gateway.reservation_estimate import CLAUDE_TEXT_MARGIN
+from gateway.stored_responses import StoredResponses
+from gateway.usage_bounds import Charge, bounded_figures, usage_is_readable
 from gateway.upstream.base import ResolvedRoute
 from gateway.wire.call import ChatCall
+from gateway.wire.formats import WireFormat
 from gateway.wire.ingress import chat_answer_chars
+from gateway.wire.sse import SSEUsageTap
 
 log = logging.getLogger("sieve.accounting")
 
@@ -48,11 +56,20 @@ class RequestRecord:
     upstream_s: float = 0.0
     response_usage: dict[str, Any] | None = None
     stream_usage: dict[str, Any] | None = None
+    usage_final: bool = False  # the usage read is the provider's bill (not a cut stream's start)
     # Whether the answer arrived whole (a stream to its end, a non-stream body), and what it
-    # likely cost in completion tokens, for when the provider reports no usage.
+    # likely cost in completion tokens, for when the provider reports no usage: a whole
+    # body's characters / 4, or a stream's tap (what it streamed, counted at the end).
     completed: bool = False
     completion_estimate: int = 0
+    tap: SSEUsageTap | None = None
     disconnected: bool = False
+    billed_unread: bool = False  # a success too large to read (502): billed, charged the reservation
+    # A Responses answer the provider stores: its id, once known (gateway.stored_responses), and
+    # whether the size recorded with it was the final one.
+    stores_response: bool = False
+    response_id: str | None = None
+    claimed_final: bool = False
     finished_at: float = field(default_factory=time.perf_counter)
     # Characters of a whole answer in the request's format (the estimate without usage).
     answer_chars: Callable[[Mapping[str, Any]], int] = chat_answer_chars
@@ -78,32 +95,36 @@ class RequestRecord:
             payload = orjson.loads(body)
         except orjson.JSONDecodeError:
             return
-        if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
+        if not isinstance(payload, dict):
+            return
+        if isinstance(payload.get("usage"), dict):
             self.response_usage = payload["usage"]
-        elif isinstance(payload, dict):
+            self.usage_final = True
+        else:
             self.completion_estimate = self.answer_chars(payload) // 4
+        if self.stores_response and isinstance(payload.get("id"), str):
+            self.response_id = payload["id"]
 
 
 class Accountant:
-    def __init__(self, recorder: RequestRecorder, prices: PriceBook, budgets: BudgetGuard, audit: AuditLog) -> None:
+    def __init__(self, recorder: RequestRecorder, prices: PriceBook, budgets: BudgetGuard, audit: AuditLog,
+                 counters: TokenCounters | None = None, stored: StoredResponses | None = None) -> None:
         self._recorder = recorder
         self._prices = prices
         self._budgets = budgets
         self._audit = audit
+        self._counters = counters or TokenCounters()
+        self._stored = stored
 
     async def finish(self, record: RequestRecord) -> None:
         record.finished_at = record.ended or time.perf_counter()
-        usage = usage_from_provider(record.stream_usage or record.response_usage)
+        usage, charge = await self._settle(record)
+        if record.response_id is not None and not record.claimed_final and self._stored is not None:
+            await self._stored.record(record.call.identity.org, record.response_id,
+                                      chain_tokens(record, self._budgets.ceiling),
+                                      record.call.sent_body.get("conversation"))
         answered = 200 <= record.status < 400
         ok = answered and record.error_status is None
-        # Reported usage is charged even when the stream failed after it (the provider bills
-        # it); without usage, a failed request is released, and a whole answer or a stream the
-        # client left is settled at the estimate (``_settle_tokens``).
-        if answered and (usage is not None or (ok and (record.completed or record.disconnected))):
-            readable = usage_is_readable(record.stream_usage or record.response_usage)
-            await self._budgets.settle(record.hold, _settle_tokens(record, usage) if readable else None)
-        else:
-            await self._budgets.release(record.hold)
         earlier = _earlier_rounds(record)
         savings = self._savings(record, usage, earlier) if ok and usage is not None else \
             self._rounds_only(record, earlier)
@@ -119,15 +140,59 @@ class Accountant:
             completion_tokens=completion, savings=savings,
             unit_actions=result.unit_action_counts(record.call.body["messages"]),
             upstream_s=record.upstream_s, overhead_s=max(overhead_s, 0.0),
-            cohort=cohort))
-        self._write_audit(record, label, savings, overhead_s, cohort.shadow)
+            cohort=cohort, route=record.call.route or None))
+        self._write_audit(record, label, savings, overhead_s, cohort.shadow, charge)
         call = record.call
         log_access(AccessLine(
-            request_id=call.request_id, route=call.route, status=record.status or record.error_status or 500,
+            request_id=call.request_id, method="POST", route=call.route,
+            status=record.status or record.error_status or 500,
             org=call.identity.org, model=call.body["model"], outcome=label,
             original_tokens=result.original_tokens, forwarded_tokens=result.forwarded_tokens,
             prune_ms=record.outcome.prune_s * 1000, upstream_ms=record.upstream_s * 1000,
             duration_ms=(record.finished_at - call.started) * 1000))
+
+    async def _settle(self, record: RequestRecord) -> tuple[Usage | None, Charge | None]:
+        """Settle (or release) the request's reservation; the usage to count, under the sanity
+        ceiling, and what the budget was charged. The provider's final usage is charged as it
+        is (even when the stream failed after it: it was billed); without it, an answer the
+        provider gave (a whole body, a stream it started: cut by either side, or never carrying
+        usage) is charged its prompt and what it showed of the output (``_unreported``), a
+        success too large to read the reservation; a refusal or an error before any output is
+        released."""
+        raw = record.stream_usage or record.response_usage
+        usage = usage_from_provider(raw)
+        if not _billed(record, usage):
+            await self._budgets.release(record.hold)
+            return usage, None
+        estimate = record.hold.estimate if record.hold is not None else 0
+        if record.billed_unread:
+            reported: int | None = estimate
+        elif not usage_is_readable(raw):
+            reported = None
+        elif usage is not None and record.usage_final:
+            reported = usage.prompt_tokens + usage.completion_tokens
+        elif record.hold is not None:
+            reported = self._unreported(record, usage)
+        else:
+            return usage, None  # no budget to charge, and no bill to count
+        charge = self._budgets.bounded(reported, estimate)
+        await self._budgets.settle_charge(record.hold, charge)
+        if usage is not None and charge.anomaly is UsageAnomaly.CEILING:
+            usage = bounded_figures(usage, self._budgets.ceiling)
+        return usage, charge
+
+    def _unreported(self, record: RequestRecord, usage: Usage | None) -> int:
+        """A billed answer without its final usage: the prompt (a stream's first usage event, else
+        the reservation's estimate of it) and the output it showed (counted in its text)."""
+        hold = record.hold
+        assert hold is not None
+        prompt = usage.prompt_tokens if usage is not None and usage.prompt_tokens else hold.input_estimate
+        output = max(usage.completion_tokens if usage is not None else 0, record.completion_estimate)
+        if record.tap is not None:
+            streamed = record.tap.streamed_tokens(self._counters.for_model(record.call.body["model"]).count_text)
+            margin = CLAUDE_TEXT_MARGIN if record.call.format is WireFormat.MESSAGES else 1.0
+            output = max(output, math.ceil(streamed * margin))
+        return prompt + output
 
     def _savings(self, record: RequestRecord, usage: Usage, earlier: list[Usage]) -> SavingsRecord:
         result = record.outcome.result
@@ -170,7 +235,7 @@ class Accountant:
             billed_usd=savings.actual_usd if savings is not None and savings.priced else None, shadow=shadow)
 
     def _write_audit(self, record: RequestRecord, label: Outcome, savings: SavingsRecord | None,
-                     overhead_s: float, shadow: ShadowSavings | None = None) -> None:
+                     overhead_s: float, shadow: ShadowSavings | None = None, charge: Charge | None = None) -> None:
         if not self._audit.enabled:
             return
         result = record.outcome.result
@@ -195,7 +260,10 @@ class Accountant:
             secrets=tuple(s for s in (auth[7:].strip(), call.headers.get("x-api-key", "")) if s), route=call.route,
             cohort=record.outcome.cohort, shadow=shadow,
             shadow_mode=record.shadow.result.mode if record.shadow is not None else None,
-            expand_refs=tuple(record.expand_refs), expand_rounds=len(record.expand_usage)))
+            expand_refs=tuple(record.expand_refs), expand_rounds=len(record.expand_usage),
+            target_tokens=result.target_tokens if result.strategy is not Strategy.NONE else None,
+            charge=charge if record.hold is not None or (charge is not None and charge.anomaly) else None,
+            reserved_tokens=record.hold.estimate if record.hold is not None else None))
 
 
 def _earlier_rounds(record: RequestRecord) -> list[Usage]:
@@ -218,12 +286,30 @@ def changes_prefix(decision: PruneOutcome) -> bool:
             and decision.previous_fingerprints is not None)
 
 
-def _settle_tokens(record: RequestRecord, usage: Usage | None) -> int:
+def _billed(record: RequestRecord, usage: Usage | None) -> bool:
+    """Whether the provider billed the request: it answered (a success it gave, even one too
+    large to read; a stream it started, cut or not), unless it refused in its stream before
+    any output."""
+    if record.billed_unread:
+        return True
+    if not 200 <= record.status < 400:
+        return False
     if usage is not None:
-        return usage.prompt_tokens + usage.completion_tokens
-    # No usage reported (stream cut short, or a provider without usage): the forwarded
-    # prompt plus the estimate of the answer (deltas streamed, or characters / 4).
-    return record.outcome.result.forwarded_tokens + record.completion_estimate
+        return True
+    if record.tap is not None:
+        return record.tap.error is None or record.tap.delta_events > 0
+    return record.completed or record.disconnected
+
+
+def chain_tokens(record: RequestRecord, ceiling: int) -> int:
+    """The size of the stored response a Responses request made (what continuing it sends the
+    model again): its input and output as billed, else the most it can be (its reservation)."""
+    usage = usage_from_provider(record.response_usage or record.stream_usage) if record.usage_final else None
+    if usage is not None:
+        return min(usage.prompt_tokens + usage.completion_tokens, ceiling)
+    if record.hold is not None:
+        return record.hold.estimate
+    return record.outcome.result.forwarded_tokens
 
 
 def _outcome(record: RequestRecord, ok: bool) -> Outcome:

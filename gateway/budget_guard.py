@@ -7,11 +7,15 @@ unmetered tokens, charged once the store is back; fail-closed: 503), and the
 
 How much to reserve is ``gateway.reservation_estimate``: everything the
 provider can bill for the forwarded body, so concurrent requests cannot spend
-past a budget. With no output cap in the body, the model's own output limit
-(``output_limit``, from litellm's model map) is what the provider may generate;
-the policy's ``default_max_completion_tokens`` stands in for a model it does not
-know. A settle charges the provider's usage bounded by that estimate
-(``gateway.usage_bounds``).
+past a budget; content the body only names (a file by id, a built-in tool) at the
+policy's ``reference_floor_tokens`` each, and a continuation's stored history at
+the size Sieve learned relaying it (``chain_tokens``). With no output cap in the
+body, the model's own output limit (``output_limit``, from litellm's model map) is
+what the provider may generate; for a model it does not know, the policy's
+``default_max_completion_tokens`` is reserved and also sent as the body's cap
+(``with_output_cap``), so the provider cannot bill more output than was reserved.
+A settle charges the provider's usage as reported, under the per-request sanity
+ceiling (``gateway.usage_bounds``).
 
 A settle or release the store could not take (down, out of memory, hung) is
 owed, not dropped: it is retried before the next reservation once the store
@@ -36,10 +40,10 @@ from typing import Any, Callable, Mapping, Protocol
 from gateway.budgets import BudgetConfig, BudgetLimit, Reservation, Settlement, new_reservation_id
 from gateway.errors import BudgetExceeded, StoreRejected, StoreUnavailable
 from gateway.pruning.tokens import TokenCounters
-from gateway.reservation_estimate import estimate_reservation
+from gateway.reservation_estimate import OUTPUT_CAPS, ReservationEstimate, estimate_reservation
 from gateway.state.protocols import BudgetStore
 from gateway.telemetry.metrics import FailOpen, Metrics
-from gateway.usage_bounds import bounded_usage
+from gateway.usage_bounds import DEFAULT_CEILING, Charge, bounded_usage
 from gateway.pruning.policy import Policy
 from gateway.wire.call import ChatCall, Identity
 from gateway.wire.formats.base import WireFormat
@@ -83,6 +87,7 @@ class Hold:
     reservation: Reservation | None
     remaining_tokens: int | None
     estimate: int = 0  # the most the request can be billed (what was, or would have been, reserved)
+    input_estimate: int = 0  # of which its prompt (a stream cut before its usage is charged on it)
     reserved_at: float = field(default_factory=time.time)
     done: bool = False
 
@@ -90,13 +95,15 @@ class Hold:
 class BudgetGuard:
     def __init__(self, store: BudgetStore, config: BudgetConfig, metrics: Metrics,
                  org_label: Callable[[str], str] = lambda org: org, *, counters: TokenCounters | None = None,
-                 output_limit: Callable[[str], int | None] = lambda model: None) -> None:
+                 output_limit: Callable[[str], int | None] = lambda model: None,
+                 ceiling: int = DEFAULT_CEILING) -> None:
         self._store = store
         self._config = config
         self._metrics = metrics
         self._org_label = org_label
         self._counters = counters or TokenCounters()
         self._output_limit = output_limit
+        self._ceiling = ceiling
         self._owed: list[_Owed] = []
 
     @property
@@ -125,22 +132,39 @@ class BudgetGuard:
             return None
         return min((s.remaining / s.limit.limit for s in statuses if s.limit.limit > 0), default=None)
 
-    def estimate(self, body: Mapping[str, Any], policy_default: int, fmt: WireFormat = WireFormat.CHAT) -> int:
-        """The most the forwarded ``body`` can be billed (what a reservation holds)."""
+    def estimate(self, body: Mapping[str, Any], policy: Policy, fmt: WireFormat = WireFormat.CHAT,
+                 chain_tokens: int = 0) -> ReservationEstimate:
+        """The most the forwarded ``body`` can be billed (what a reservation holds), a stored
+        history it continues (``chain_tokens``) included."""
         model = str(body.get("model") or "")
-        default_output = self._output_limit(model) or policy_default
+        default_output = self._output_limit(model) or policy.default_max_completion_tokens
         counter = self._counters.for_model(model)
-        return estimate_reservation(fmt, body, counter.count_text, default_output).tokens
+        found = estimate_reservation(fmt, body, counter.count_text, default_output, policy.reference_floor_tokens)
+        return ReservationEstimate(found.input_tokens + chain_tokens, found.output_tokens)
+
+    def with_output_cap(self, call: BudgetedCall, body: dict[str, Any], fmt: WireFormat) -> dict[str, Any]:
+        """``body`` as forwarded under a budget: a model whose output limit is unknown, asked with
+        no cap, gets the policy's ``default_max_completion_tokens`` as its cap (what is reserved),
+        so its output is bounded by the reservation; any other body as it is."""
+        fields = OUTPUT_CAPS[fmt]
+        if any(body.get(name) is not None for name in fields) or not self._config.limits_for(call.identity):
+            return body
+        if self._output_limit(str(body.get("model") or "")):
+            return body
+        return {**body, fields[-1]: call.policy.default_max_completion_tokens}
 
     async def reserve(self, call: BudgetedCall, prompt_tokens: int, body: Mapping[str, Any],
-                      fmt: WireFormat = WireFormat.CHAT) -> Hold | None:
+                      fmt: WireFormat = WireFormat.CHAT, chain_tokens: int = 0) -> Hold | None:
         """Hold what ``body`` (as forwarded) can cost on every budget of the caller;
         ``prompt_tokens`` (the pruner's count of the messages) is a floor under the estimate."""
         limits = self._config.limits_for(call.identity)
         if not limits:
             return None
-        tokens = max(self.estimate(body, call.policy.default_max_completion_tokens, fmt), prompt_tokens)
-        return await self._hold(call, limits, tokens)
+        found = self.estimate(body, call.policy, fmt, chain_tokens)
+        hold = await self._hold(call, limits, max(found.tokens, prompt_tokens))
+        if hold is not None:
+            hold.input_estimate = max(found.input_tokens, prompt_tokens)
+        return hold
 
     async def _hold(self, call: BudgetedCall, limits: tuple[BudgetLimit, ...], tokens: int) -> Hold | None:
         org = self._org_label(call.identity.org)
@@ -165,16 +189,34 @@ class BudgetGuard:
             self._metrics.budget_remaining.labels(org=org, window=status.limit.window.value).set(status.remaining)
         return Hold(limits, reservation, reservation.remaining_tokens, tokens)
 
-    async def settle(self, hold: Hold | None, actual_tokens: int | None) -> None:
-        """Charge the provider's usage (``None``: it reported junk) bounded by the estimate."""
+    def bounded(self, reported: int | None, estimate: int) -> Charge:
+        """What a reported total charges (the sanity ceiling; junk as ``estimate``), an
+        anomaly counted in ``sieve_usage_anomalies_total``."""
+        charge = bounded_usage(reported, estimate, self._ceiling)
+        if charge.anomaly is not None:
+            self._metrics.usage_anomalies.labels(reason=charge.anomaly.value).inc()
+            log.warning("provider usage %r is %s: charged %d tokens", reported, charge.anomaly.value, charge.tokens)
+        return charge
+
+    @property
+    def ceiling(self) -> int:
+        return self._ceiling
+
+    async def settle(self, hold: Hold | None, actual_tokens: int | None) -> Charge | None:
+        """Charge the provider's usage (``None``: it reported junk) under the sanity ceiling;
+        what was charged (None: no budget applies, or the hold was settled already)."""
+        if hold is None or hold.done:
+            return None
+        charge = self.bounded(actual_tokens, hold.estimate)
+        await self.settle_charge(hold, charge)
+        return charge
+
+    async def settle_charge(self, hold: Hold | None, charge: Charge) -> None:
+        """Settle ``hold`` at a charge already bounded (``bounded``)."""
         if hold is None or hold.done:
             return
         hold.done = True
-        tokens, anomaly = bounded_usage(actual_tokens, hold.estimate)
-        if anomaly is not None:
-            self._metrics.usage_anomalies.labels(reason=anomaly.value).inc()
-            log.warning("provider usage %r is %s: charged the reservation's estimate, %d tokens",
-                        actual_tokens, anomaly.value, tokens)
+        tokens = charge.tokens
         owed = _Owed(hold.limits, tokens, hold.reserved_at, hold.reservation)
         if hold.reservation is None:
             self._remember(owed)

@@ -31,16 +31,17 @@ def main(argv: list[str] | None = None) -> int:
                        help="allow a gateway without virtual keys on a non-loopback address")
     prune = sub.add_parser("prune", help="print the pruned request and report for a request body")
     prune.add_argument("file", help="the request body (JSON); - reads standard input")
-    prune.add_argument("--format", choices=("chat", "messages", "responses"), default="chat",
-                       help="the body's wire format (the pruned body is printed in it)")
-    prune.add_argument("--target", type=int)
+    prune.add_argument("--format", choices=("chat", "messages", "responses"), default=None,
+                       help="the body's wire format (the pruned body is printed in it); by default read from "
+                            "the body, which must then show one format only")
+    prune.add_argument("--target", type=_positive_int, help="the target in tokens (a positive integer)")
     prune.add_argument("--strategy", choices=("none", "window", "relevance"))
     prune.add_argument("--policy", default=None)
     replay = sub.add_parser("replay", help="estimate savings from recorded requests (JSON lines), or report "
                                            "a shadow-mode audit log's would-be savings")
     replay.add_argument("file", type=Path)
     replay.add_argument("--policy", default=None)
-    replay.add_argument("--target", type=int)
+    replay.add_argument("--target", type=_positive_int)
     replay.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -51,13 +52,24 @@ def main(argv: list[str] | None = None) -> int:
             from gateway.wire.formats import WireFormat  # noqa: PLC0415
 
             return prune_file(args.file, _settings(None), args.policy, args.target, args.strategy,
-                              fmt=WireFormat(args.format))
+                              fmt=WireFormat(args.format) if args.format else None)
         from gateway.offline import replay_file  # noqa: PLC0415
 
         return replay_file(args.file, _settings(None), args.policy, args.target, not args.no_progress)
     except ConfigError as exc:
         print(f"sieve: configuration error: {exc}", file=sys.stderr)
         return 2
+
+
+def _positive_int(text: str) -> int:
+    """A target as x-sieve-target-tokens takes it: a positive integer (else argparse's one-line error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
 
 
 def _settings(args: argparse.Namespace | None) -> Settings:
@@ -79,8 +91,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     from gateway.app import create_app, uvicorn_config  # noqa: PLC0415
     from gateway.identity import is_open  # noqa: PLC0415
+    from gateway.services import check_config  # noqa: PLC0415
+    from gateway.telemetry.access_log import access_lines_to  # noqa: PLC0415
 
     settings = _settings(args)
+    check_config(settings)  # a ConfigError is one line (main), not a failed lifespan's traceback
     if is_open(settings) and not settings.bind_is_loopback and not settings.allow_open:
         print(f"sieve: refusing to listen on {settings.host} (only a literal loopback address or localhost "
               "counts as loopback): no virtual keys are configured, so anyone "
@@ -88,7 +103,9 @@ def _serve(args: argparse.Namespace) -> int:
               "(SIEVE_KEYS_FILE or `keys:` in the config), or pass --allow-open / SIEVE_ALLOW_OPEN=1 "
               "if a network policy protects the gateway.", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s",
+                        stream=sys.stderr)
+    access_lines_to(sys.stdout)  # JSON lines alone on stdout; every other record on stderr
     for warning in settings.startup_warnings():
         logging.getLogger("sieve").warning(warning)
     # On SIGTERM/SIGINT uvicorn closes the listening socket, lets open responses run for

@@ -6,6 +6,7 @@
     ├── ConfigError                 (start-up only: bad config or policy file)
     ├── InvalidRequest        400   invalid_request_error
     │   ├── UnknownModel      404   invalid_request_error / model_not_found
+    │   ├── UnknownStoredResponse 404 invalid_request_error (a stored response id not the caller's)
     │   ├── RequestTimeout    408   invalid_request_error / request_timeout
     │   └── ClientClosedRequest 499 invalid_request_error / client_closed_request
     ├── Unauthorized          401   authentication_error
@@ -65,6 +66,13 @@ class InvalidRequest(SieveError):
 class UnknownModel(InvalidRequest):
     status = 404
     code = "model_not_found"
+
+
+class UnknownStoredResponse(InvalidRequest):
+    """A stored response or conversation id the caller may not use: one Sieve never relayed,
+    or another org's; the same answer either way, so it says nothing of what exists."""
+
+    status = 404
 
 
 class RequestTimeout(InvalidRequest):
@@ -144,8 +152,13 @@ class UpstreamUnavailable(SieveError):
 
 
 class UpstreamTooLarge(UpstreamUnavailable):
-    """A whole answer over ``SIEVE_MAX_UPSTREAM_BODY_BYTES``: not read on, not relayed."""
+    """A whole answer over ``SIEVE_MAX_UPSTREAM_BODY_BYTES``: not read on, not relayed.
+    ``upstream_status``: the provider's own status (a success is billed though never read)."""
     code = "upstream_response_too_large"
+
+    def __init__(self, message: str, upstream_status: int = 200) -> None:
+        super().__init__(message)
+        self.upstream_status = upstream_status
 
 
 class UpstreamErrorPage(UpstreamUnavailable):

@@ -18,11 +18,10 @@ The proxy calls this at three points of one request:
   appends the call and its result, and asks again, up to ``expand_max_rounds``
   rounds; the client gets the last round's answer only, and the exchange is pinned.
 
-Mixed answers: a turn that calls ``sieve_expand`` beside client tools is not
-returned; Sieve appends its own calls only (with their results) and asks again, and
-the model, now with the content in view, calls the client's tools again if it still
-needs them. A call that cannot get another round (rounds used up, no budget left) is
-removed from the answer, the client's calls of that turn kept.
+Mixed answers: a turn that calls ``sieve_expand`` beside client tools is not returned;
+Sieve appends its own calls only (with their results) and asks again. A call that cannot
+get another round (rounds used up, no budget left) is removed from the answer, the
+client's calls of that turn kept.
 
 Budgets: every round holds its own reservation. Before asking again, the round
 just answered is settled at its usage and the next round reserved
@@ -39,7 +38,8 @@ call later in it (text, then the tool, is Claude's habit): with a round left, th
 round is read to its end at the call, answered, and the next round follows what was
 already sent, in the same message (Messages blocks, chat calls, Responses items and
 sequence numbers numbered on), and that exchange is pinned like the others; with none
-left, the call is taken out of the events (counted ``unhandled``).
+left, the call is taken out of the events (counted ``unhandled``). What is held back or
+kept to splice is bounded (``MAX_HELD_BYTES``).
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ from gateway.telemetry.usage import usage_from_provider
 from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, chat_end, continued_blocks, \
     continued_chunks, continued_items, message_end, responses_end, ToolAnswer, history_of, tool_definition, \
     with_pins, with_tool
+from gateway.wire.expand_filter import MAX_HELD_BYTES, held_back
 from gateway.wire.formats import WireFormat
 
 log = logging.getLogger("sieve.expander")
@@ -194,10 +195,15 @@ class Expander:
         fmt = session.call.format
         calls = CallFilter(fmt, splice=send is not None)
         seen: list[bytes] = []
+        kept = 0
         try:
             async for chunk in chunks:
                 if send is not None:
                     seen.append(chunk)
+                    kept += len(chunk)
+                    if kept > MAX_HELD_BYTES and not calls.held:  # too long to keep: a later call is taken out
+                        send, seen = None, []
+                        calls.stop_splicing()
                 out = calls.feed(chunk)
                 if out:
                     yield out
@@ -211,7 +217,7 @@ class Expander:
             events = EventReader(CODECS[fmt].stream())
             for chunk in seen:
                 events.feed(chunk)
-            async for chunk in chunks:  # the rest of the round: Sieve's call, read whole
+            async for chunk in held_back(chunks, MAX_HELD_BYTES):  # the rest of the round: Sieve's call, read whole
                 events.feed(chunk)
             assert send is not None
             async for out in self._spliced(session, record, body, events.reader.payload(), calls, send):
@@ -333,15 +339,21 @@ async def _read_answer(codec: Codec, response: UpstreamResponse) -> tuple[Upstre
             return response, None
     chunks = response.chunks.__aiter__()
     held: list[bytes] = []
+    size = 0
     events = EventReader(codec.stream())
     async for chunk in _until(chunks, events):
         held.append(chunk)
+        size += len(chunk)
+        if size > MAX_HELD_BYTES:  # undecided this long (a long thinking): relayed, not held
+            break
     if events.reader.decided is not True:
         return UpstreamResponse(response.status, response.headers, chunks=_replay(held, chunks),
                                 release=response.release), None
-    async for chunk in chunks:
-        events.feed(chunk)
-    _release(response)
+    try:
+        async for chunk in held_back(chunks, MAX_HELD_BYTES - size):
+            events.feed(chunk)
+    finally:
+        _release(response)
     return response, codec.answer(events.reader.payload())
 
 

@@ -36,26 +36,32 @@ from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.usage import Usage
 from gateway.wire.continuation import more_steps_follow
 from gateway.wire.formats import WireFormat, adapter_for
+from gateway.wire.formats.detect import AmbiguousFormat, detect_format
 
 
 STDIN = "-"
 
 
 def prune_file(path: Path | str, settings: Settings, policy_name: str | None, target: int | None,
-               strategy: str | None, out: TextIO | None = None, fmt: WireFormat = WireFormat.CHAT,
+               strategy: str | None, out: TextIO | None = None, fmt: WireFormat | None = None,
                stdin: BinaryIO | None = None) -> int:
-    """Print the pruned body (in ``fmt``, the body's own format) and the report of the request
-    body in ``path`` (``-``: standard input); a body Sieve cannot read is one line on stderr
-    and status 1."""
+    """Print the pruned body (in ``fmt``, the body's own format: read from the body when None,
+    ``gateway.wire.formats.detect``) and the report of the request body in ``path`` (``-``:
+    standard input); a body Sieve cannot read is one line on stderr and status 1."""
     out = out or sys.stdout
     name = "stdin" if str(path) == STDIN else str(path)
-    adapter = adapter_for(fmt)
     try:
         raw = (stdin or sys.stdin.buffer).read() if str(path) == STDIN else Path(path).read_bytes()
         body = orjson.loads(raw)
         if not isinstance(body, dict):
             raise InvalidRequest(f"the request body must be a JSON object, not {_json_kind(body)}")
+        if fmt is None:
+            fmt = detect_format(body)
+        adapter = adapter_for(fmt)
         view = adapter.read(body)
+    except AmbiguousFormat as exc:
+        print(f"sieve prune: {name}: {exc.message}: pass --format chat, messages or responses", file=sys.stderr)
+        return 1
     except (OSError, orjson.JSONDecodeError, SieveError) as exc:
         print(f"sieve prune: {name}: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 1

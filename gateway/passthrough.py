@@ -14,9 +14,11 @@ and their answers (an event stream included) come back unchanged, with
                                                 "/resp_123", "", headers, None, route="/v1/responses/{id}"))
 
 Budgets: a billed route (``compact`` runs the model over its input) reserves what
-its body can cost, as ``POST /v1/responses`` would (the Responses estimate), so a
-spent budget refuses it with 429, and settles on the ``usage`` it answers (released
-on an error). The other routes cost nothing at the provider: a spent budget does not
+its body can cost, as ``POST /v1/responses`` would (the Responses estimate, and the
+stored history its ``previous_response_id`` names), so a spent budget refuses it with
+429, and settles on the ``usage`` it answers (released on an error; a success too large
+to read is charged the reservation). Stored responses are their owner's
+(``gateway.stored_responses``): a path or body naming one that is not the caller's is a 404. The other routes cost nothing at the provider: a spent budget does not
 refuse them (a client that cannot count tokens or read its stored response is no
 cheaper). Every request is counted (``sieve_passthrough_requests_total{org, route,
 outcome}``) and has an audit line naming its route; its access line is the guard's.
@@ -33,10 +35,11 @@ import orjson
 
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.deferred import Deferred
-from gateway.errors import BudgetExceeded, SieveError, StoreUnavailable
+from gateway.errors import BudgetExceeded, SieveError, StoreUnavailable, UpstreamTooLarge
 from gateway.proxy import Reply
 from gateway.pruning.policy import Policy
 from gateway.pruning.vocabulary import Strategy
+from gateway.stored_responses import StoredResponses
 from gateway.telemetry.audit import AuditEntry, AuditLog, Timings
 from gateway.telemetry.metrics import Outcome
 from gateway.telemetry.recording import RequestRecorder
@@ -65,32 +68,38 @@ class PassThroughCall:
     route: str = ""                   # the route template (metrics' and the audit line's route)
     policy: Policy = field(default_factory=Policy)  # the caller's (a billed route's reservation reads it)
     billed: bool = False              # the provider bills it (runs the model): reserved and settled
+    response_id: str | None = None    # the stored response the path names (its owner's only)
     started: float = field(default_factory=time.perf_counter)
 
 
 class PassThrough:
     def __init__(self, router: ModelRouter, http: OpenAICompatibleUpstream, budgets: BudgetGuard,
-                 recorder: RequestRecorder, audit: AuditLog, deferred: Deferred) -> None:
+                 recorder: RequestRecorder, audit: AuditLog, deferred: Deferred,
+                 stored: StoredResponses | None = None) -> None:
         self._router = router
         self._http = http
         self._budgets = budgets
         self._recorder = recorder
         self._audit = audit
         self._deferred = deferred
+        self._stored = stored
 
     async def forward(self, call: PassThroughCall) -> Reply:
         route = self._route(call)
+        chain = await self._owned(call)
         body = call.body
         if body is not None and route.upstream_model:
             body = {**body, "model": route.upstream_model}
-        hold = await self._reserve(call, body)
+        hold = await self._reserve(call, body, chain)
         url = (route.url or "") + call.suffix + (f"?{call.query}" if call.query else "")
         headers = provider_headers(route, call.identity, call.headers)
         try:
             response = await self._http.relay(call.method, url, orjson.dumps(body) if body is not None else None,
                                               headers, call.format)
         except BaseException as exc:  # also a cancellation: the reservation is released all the same
-            self._finish(call, hold, exc.status if isinstance(exc, SieveError) else 500, None)
+            # ... but a success too large to read was billed: charged the reservation.
+            unread = isinstance(exc, UpstreamTooLarge) and exc.upstream_status < 400
+            self._finish(call, hold, exc.status if isinstance(exc, SieveError) else 500, None, unread)
             if isinstance(exc, SieveError):
                 exc.headers["x-sieve-request-id"] = call.request_id
             raise
@@ -98,6 +107,9 @@ class PassThrough:
         if hold is not None and hold.remaining_tokens is not None:
             out["x-sieve-budget-remaining-tokens"] = str(hold.remaining_tokens)
         if response.chunks is None:
+            if call.method == "DELETE" and call.response_id is not None and response.status < 300 and \
+                    self._stored is not None:
+                await self._stored.forget(call.response_id)
             self._finish(call, hold, response.status, response.body)
             return Reply(response.status, out, body=response.body or b"")
         return Reply(response.status, out, stream=_relay(response, call.format),
@@ -109,31 +121,46 @@ class PassThrough:
             return self._router.resolve(model, call.format)
         return self._router.default_route(call.format)
 
-    async def _reserve(self, call: PassThroughCall, body: dict[str, Any] | None) -> Hold | None:
-        """A billed route's reservation, on its format's estimate; a refusal is counted here
-        (the error handler counts only the forwarding routes)."""
+    async def _owned(self, call: PassThroughCall) -> int:
+        """The stored response the path names, and any the body continues, checked to be the
+        caller's (404 if not, counted here); what the body continues, in tokens."""
+        if self._stored is None or call.format is not WireFormat.RESPONSES:
+            return 0
+        try:
+            if call.response_id is not None:
+                await self._stored.owned(call.identity, call.policy, call.response_id)
+            return await self._stored.continued(call.identity, call.policy, call.body) if call.body else 0
+        except SieveError as exc:
+            self._record(call, Outcome.CLIENT_ERROR if exc.status < 500 else Outcome.FAIL_CLOSED, 0, exc.status)
+            raise
+
+    async def _reserve(self, call: PassThroughCall, body: dict[str, Any] | None, chain: int = 0) -> Hold | None:
+        """A billed route's reservation, on its format's estimate (and the stored history it
+        continues); a refusal is counted here (the error handler counts only the forwarding routes)."""
         if not call.billed or body is None:
             return None
         try:
-            return await self._budgets.reserve(call, 0, body, call.format)
+            return await self._budgets.reserve(call, 0, body, call.format, chain)
         except (BudgetExceeded, StoreUnavailable) as exc:
             refused = Outcome.BUDGET_REJECTED if isinstance(exc, BudgetExceeded) else Outcome.FAIL_CLOSED
             self._record(call, refused, 0, exc.status)
             raise
 
-    def _finish(self, call: PassThroughCall, hold: Hold | None, status: int, answer: bytes | None) -> None:
+    def _finish(self, call: PassThroughCall, hold: Hold | None, status: int, answer: bytes | None,
+                unread: bool = False) -> None:
         """Account the request once its answer is known (a stream's: once it ended), deferred
         so a client that leaves does not skip the settle."""
-        self._deferred.spawn(self._account(call, hold, status, answer))
+        self._deferred.spawn(self._account(call, hold, status, answer, unread))
 
-    async def _account(self, call: PassThroughCall, hold: Hold | None, status: int, answer: bytes | None) -> None:
+    async def _account(self, call: PassThroughCall, hold: Hold | None, status: int, answer: bytes | None,
+                       unread: bool = False) -> None:
         ok = 200 <= status < 400
         usage_fields = _usage_of(answer) if ok else None
         usage = usage_from_provider(usage_fields)
         if usage is not None:
             readable = usage_is_readable(usage_fields)
             await self._budgets.settle(hold, usage.prompt_tokens + usage.completion_tokens if readable else None)
-        elif ok and answer is not None and hold is not None:
+        elif (ok and answer is not None or unread) and hold is not None:
             await self._budgets.settle(hold, hold.estimate)  # billed, but not said how much: the most it could be
         else:
             await self._budgets.release(hold)

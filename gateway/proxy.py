@@ -33,16 +33,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncGenerator, Callable, Mapping
 
-from gateway.accounting import Accountant, RequestRecord
+from gateway.accounting import Accountant, RequestRecord, chain_tokens
 from gateway.budget_guard import BudgetGuard, Hold
 from gateway.deferred import Deferred
-from gateway.errors import SieveError, UpstreamUnavailable
+from gateway.errors import SieveError, UpstreamTooLarge, UpstreamUnavailable
 from gateway.expand_record import ExpandRecord
 from gateway.expander import Expander, Session
 from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.expansion import shown_with_refs
 from gateway.pruning.result import PruneResult
 from gateway.pruning.vocabulary import Cohort, PolicyMode
+from gateway.stored_responses import StoredResponses
 from gateway.telemetry.metrics import FailOpen, Outcome
 from gateway.telemetry.redaction import without_secrets
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
@@ -75,8 +76,9 @@ class Reply:
 
 class ChatProxy:
     def __init__(self, *, router: ModelRouter, pruner: Pruner, accountant: Accountant, budgets: BudgetGuard,
-                 deferred: Deferred, expander: Expander | None = None) -> None:
+                 deferred: Deferred, expander: Expander | None = None, stored: StoredResponses | None = None) -> None:
         self._router = router
+        self._stored = stored
         self._expander = expander
         self._pruner = pruner
         self._accountant = accountant
@@ -86,11 +88,12 @@ class ChatProxy:
         self._open: dict[int, RequestRecord] = {}
 
     async def prune_only(self, call: ChatCall) -> PruneOutcome:
-        """What would be forwarded; no upstream needed, so any model name is accepted. Under a
+        """What would be forwarded; no upstream needed, so any model name is accepted. A dry run
+        writes nothing: the conversation's plan is read, not saved (``Pruner.prune``). Under a
         policy with ``sieve_expand`` the markers name their refs, as forwarded (the counts hold
         them already); the tool schema and the conversation's pinned exchanges are left out: a
         dry run reads and writes no expansion record."""
-        outcome = await self._pruner.prune(call)
+        outcome = await self._pruner.prune(call, dry_run=True)
         if call.policy.expand_tool and outcome.unpruned_reason is None:
             shown_with_refs(outcome.result)
         return outcome
@@ -98,6 +101,7 @@ class ChatProxy:
     async def complete(self, call: ChatCall) -> Reply:
         ingress = INGRESSES[call.format]
         route = self._router.resolve(call.body["model"], call.format)
+        chain = await self._continued(call)
         outcome, pinned = await self._prune(call, ingress)
         expansion = await self._expander.open(call, outcome, pinned) if self._expander is not None else None
         try:
@@ -110,9 +114,10 @@ class ChatProxy:
             outcome = await self._pruner.pass_through(call, WRITE_FAILED, FailOpen.PRUNING_ERROR)
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
             expansion = None
-        hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded, call.format)
+        forwarded = self._budgets.with_output_cap(call, forwarded, call.format)
+        hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded, call.format, chain)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold,
-                               answer_chars=ingress.answer_chars,
+                               answer_chars=ingress.answer_chars, stores_response=_stores_response(call),
                                shadow_pending=outcome.cohort is Cohort.SHADOW and outcome.unpruned_reason == SHADOW)
         call.forwarded = True  # from here on, the accounting writes its access line
         self._open[id(record)] = record
@@ -127,11 +132,28 @@ class ChatProxy:
             if response.status >= 400 and route.api_key:
                 body = without_secrets(body, [route.api_key])
             record.set_response_body(body)
+            await self._claim(record, record.response_id)  # before the client can name it
             self._account(record)
             return Reply(response.status, {**response.headers, **headers}, body=body)
         return Reply(response.status, {**response.headers, **headers},
                      stream=self._relay(response, record, ingress.tap(strip_usage)),
                      on_close=lambda: self._account(record))
+
+    async def _continued(self, call: ChatCall) -> int:
+        """The stored history a Responses request continues, in tokens; 404 when it names a
+        stored response or conversation that is not the caller's (gateway.stored_responses)."""
+        if call.format is not WireFormat.RESPONSES or self._stored is None:
+            return 0
+        return await self._stored.continued(call.identity, call.policy, call.sent_body)
+
+    async def _claim(self, record: RequestRecord, response_id: Any) -> None:
+        """A relayed response is the caller's from the moment its id is known (its size is the
+        most it can be until the accounting learns the real one)."""
+        if not record.stores_response or self._stored is None or not isinstance(response_id, str):
+            return
+        record.response_id, record.claimed_final = response_id, record.usage_final
+        await self._stored.record(record.call.identity.org, response_id, chain_tokens(record, self._budgets.ceiling),
+                                  record.call.sent_body.get("conversation"))
 
     async def _expand(self, expansion: Session, record: RequestRecord, forwarded: dict[str, Any],
                       response: UpstreamResponse, headers: Mapping[str, str]) -> UpstreamResponse:
@@ -140,9 +162,11 @@ class ChatProxy:
         try:
             return await self._expander.answer(expansion, record, forwarded, response,
                                                lambda body: self._forward(record, body, headers))
-        except BaseException:
+        except BaseException as exc:
             record.outcome_label = record.outcome_label or Outcome.UPSTREAM_ERROR
-            record.error_status = record.error_status or 500
+            record.error_status = record.error_status or (exc.status if isinstance(exc, SieveError) else 500)
+            # A round the provider answered and Sieve could not finish reading was billed all the same.
+            record.billed_unread = response.status == 200 and isinstance(exc, UpstreamUnavailable)
             self._account(record)
             raise
 
@@ -188,10 +212,12 @@ class ChatProxy:
             return await self._router.upstream_for(route).send(route, call, body)
         except BaseException as exc:
             # Also a bug or a cancellation (uvicorn cancels what outlives its graceful-shutdown
-            # timeout): the reservation is released and the request counted all the same.
+            # timeout): the reservation is released and the request counted all the same; but a
+            # success too large to read was billed, so it is charged (at the reservation).
             record.upstream_s = time.perf_counter() - record.upstream_started
             record.outcome_label = Outcome.UPSTREAM_ERROR
             record.error_status = exc.status if isinstance(exc, SieveError) else 500
+            record.billed_unread = isinstance(exc, UpstreamTooLarge) and exc.upstream_status < 400
             self._account(record)
             if isinstance(exc, SieveError):
                 exc.headers.update(headers)
@@ -252,6 +278,8 @@ class ChatProxy:
             assert response.chunks is not None
             async for chunk in response.chunks:
                 out = tap.feed(chunk)
+                if record.stores_response and record.response_id is None:
+                    await self._claim(record, (getattr(tap, "response", None) or {}).get("id"))
                 if out:
                     yield out
             tail = tap.flush()
@@ -278,8 +306,8 @@ class ChatProxy:
             raise
         finally:
             record.upstream_s = time.perf_counter() - record.upstream_started
-            record.stream_usage = tap.usage
-            record.completion_estimate = tap.delta_events
+            record.stream_usage, record.usage_final = tap.usage, tap.usage_final
+            record.tap = tap
             record.completed = completed
             if response.release is not None:
                 _close_quietly(response.release)
@@ -303,6 +331,11 @@ def _upstream_body(call: ChatCall, ingress: Ingress, result: PruneResult,
     if route.upstream_model:
         forwarded = {**forwarded, "model": route.upstream_model}
     return forwarded, strip_usage
+
+
+def _stores_response(call: ChatCall) -> bool:
+    """A Responses request whose response the provider keeps (``store`` is true by default)."""
+    return call.format is WireFormat.RESPONSES and call.sent_body.get("store") is not False
 
 
 def _client_wants_usage(body: Mapping[str, Any]) -> bool:

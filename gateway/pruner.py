@@ -34,12 +34,12 @@ from gateway.pruning.policy import OVERRIDES, Policy, Steering
 from gateway.pruning.scoring import LocalScorer, Scorer, UnitScore
 from gateway.pruning.semantic import SemanticOutcome, SemanticScorer
 from gateway.pruning.tokens import TokenCounter, TokenCounters
-from gateway.pruning.vocabulary import Cohort, Mode, Strategy
+from gateway.pruning.vocabulary import Cohort, Mode, PolicyMode, Strategy
 from gateway.scorers.llm import CapturingScorer, LLMScorer, ScorerRun
 from gateway.scorers.summaries import Summarizer, SummaryRun
 from gateway.state.protocols import ConversationStore
 from gateway.telemetry.metrics import FailOpen, Metrics
-from gateway.wire.call import ChatCall
+from gateway.wire.call import ChatCall, Identity
 from gateway.wire.continuation import more_steps_follow
 from gateway.wire.headers import SieveHeaders
 
@@ -70,6 +70,8 @@ class Pruner:
                  metrics: Metrics, llm: LLMScorer | None = None, summarizer: Summarizer | None = None,
                  big: BigBodies | None = None, embedder: Embedder | None = None) -> None:
         self._counters = counters
+        # The key of the cohort hash (gateway.pruning.cohort), set once at start-up (gateway.services).
+        self.cohort_secret = b""
         self._big = big or BigBodies(max_bytes=8 * 1024 * 1024)  # the default SIEVE_MAX_PRUNE_BYTES_IN_FLIGHT
         self._scorer = scorer
         self._store = store
@@ -79,17 +81,30 @@ class Pruner:
         self._embedder = embedder
 
     async def prune(self, call: ChatCall, target_tokens: int | None = None,
-                    pinned: tuple[PinnedRoom, ...] = ()) -> PruneOutcome:
+                    pinned: tuple[PinnedRoom, ...] = (), *, dry_run: bool = False) -> PruneOutcome:
         """Prune ``call``'s body under its conversation's frozen plan. ``target_tokens``,
         when given, is a target Sieve itself imposes (a budget running low): it replaces
         the request's own and is no client override. ``pinned``: the conversation's pinned
-        sieve_expand exchanges (``gateway.expander``), held under the target."""
+        sieve_expand exchanges (``gateway.expander``), held under the target.
+
+        ``dry_run`` (``/v1/prune``): the decision a pruned conversation would get, and its
+        cohort neither applied nor told (a client must not learn which conversations go
+        unpruned before it sends them). A dry run never writes the live conversation's plan
+        (its next step must find the plan its last forward left): it reads its own rehearsal
+        plan (``rehearsal_key``), else the live one, and moves only the rehearsal on, so a
+        conversation replayed step by step through ``/v1/prune`` (``replay.py``) plays out
+        its epochs as forwards would."""
         check_overrides(call.sieve, call.policy)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
-        cohort = cohort_of(call.policy, key)
-        if cohort is Cohort.CONTROL:
+        cohort = cohort_of(call.policy, key, self.cohort_secret)
+        if dry_run:
+            cohort = Cohort.SHADOW if call.policy.mode is PolicyMode.SHADOW else Cohort.PRUNED
+        elif cohort is Cohort.CONTROL:
             return await self.pass_through(call, CONTROL)
-        raw, failed = await self._load(key)
+        saved_as = rehearsal_key(key, call.identity) if dry_run else key
+        raw, failed = await self._load(saved_as)
+        if dry_run and raw is None and failed is None:
+            raw, failed = await self._load(key)
         state = FrozenPlan.from_bytes(raw) if raw else None
         # Read before the pipeline runs: a frozen replay moves the plan on to this request.
         previous = list(state.fingerprints) if state is not None else None
@@ -106,7 +121,7 @@ class Pruner:
         summary_run = await self._summarize(run, result)
         prune_s = time.perf_counter() - t0
         self._metrics.prune_seconds.observe(prune_s)
-        if failed is not FailOpen.STATE_STORE and not await self._save(key, result, call.policy):
+        if failed is not FailOpen.STATE_STORE and not await self._save(saved_as, result, call.policy):
             failed = failed or FailOpen.STATE_STORE
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run, cohort=cohort)
 
@@ -125,7 +140,7 @@ class Pruner:
         self._metrics.prune_seconds.observe(prune_s)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
         return PruneOutcome(result, key, None, prune_s, failed, unpruned_reason=reason,
-                            cohort=cohort_of(call.policy, key))
+                            cohort=cohort_of(call.policy, key, self.cohort_secret))
 
     async def _load(self, key: str) -> tuple[bytes | None, FailOpen | None]:
         """The conversation's stored plan, and the fail-open reason when the store failed."""
@@ -250,6 +265,12 @@ def check_overrides(headers: SieveHeaders, policy: Policy) -> None:
         allowed = f"{low}..{high}" if high else f">= {low}"
         raise Forbidden(f"x-sieve-target-tokens {target} is outside what policy {policy.name!r} allows ({allowed})",
                         param="x-sieve-target-tokens", code="override_not_allowed")
+
+
+def rehearsal_key(key: str, identity: Identity) -> str:
+    """Where a dry run keeps its plan: beside the live conversation's, per calling key, so
+    neither a rehearsal nor another key's rehearsal can move a live prefix or each other."""
+    return f"{key}|dry|{identity.team or ''}|{identity.key_name or ''}"
 
 
 def conversation_key(org: str, body: Mapping[str, Any], conversation_id: str | None) -> str:

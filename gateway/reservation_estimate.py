@@ -29,10 +29,15 @@ Claude's tokenizer is not public: Anthropic Messages text counts x
 system prompt. Other providers' tokenizers may count more than these: for them
 the estimate is a margin, not a promise.
 
-What the body does not show cannot be counted: a Responses request's
-``previous_response_id`` (the earlier turns the provider adds), a file or audio
-referenced by id, what a built-in tool (web search) adds. Those requests are
-charged their real usage at settle, and can overrun a budget by it.
+What the body does not show cannot be counted, so it is reserved at a floor (the
+policy's ``reference_floor_tokens``) each: a file or document referenced by id or URL
+(Chat ``file`` parts with a ``file_id``, Responses ``input_file`` with a ``file_id`` or
+``file_url``, Messages ``document`` blocks whose source is a URL or a file, a stored
+prompt), and a built-in tool the provider runs (Responses tools other than
+functions, Anthropic's server tools and MCP servers, Chat's ``web_search_options``).
+A continuation's stored history (``previous_response_id``, ``conversation``) is
+added by the caller, from the sizes Sieve learned relaying those responses
+(``gateway.stored_responses``). Every request is charged its real usage at settle.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from gateway.errors import InvalidRequest
 from gateway.image_tokens import data_url_size, image_tokens
 from gateway.wire.formats.base import WireFormat
 
-__all__ = ["ReservationEstimate", "estimate_reservation", "output_cap"]
+__all__ = ["OUTPUT_CAPS", "ReservationEstimate", "estimate_reservation", "output_cap"]
 
 CountText = Callable[[str], int]
 
@@ -62,6 +67,9 @@ TOOLS_FRAME_TOKENS = 32
 # current models; rounded up).
 CLAUDE_TOOLS_SYSTEM_TOKENS = 400
 CLAUDE_TEXT_MARGIN = 1.35
+# The fields that cap a format's output, the one Sieve would set itself last.
+OUTPUT_CAPS = {WireFormat.CHAT: ("max_completion_tokens", "max_tokens"), WireFormat.RESPONSES: ("max_output_tokens",),
+               WireFormat.MESSAGES: ("max_tokens",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +84,12 @@ class ReservationEstimate:
 
 
 def estimate_reservation(fmt: WireFormat, body: Mapping[str, Any], count_text: CountText,
-                         default_output_tokens: int) -> ReservationEstimate:
-    """The most ``body`` (as forwarded, in format ``fmt``) can be billed; ``InvalidRequest`` for
-    an output cap or ``n`` that is not a positive integer (the provider would refuse it too)."""
-    return _ESTIMATORS[fmt](body, _Counter(count_text, str(body.get("model") or "")), default_output_tokens)
+                         default_output_tokens: int, reference_floor: int = 0) -> ReservationEstimate:
+    """The most ``body`` (as forwarded, in format ``fmt``) can be billed, each reference to content
+    the body does not hold counted as ``reference_floor``; ``InvalidRequest`` for an output cap or
+    ``n`` that is not a positive integer (the provider would refuse it too)."""
+    counter = _Counter(count_text, str(body.get("model") or ""), floor=reference_floor)
+    return _ESTIMATORS[fmt](body, counter, default_output_tokens)
 
 
 def output_cap(body: Mapping[str, Any], fields: tuple[str, ...], default: int) -> int:
@@ -99,10 +109,15 @@ def output_cap(body: Mapping[str, Any], fields: tuple[str, ...], default: int) -
 class _Counter:
     """Counts the pieces of one body: text, JSON of structured fields, images."""
 
-    def __init__(self, count_text: CountText, model: str, margin: float = 1.0) -> None:
+    def __init__(self, count_text: CountText, model: str, margin: float = 1.0, floor: int = 0) -> None:
         self._count = count_text
         self.model = model
         self.margin = margin
+        self.floor = floor  # a file, document or tool result the body only names
+
+    def referenced(self, part: Any) -> int:
+        """A part that names content the provider adds (by id or URL): its JSON and the floor."""
+        return self.json(part) + self.floor
 
     def text(self, text: Any) -> int:
         if not isinstance(text, str) or not text:
@@ -139,7 +154,8 @@ def _chat(body: Mapping[str, Any], count: _Counter, default_output: int) -> Rese
     prompt += count.schemas(body.get("tools")) + count.schemas(body.get("functions"))
     prompt += count.json(body.get("response_format")) + count.json(body.get("tool_choice"))
     prompt += count.json(body.get("function_call"))
-    output = _choices(body) * output_cap(body, ("max_completion_tokens", "max_tokens"), default_output)
+    prompt += count.referenced(body["web_search_options"]) if body.get("web_search_options") is not None else 0
+    output = _choices(body) * output_cap(body, OUTPUT_CAPS[WireFormat.CHAT], default_output)
     return ReservationEstimate(prompt, output + count.json(body.get("prediction")))
 
 
@@ -164,8 +180,10 @@ def _chat_content(content: Any, count: _Counter) -> int:
             tokens += count.image(image.get("url"), image.get("detail"))
         elif isinstance(part, dict) and isinstance(part.get("text"), str) and len(part) <= 2:
             tokens += count.text(part["text"])  # {"type": "text", "text": ...}
+        elif isinstance(part, dict) and part.get("type") == "file" and _names_file(part.get("file")):
+            tokens += count.referenced(part)
         else:
-            tokens += count.json(part)  # audio, files, refusals, anything new: their JSON
+            tokens += count.json(part)  # audio, inline files, refusals, anything new: their JSON
     return tokens
 
 
@@ -190,9 +208,11 @@ def _responses(body: Mapping[str, Any], count: _Counter, default_output: int) ->
     elif isinstance(items, list):
         prompt += sum(_responses_item(item, count) for item in items)
     prompt += count.schemas(body.get("tools")) + count.json(body.get("tool_choice"))
+    prompt += count.floor * sum(1 for tool in _listed(body.get("tools")) if _responses_builtin(tool))
+    prompt += count.referenced(body["prompt"]) if isinstance(body.get("prompt"), dict) else 0  # a stored prompt
     text = body.get("text")
     prompt += count.json(text.get("format")) if isinstance(text, dict) else 0
-    output = output_cap(body, ("max_output_tokens",), default_output)
+    output = output_cap(body, OUTPUT_CAPS[WireFormat.RESPONSES], default_output)
     return ReservationEstimate(prompt, output)
 
 
@@ -208,6 +228,8 @@ def _responses_item(item: Any, count: _Counter) -> int:
             tokens += count.image(part.get("image_url"), part.get("detail"))
         elif isinstance(part, dict) and isinstance(part.get("text"), str) and len(part) <= 2:
             tokens += count.text(part["text"])
+        elif isinstance(part, dict) and part.get("type") == "input_file" and _names_file(part):
+            tokens += count.referenced(part)
         else:
             tokens += count.json(part)
     rest = {k: v for k, v in item.items() if k not in ("role", "content", "type")}
@@ -217,7 +239,7 @@ def _responses_item(item: Any, count: _Counter) -> int:
 # -- Anthropic Messages -----------------------------------------------------------------------
 
 def _messages(body: Mapping[str, Any], count: _Counter, default_output: int) -> ReservationEstimate:
-    claude = _Counter(count._count, count.model, CLAUDE_TEXT_MARGIN)
+    claude = _Counter(count._count, count.model, CLAUDE_TEXT_MARGIN, count.floor)
     system = body.get("system")
     prompt = REPLY_PRIMING_TOKENS + (claude.text(system) if isinstance(system, str) else
                                      _anthropic_blocks(system, claude))
@@ -229,8 +251,10 @@ def _messages(body: Mapping[str, Any], count: _Counter, default_output: int) -> 
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
         prompt += CLAUDE_TOOLS_SYSTEM_TOKENS + claude.schemas(tools)
+        prompt += claude.floor * sum(1 for tool in tools if _anthropic_server_tool(tool))
     prompt += claude.json(body.get("tool_choice"))
-    return ReservationEstimate(prompt, output_cap(body, ("max_tokens",), default_output))
+    prompt += sum(claude.referenced(server) for server in _listed(body.get("mcp_servers")))
+    return ReservationEstimate(prompt, output_cap(body, OUTPUT_CAPS[WireFormat.MESSAGES], default_output))
 
 
 def _anthropic_blocks(blocks: Any, count: _Counter) -> int:
@@ -247,6 +271,9 @@ def _anthropic_blocks(blocks: Any, count: _Counter) -> int:
         elif isinstance(block, dict) and isinstance(block.get("text"), str) and \
                 set(block) <= {"type", "text", "cache_control"}:
             tokens += count.text(block["text"])
+        elif isinstance(block, dict) and block.get("type") in ("document", "container_upload") and \
+                _anthropic_reference(block):
+            tokens += count.referenced(block)
         elif isinstance(block, dict) and block.get("type") == "tool_result":
             content = block.get("content")
             rest = {k: v for k, v in block.items() if k != "content"}
@@ -255,6 +282,41 @@ def _anthropic_blocks(blocks: Any, count: _Counter) -> int:
         else:
             tokens += count.json(block)  # tool_use, documents, thinking: their JSON
     return tokens
+
+
+# -- what only names content -------------------------------------------------------------------
+
+# Responses tools that are the client's own (it runs them and sends their output back, counted then).
+_CLIENT_TOOL_TYPES = ("function", "custom")
+# Anthropic's tools that the provider runs, adding what they fetch or compute to the prompt.
+_ANTHROPIC_SERVER_TOOLS = ("web_search", "web_fetch", "code_execution")
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _names_file(part: Any) -> bool:
+    """A Chat ``file`` or a Responses ``input_file`` that names its file (id, URL) instead of holding it."""
+    return isinstance(part, dict) and not part.get("file_data") and bool(part.get("file_id") or part.get("file_url"))
+
+
+def _responses_builtin(tool: Any) -> bool:
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    return isinstance(kind, str) and kind not in _CLIENT_TOOL_TYPES
+
+
+def _anthropic_server_tool(tool: Any) -> bool:
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    return isinstance(kind, str) and kind.startswith(_ANTHROPIC_SERVER_TOOLS)
+
+
+def _anthropic_reference(block: dict[str, Any]) -> bool:
+    """A document (or container upload) whose content the provider fetches: by URL or file id."""
+    source = block.get("source")
+    if block.get("type") == "container_upload":
+        return True
+    return isinstance(source, dict) and source.get("type") in ("url", "file")
 
 
 _ESTIMATORS: dict[WireFormat, Callable[[Mapping[str, Any], _Counter, int], ReservationEstimate]] = {

@@ -10,10 +10,10 @@ answers for its own concern (``PolicyBook``, the authenticator, ``ChatProxy``,
 
 from __future__ import annotations
 
+import logging
+import secrets
 from dataclasses import dataclass
 from typing import Any
-
-import logging
 
 import aiohttp
 
@@ -25,7 +25,7 @@ from gateway.budgets import BudgetConfig
 from gateway.deferred import Deferred
 from gateway.embedding.model import EmbeddingModel, ModelUnavailable
 from gateway.embedding.worker import Embedder, WorkerLimits
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, StoreUnavailable
 from gateway.identity import Authenticator, OpenAccess, authenticator_for
 from gateway.passthrough import PassThrough
 from gateway.policies import PolicyBook
@@ -37,13 +37,17 @@ from gateway.pruning.tokens import TokenCounters
 from gateway.scorers.llm import LLMScorer
 from gateway.scorers.summaries import Summarizer
 from gateway.settings import RouteKind, Settings, prepare_offline_environment
-from gateway.state.memory import MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore, MemoryScoreCache
-from gateway.state.protocols import BudgetStore, ConversationStore, KeyStore, ScoreCache
+from gateway.stored_responses import StoredResponses
+from gateway.state.memory import (MemoryAuthFailureLog, MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore,
+                                  MemoryResponseRegistry, MemoryScoreCache)
+from gateway.state.protocols import (AuthFailureLog, BudgetStore, ConversationStore, KeyStore, ResponseRegistry,
+                                     ScoreCache)
 from gateway.telemetry.audit import AuditLog
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.recording import LabelBounds, RequestRecorder
-from gateway.telemetry.redaction import protect_logs
+from gateway.telemetry.redaction import protect_logs, redact_url
+from gateway.upstream.credentials import check_url_credentials
 from gateway.upstream.litellm_route import LiteLLMUpstream
 from gateway.upstream.models import ModelCatalog
 from gateway.upstream.http1 import Http1Client
@@ -52,6 +56,9 @@ from gateway.upstream.router import ModelRouter
 from gateway.wire.chat import WireLimits
 
 log = logging.getLogger("sieve.services")
+COHORT_SECRET_KEY = "sieve:cohort-secret"
+OWN_KEYS = "the callers' own keys"
+COHORT_SECRET_TTL_S = 10 * 365 * 86_400
 
 # A route's dynamic label room: models routed to the default upstream that no config names
 # (none with strict_models: a model not configured is refused, and counted as "other").
@@ -64,6 +71,8 @@ class Stores:
     scores: ScoreCache
     budgets: BudgetStore
     keys: KeyStore
+    responses: ResponseRegistry
+    auth_failures: AuthFailureLog
     redis: Any = None  # RedisStores, which owns the connections, when configured
 
     @classmethod
@@ -71,12 +80,17 @@ class Stores:
         """In memory by default; Redis when ``SIEVE_REDIS_URL`` is set."""
         if not settings.redis_url:
             return cls(MemoryConversationStore(settings.state_max_entries, settings.state_max_bytes),
-                       MemoryScoreCache(), MemoryBudgetStore(), MemoryKeyStore())
+                       MemoryScoreCache(), MemoryBudgetStore(), MemoryKeyStore(), MemoryResponseRegistry(),
+                       MemoryAuthFailureLog())
         from gateway.state.redis_store import RedisStores  # noqa: PLC0415 - only with Redis
 
         # After a timeout, Redis is skipped for a second rather than waited for on every call.
+        from gateway.state.redis_registries import RedisAuthFailureLog, RedisResponseRegistry  # noqa: PLC0415
+
         redis = RedisStores.from_url(settings.redis_url, breaker_cooldown_s=1.0)
-        return cls(redis.conversations, redis.scores, redis.budgets, redis.keys, redis)
+        return cls(redis.conversations, redis.scores, redis.budgets, redis.keys,
+                   RedisResponseRegistry(redis.client, redis.prefix, redis.guard),
+                   RedisAuthFailureLog(redis.client, redis.prefix, redis.guard), redis)
 
 
 @dataclass
@@ -106,10 +120,13 @@ class Services:
     @classmethod
     async def start(cls, settings: Settings, metrics: Metrics | None = None) -> "Services":
         settings.check()
+        check_url_credentials(settings)
         prepare_offline_environment()  # before tiktoken or litellm load anything
         protect_logs(configured_secrets(settings))
         # What a bad config can refuse comes first, before any connection is opened.
         policies = PolicyBook.load(settings)
+        for line in in_use(settings, policies):
+            log.info(line)
         stores = Stores.open(settings)
         authenticator = authenticator_for(settings, stores.keys, policies.default.allow_anonymous)
         budget_config = BudgetConfig.from_mapping(settings.budgets)
@@ -121,7 +138,7 @@ class Services:
         counters = TokenCounters(engine=settings.token_engine)
         counters.warm()  # load the encodings now, not on the first request
         budgets = BudgetGuard(stores.budgets, budget_config, metrics, recorder.bounds.org, counters=counters,
-                              output_limit=prices.max_output_tokens)
+                              output_limit=prices.max_output_tokens, ceiling=settings.max_billed_tokens)
         audit = AuditLog.open(settings.audit_log, secrets=configured_secrets(settings))
         session = _http_session()
         deferred = Deferred()
@@ -130,18 +147,22 @@ class Services:
         if embedder is not None:
             await embedder.start()
         pruner = _pruner(counters, settings, stores, session, metrics, prices, big_bodies, embedder)
+        pruner.cohort_secret = await cohort_secret(settings, stores.conversations)
         forwarding = Http1Client(connect_timeout_s=settings.upstream_connect_timeout_s)
         fast_path = OpenAICompatibleUpstream(forwarding, settings.upstream_timeout_s, settings.max_upstream_body_bytes)
         router = _router(settings, fast_path)
+        stored = StoredResponses(stores.responses)
         proxy = ChatProxy(router=router, pruner=pruner,
-                          accountant=Accountant(recorder, prices, budgets, audit), budgets=budgets, deferred=deferred,
-                          expander=Expander(stores.conversations, budgets, metrics, counters))
-        return cls(settings, policies, authenticator, stores, proxy, PassThrough(router, fast_path, budgets, recorder, audit, deferred),
+                          accountant=Accountant(recorder, prices, budgets, audit, counters, stored), budgets=budgets,
+                          deferred=deferred, expander=Expander(stores.conversations, budgets, metrics, counters),
+                          stored=stored)
+        passthrough = PassThrough(router, fast_path, budgets, recorder, audit, deferred, stored)
+        return cls(settings, policies, authenticator, stores, proxy, passthrough,
                    ModelCatalog(settings, session), recorder, budgets, deferred, session, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
                               settings.max_json_depth, settings.max_request_chars),
-                   AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s), big_bodies,
-                   forwarding, embedder)
+                   AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s, stores.auth_failures),
+                   big_bodies, forwarding, embedder)
 
     async def stop(self) -> None:
         """The end of the lifespan. uvicorn has closed the listener and let open responses
@@ -160,6 +181,34 @@ class Services:
         if self.stores.redis is not None:
             await self.stores.redis.aclose()
         self.audit.close()
+
+
+def check_config(settings: Settings) -> None:
+    """Everything a bad configuration is refused for, checked before the server starts, so
+    that ``sieve serve`` says it in one line (``Services.start`` makes the same checks, in a
+    lifespan whose failure uvicorn reports as a traceback): the settings' combinations, the
+    policies, the budgets, the price overrides and the keys."""
+    settings.check()
+    check_url_credentials(settings)
+    PolicyBook.load(settings)
+    BudgetConfig.from_mapping(settings.budgets)
+    PriceBook({}, settings.prices)
+    authenticator_for(settings, MemoryKeyStore(), allow_anonymous=False)
+
+
+def in_use(settings: Settings, policies: PolicyBook) -> list[str]:
+    """What this gateway forwards to and prunes with, said at start-up (URLs without credentials)."""
+    default = redact_url(settings.upstream_base_url) if settings.upstream_base_url else "none"
+    key = "configured key" if settings.upstream_api_key else OWN_KEYS
+    models = ", ".join(f"{name} -> {redact_url(route.api_base) if route.api_base else route.kind.value}"
+                       for name, route in sorted(settings.models.items())) or "none configured"
+    orgs = ", ".join(f"{org}: {name}" for org, name in sorted(settings.org_policies.items())) or "none"
+    return [f"upstream (Chat Completions, Responses): {default} with {key}; models: {models}"
+            f"{' (strict: only these)' if settings.strict_models else ''}",
+            f"upstream (Anthropic Messages): {redact_url(settings.anthropic_base_url)} with "
+            f"{'configured key' if settings.anthropic_api_key else OWN_KEYS}",
+            f"policy: {policies.default.name} (from {settings.policies_dir}); per org: {orgs}; "
+            f"state: {'redis' if settings.redis_url else 'in memory'}"]
 
 
 def _http_session() -> aiohttp.ClientSession:
@@ -201,6 +250,23 @@ def _embedder(settings: Settings, policies: PolicyBook, stores: Stores, metrics:
     # With Redis, vectors are shared between replicas in the score store.
     return Embedder(model, metrics, shared=stores.scores if stores.redis is not None else None,
                     limits=WorkerLimits(max_queue=settings.embedding_queue, cpu_share=settings.embedding_cpu_share))
+
+
+async def cohort_secret(settings: Settings, shared: ConversationStore) -> bytes:
+    """The key of the cohort hash (gateway.pruning.cohort): ``SIEVE_COHORT_SECRET``; else one the
+    replicas share in the state store (the first to start writes it, each reads it back); else,
+    in memory or with the store down, this process's own (cohorts hold until a restart)."""
+    if settings.cohort_secret:
+        return settings.cohort_secret.encode()
+    try:
+        secret = await shared.get(COHORT_SECRET_KEY)
+        if secret is None:
+            await shared.put(COHORT_SECRET_KEY, secrets.token_bytes(32), COHORT_SECRET_TTL_S)
+            secret = await shared.get(COHORT_SECRET_KEY)
+    except StoreUnavailable:
+        log.warning("state store unreachable: this replica keys its cohorts alone until it restarts")
+        secret = None
+    return secret or secrets.token_bytes(32)
 
 
 def configured_secrets(settings: Settings) -> list[str]:

@@ -51,6 +51,8 @@ SIEVE_UPSTREAM_CONNECT_TIMEOUT_S  upstream connect timeout (default 10)
 SIEVE_MAX_UPSTREAM_BODY_BYTES   largest non-stream answer (or error body) read from a provider
                                 (default 32 MiB; larger: 502, nothing relayed; streams are relayed
                                 as they come and never held whole)
+SIEVE_MAX_BILLED_TOKENS         the most one request is charged (default 10,000,000; above: junk)
+SIEVE_COHORT_SECRET             keys the control group's hash (default: shared through Redis)
 SIEVE_SCORER_API_KEY            key for the LLM scorer model (policies name the model)
 SIEVE_EMBEDDING_MODEL_DIR       the embedding scorer's model directory (default models/all-minilm-l6-v2-int8
                                 beside policies/; built by python -m gateway.embedding.build)
@@ -145,6 +147,8 @@ class Settings:
     upstream_timeout_s: float = 600.0
     upstream_connect_timeout_s: float = 10.0
     max_upstream_body_bytes: int = 32 * 1024 * 1024
+    max_billed_tokens: int = 10_000_000
+    cohort_secret: str | None = None
     audit_log: str | None = None
     log_level: str = "info"
     scorer_api_key: str | None = None
@@ -196,10 +200,10 @@ class Settings:
             state_max_entries=_int(env, "SIEVE_STATE_MAX_ENTRIES", cls.state_max_entries),
             state_max_bytes=_int(env, "SIEVE_STATE_MAX_BYTES", cls.state_max_bytes),
             upstream_timeout_s=_float(env, "SIEVE_UPSTREAM_TIMEOUT_S", cls.upstream_timeout_s),
-            upstream_connect_timeout_s=_float(
-                env, "SIEVE_UPSTREAM_CONNECT_TIMEOUT_S", cls.upstream_connect_timeout_s
-            ),
+            upstream_connect_timeout_s=_float(env, "SIEVE_UPSTREAM_CONNECT_TIMEOUT_S", cls.upstream_connect_timeout_s),
             max_upstream_body_bytes=_int(env, "SIEVE_MAX_UPSTREAM_BODY_BYTES", cls.max_upstream_body_bytes),
+            max_billed_tokens=_int(env, "SIEVE_MAX_BILLED_TOKENS", cls.max_billed_tokens),
+            cohort_secret=env.get("SIEVE_COHORT_SECRET") or None,
             audit_log=env.get("SIEVE_AUDIT_LOG") or None,
             scorer_api_key=env.get("SIEVE_SCORER_API_KEY") or None,
             embedding_model_dir=_path(env.get("SIEVE_EMBEDDING_MODEL_DIR")) or DEFAULT_EMBEDDING_MODEL_DIR,
@@ -225,7 +229,7 @@ class Settings:
                               f"only {', '.join(OPS_ROUTES)} can (every other route needs a key)")
         for name in ("max_body_bytes", "max_header_bytes", "max_messages", "max_content_parts",
                      "max_message_chars", "max_json_depth", "max_upstream_body_bytes", "max_request_chars",
-                     "max_prune_bytes_in_flight"):
+                     "max_prune_bytes_in_flight", "max_billed_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"SIEVE_{name.upper()} must be a positive integer")
         if self.auth_failure_limit < 0 or self.auth_failure_window_s < 0:

@@ -20,7 +20,7 @@ the right key is a 401/403 whatever its body holds. It also bounds the request
 headers, before any of them is parsed. Every failed key check is counted
 (``sieve_auth_failures_total{route}``, the route's path template), and a client
 address that keeps failing is refused for a while, its keys unchecked
-(:mod:`gateway.auth_throttle`). It writes the access line of every request that
+(:mod:`gateway.auth_throttle`, counted across the replicas when Redis is configured). It writes the access line of every request that
 is not forwarded (:mod:`gateway.telemetry.access_log`). The client and ops routes take the raw
 request (:class:`RawRoute`): FastAPI describes them and handles only the admin
 routes' parameters and models.
@@ -71,7 +71,7 @@ class GuardedRoute(APIRoute):
     access: Access
 
     def get_route_handler(self) -> Handler:
-        return _behind_guard(super().get_route_handler(), self.access, self.path)
+        return _behind_guard(super().get_route_handler(), self.access, self.path_format)
 
 
 class RawRoute(GuardedRoute):
@@ -89,7 +89,7 @@ class RawRoute(GuardedRoute):
         self.app = request_response(self.get_route_handler())
 
     def get_route_handler(self) -> Handler:
-        return _behind_guard(self.endpoint, self.access, self.path)
+        return _behind_guard(self.endpoint, self.access, self.path_format)
 
 
 class ClientRoute(RawRoute):
@@ -129,8 +129,8 @@ def _log_unforwarded(request: Request, route: str, status: int, started: float) 
     if call is not None and call.forwarded:
         return
     identity = getattr(state, "identity", None)
-    log_access(AccessLine(request_id=getattr(state, "request_id", None), route=route, status=status,
-                          org=identity.org if identity is not None else None,
+    log_access(AccessLine(request_id=getattr(state, "request_id", None), method=request.method, route=route,
+                          status=status, org=identity.org if identity is not None else None,
                           model=getattr(state, "model", None),
                           duration_ms=(time.perf_counter() - started) * 1000))
 
@@ -149,7 +149,7 @@ async def check_access(request: Request, access: Access, route: str) -> None:
     services = request.app.state.services
     request.state.request_id = "req_" + os.urandom(12).hex()  # 96 random bits, as uuid4's first 24 hex digits
     check_header_size(request, services.settings.max_header_bytes)
-    if access is Access.OPS and request.url.path in services.settings.open_routes:
+    if access is Access.OPS and _ops_page(request.url.path) in services.settings.open_routes:
         return
     client = request.client.host if request.client is not None else "unknown"
     wait = services.auth_throttle.retry_after(client)
@@ -162,10 +162,15 @@ async def check_access(request: Request, access: Access, route: str) -> None:
         await _check_key(request, access)
     except (Unauthorized, Forbidden):
         services.metrics.auth_failures.labels(route).inc()
-        if services.auth_throttle.failed(client):
+        if await services.auth_throttle.failed(client):
             log.warning("client %s failed %d key checks within %g s: refused until they age out",
                         client, services.auth_throttle.limit, services.auth_throttle.window_s)
         raise
+
+
+def _ops_page(path: str) -> str:
+    """The ops route a path belongs to: ``/docs``'s assets are as open as the page that loads them."""
+    return "/docs" if path.startswith("/docs/") else path
 
 
 async def _check_key(request: Request, access: Access) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.schemas import OMITTED, TOKEN_COUNT, ChatCompletionRequest, Listed, Wire, _plain
+from gateway.stored_responses import RESPONSE_ID_CHARS
 from gateway.wire.chat import MAX_COMPLETION_TOKENS
 from gateway.wire.formats import messages_check, responses_check
 
@@ -122,12 +123,21 @@ class AnthropicMessagesRequest(Wire):
     stream: bool | None = OMITTED
 
 
+STORED_ID = "^" + RESPONSE_ID_CHARS + "$"
+
+
 def _history_somewhere(schema: dict[str, Any]) -> None:
     """`input` may be left out when the provider holds the history (a previous response, a conversation)."""
     _plain(schema)
-    schema["anyOf"] = [{"required": ["input"]},
-                       {"required": ["previous_response_id"], "properties": {"previous_response_id": {"type": "string"}}},
-                       {"required": ["conversation"], "properties": {"conversation": {"type": ["string", "object"]}}}]
+    stored_id = {"type": "string", "pattern": STORED_ID}
+    schema["anyOf"] = [{"required": ["input"], "properties": {"input": {"not": {"type": "null"}}}},
+                       {"required": ["previous_response_id"], "properties": {"previous_response_id": stored_id}},
+                       {"required": ["conversation"], "properties": {"conversation": {"anyOf": [
+                           stored_id, {"type": "object", "required": ["id"], "properties": {"id": stored_id}}]}}}]
+    schema["properties"]["conversation"] = {"description": "A conversation the provider keeps (its id, or an object "
+                                            "with its `id`): the caller's org's only, as `previous_response_id`.",
+                                            "anyOf": [stored_id, {"type": "object", "required": ["id"],
+                                                                  "properties": {"id": stored_id}}, {"type": "null"}]}
 
 
 class OpenAIResponsesRequest(Wire):
@@ -137,12 +147,14 @@ class OpenAIResponsesRequest(Wire):
     model_config = ConfigDict(extra="allow", json_schema_extra=_history_somewhere)
 
     model: str = Field(pattern=r"\S", description="A model this gateway routes to an OpenAI-compatible upstream.")
-    input: str | list[InputItem] = Field(OMITTED, description=(
+    input: str | list[InputItem] | None = Field(OMITTED, description=(
         "A string, or items: a `function_call` and its `function_call_output` (by `call_id`) are pruned together, "
         "`reasoning` items are never edited and stay with the call they precede."))
     instructions: str | None = Field(OMITTED, description="The system prompt: never pruned.")
-    previous_response_id: str | None = Field(OMITTED, description="The history is kept at the provider: the "
-                                                                  "request is forwarded unpruned.")
+    previous_response_id: str | None = Field(OMITTED, pattern="^" + RESPONSE_ID_CHARS + "$", description=(
+        "The history is kept at the provider: the request is forwarded unpruned. A response the caller's org "
+        "made through Sieve (else 404, unless its policy sets `allow_unmanaged_response_ids`); its stored size is "
+        "reserved on the budget."))
     max_output_tokens: int | None = TOKEN_COUNT
     stream: bool | None = OMITTED
 

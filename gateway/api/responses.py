@@ -21,6 +21,7 @@ from starlette.routing import Match
 
 from gateway.errors import ClientClosedRequest, InvalidRequest, SieveError
 from gateway.proxy import Reply
+from gateway.telemetry.access_log import AccessLine, log_access
 from gateway.wire.error_shapes import anthropic_error_body, anthropic_error_type
 
 # The routes that forward a request (metrics count their refusals), and those that answer in Anthropic's shape.
@@ -128,7 +129,8 @@ async def handle_sieve_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SieveError)
     services = getattr(request.app.state, "services", None)
     if services is not None and request.url.path.endswith(FORWARDING_PATHS):
-        services.recorder.refused(exc, getattr(request.state, "org", None), getattr(request.state, "model", None))
+        services.recorder.refused(exc, getattr(request.state, "org", None), getattr(request.state, "model", None),
+                                  _template(request))
     return error_response(exc, getattr(request.state, "request_id", None), _anthropic(request))
 
 
@@ -155,8 +157,13 @@ async def handle_client_disconnect(request: Request, exc: Exception) -> Response
 
 
 async def handle_http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own 404/405 and friends, in OpenAI's error shape."""
+    """Starlette's own 404/405 and friends, in OpenAI's error shape, with their access line
+    (no route's guard ran to write it)."""
     status = getattr(exc, "status_code", 500)
+    if getattr(request.state, "request_id", None) is None:
+        route = _route_of(request)
+        log_access(AccessLine(None, method=request.method, route=route, status=status,
+                              path=request.url.path if route is None else None))
     detail = getattr(exc, "detail", "") or "error"
     message = (f"no route {request.method} {request.url.path}" if status in (404, 405) else str(detail))
     body = {"error": {"message": message, "type": "invalid_request_error", "param": None,
@@ -165,6 +172,20 @@ async def handle_http_error(request: Request, exc: Exception) -> Response:
     if status == 405:  # replaces Starlette's own, which names one route's methods
         headers["allow"] = ", ".join(_allowed_methods(request))
     return json_response(_in_shape(request, body, status), status, headers)
+
+
+def _template(request: Request) -> str | None:
+    """The template of the route that served ``request`` (a forwarding route's: a closed set)."""
+    route = request.scope.get("route")
+    return getattr(route, "path_format", None)
+
+
+def _route_of(request: Request) -> str | None:
+    """The template of the first route whose path matches (a 405's), None when none does."""
+    for route in request.app.router.routes:
+        if route.matches(request.scope)[0] is not Match.NONE:
+            return getattr(route, "path_format", None)
+    return None
 
 
 def _allowed_methods(request: Request) -> list[str]:
@@ -183,7 +204,8 @@ async def handle_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error in request %s", request_id)
     services = getattr(request.app.state, "services", None)
     if services is not None and request.url.path.endswith(FORWARDING_PATHS):
-        services.recorder.failed(getattr(request.state, "org", None), getattr(request.state, "model", None))
+        services.recorder.failed(getattr(request.state, "org", None), getattr(request.state, "model", None),
+                                 _template(request) if request.url.path.endswith(FORWARDING_PATHS) else None)
     body = {"error": {"message": "internal error in the Sieve gateway; the request was not forwarded"
                                  f" (request id {request_id})", "type": "internal_error",
                       "param": None, "code": "internal_error"}}

@@ -14,6 +14,8 @@ accept and answer is described for OpenAPI in :mod:`gateway.api.schemas`.
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -22,7 +24,7 @@ from starlette.convertors import Convertor, register_url_convertor
 from fastapi.openapi.docs import get_swagger_ui_html
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
 
 from gateway.api.access import ClientRoute, OpsRoute
 from gateway.api.responses import json_response, reply_response
@@ -35,6 +37,8 @@ from gateway.health import readiness
 from gateway.passthrough import PassThroughCall
 from gateway.proxy import sieve_headers
 from gateway.services import Services
+from gateway.settings import litellm_package_dir
+from gateway.stored_responses import RESPONSE_ID_CHARS
 from gateway.wire.body import parse_body, read_body
 from gateway.wire.call import ChatCall
 from gateway.wire.formats import FORMAT_HEADER, WireFormat, adapter_for, parse_format
@@ -68,7 +72,7 @@ async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ChatCall
     native = body if fmt is not WireFormat.CHAT else None
     call = ChatCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
                     parse_sieve_headers(request.headers), request.headers, format=fmt, native=native, view=view,
-                    route=request.scope["route"].path)
+                    route=request.scope["route"].path_format)
     request.state.call = call
     return call
 
@@ -94,7 +98,8 @@ async def _pass_on(request: Request, fmt: WireFormat, suffix: str, billed: bool 
     identity = request.state.identity
     call = PassThroughCall(request.state.request_id, identity, request.method, fmt, suffix,
                            request.url.query, request.headers, body, route=request.scope["route"].path_format,
-                           policy=services.policies.for_identity(identity), billed=billed)
+                           policy=services.policies.for_identity(identity), billed=billed,
+                           response_id=request.path_params.get("response_id"))
     return reply_response(await services.passthrough.forward(call))
 
 
@@ -170,8 +175,39 @@ async def openapi(request: Request) -> Response:
     return Response(request.app.state.openapi_json, media_type="application/json")
 
 
+# Swagger UI's page loads its script and style from /docs/<asset>, served from the copy litellm (a
+# dependency) ships, so /docs works offline; without it the page falls back to Swagger UI's CDN.
+SWAGGER_ASSETS = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css", "favicon.png": "image/png"}
+
+
+@functools.cache
+def swagger_assets() -> Path | None:
+    package = litellm_package_dir()
+    folder = package / "proxy" / "swagger" if package is not None else None
+    return folder if folder is not None and all((folder / name).is_file() for name in SWAGGER_ASSETS) else None
+
+
 async def docs(request: Request) -> HTMLResponse:
-    return get_swagger_ui_html(openapi_url="/openapi.json", title="Sieve API")
+    if swagger_assets() is None:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="Sieve API")
+    return get_swagger_ui_html(openapi_url="/openapi.json", title="Sieve API",
+                               swagger_js_url="/docs/swagger-ui-bundle.js", swagger_css_url="/docs/swagger-ui.css",
+                               swagger_favicon_url="/docs/favicon.png")
+
+
+def _asset_answers() -> dict[str, Any]:
+    extra = answers("NotFound")
+    extra["responses"]["200"] = {"description": "The asset.",
+                                 "content": {kind: {"schema": {"type": "string"}} for kind in SWAGGER_ASSETS.values()}}
+    return extra
+
+
+async def docs_asset(request: Request) -> Response:
+    name, folder = request.path_params["asset"], swagger_assets()
+    if name not in SWAGGER_ASSETS or folder is None:
+        return json_response({"error": {"message": f"no route GET {request.url.path}", "type": "invalid_request_error",
+                                        "param": None, "code": "not_found"}}, 404)
+    return FileResponse(folder / name, media_type=SWAGGER_ASSETS[name], headers={"cache-control": "max-age=86400"})
 
 
 CHAT = dict(
@@ -211,10 +247,12 @@ RESPONSES = dict(
                           "BudgetExceeded", "UpstreamUnavailable", "ServiceUnavailable", "UpstreamTimeout",
                           stream=True, budget=True, body="OpenAIResponses"))
 class ResponseId(Convertor):
-    """A stored response's id: one path segment, but not the name of a route of its own, so that
+    """A stored response's id: one path segment of the providers' id alphabet (letters, digits,
+    ``_`` and ``-``: never ``..`` or an encoded ``/``, which would reach another upstream path
+    with the gateway's key), and not the name of a route of its own, so that
     ``/v1/responses/compact`` is the compaction route only (and its 405 advertises only POST)."""
 
-    regex = r"(?!(?:compact|input_tokens)(?:/|$))[^/]+"
+    regex = r"(?!(?:compact|input_tokens)(?:/|$))" + RESPONSE_ID_CHARS
 
     def convert(self, value: str) -> str:
         return value
@@ -318,4 +356,10 @@ ROUTES = [
              response_model=OpenAPIDocument, response_description="The OpenAPI document of this gateway.", **OPS),
     OpsRoute("/docs", docs, methods=["GET"], operation_id="docs", summary="This document, as a Swagger UI page.",
              response_class=HTMLResponse, response_description="An HTML page that loads `/openapi.json`.", **OPS),
+    OpsRoute("/docs/{asset}", docs_asset, methods=["GET"], operation_id="docsAsset",
+             summary="The Swagger UI script, style and icon `/docs` loads (served locally: the page works offline).",
+             response_class=PlainTextResponse, response_description="The asset (JavaScript, CSS or PNG).",
+             openapi_extra={**_asset_answers(), "parameters": [{
+                 "name": "asset", "in": "path", "required": True,
+                 "schema": {"type": "string", "enum": sorted(SWAGGER_ASSETS)}}]}, **OPS),
 ]

@@ -75,6 +75,12 @@ def prune(
     neither may be the only one: it keeps all its target allows."""
     request = PruneRequest.counted(body, policy, counter, steering, state)
     result = _prune(request, state, scorer, scores, continued)
+    if result.mode in (Mode.FROZEN, Mode.EPOCH, Mode.STATELESS, Mode.NO_GAIN) and \
+            result.target_rule_tokens > result.target_tokens:
+        # What the decision had to keep (system prompt, goal, recent window, tool chain) is over it.
+        result.problems = [*result.problems, f"target not met: the forwarded messages are "
+                           f"{result.target_rule_tokens} tokens, over the target of {result.target_tokens}; what "
+                           "must be kept alone exceeds it"]
     result.message_tokens = request.model_tokens
     # The counts travel with the plan: a replica that never saw this conversation
     # reuses them instead of tokenizing the whole history again.

@@ -78,7 +78,19 @@ class Policy:
     # Identity and budgets (enforced outside the pure pipeline).
     allow_anonymous: bool = False
     store_fail_open: bool = True
+    # The output a budget reserves for a model whose own limit is unknown (not in litellm's map)
+    # when the body sets no cap; under a budget it is also sent as the cap, so the provider
+    # cannot bill past what was reserved (gateway.budget_guard).
     default_max_completion_tokens: int = 4_096
+    # What a budget reserves for each piece of content a request only names and the provider
+    # adds: a file or document by id or URL, a built-in tool's results (web search, code
+    # interpreter, MCP). Charged at its real usage; raise it toward the largest such content
+    # your callers send, and concurrent requests stay inside the budget.
+    reference_floor_tokens: int = 50_000
+    # Stored Responses (previous_response_id, conversation, /v1/responses/{id}): by default only
+    # ids Sieve relayed, each to the org it was made for; true also lets ids Sieve never saw
+    # through (made with the provider directly), still never one another org holds.
+    allow_unmanaged_response_ids: bool = False
     # Below this fraction of a budget left, prune harder instead of running
     # into the 429: the target shrinks to 3/4, 1/2, then 1/4 of itself as the budget
     # drains (steps, so decisions stay frozen within one). 0 disables it.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
@@ -25,7 +25,7 @@ from gateway.budgets import (
     check_tokens,
     reservation_org,
 )
-from gateway.state.protocols import KeyRecord
+from gateway.state.protocols import KeyRecord, StoredResponse
 
 DEFAULT_RESERVATION_TTL_S = 900.0  # above the default upstream timeout (600 s)
 DEFAULT_COUNTER_GRACE_S = 3600.0   # a window's counter outlives its reset, for late settles
@@ -283,6 +283,61 @@ class MemoryBudgetStore:
             self._next_purge = now + 60.0
             for cid in [c for c, counter in self._counters.items() if counter.expires_at <= now]:
                 del self._counters[cid]
+
+
+class MemoryResponseRegistry:
+    """Stored Responses ids for one process, bounded (least recently claimed or read forgotten first)."""
+
+    def __init__(self, max_entries: int = 200_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self._entries: OrderedDict[str, tuple[float, StoredResponse]] = OrderedDict()
+        self._max_entries = max_entries
+        self._clock = clock
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        held = self._entries.get(response_id)
+        if held is None:
+            return None
+        if held[0] <= self._clock():
+            del self._entries[response_id]
+            return None
+        self._entries.move_to_end(response_id)
+        return held[1]
+
+    async def claim(self, response_id: str, entry: StoredResponse, ttl_s: int) -> bool:
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be positive")
+        held = await self.get(response_id)
+        if held is not None and held.org != entry.org:
+            return False
+        self._entries[response_id] = (self._clock() + ttl_s, entry)
+        self._entries.move_to_end(response_id)
+        while len(self._entries) > self._max_entries:
+            self._entries.popitem(last=False)
+        return True
+
+    async def forget(self, response_id: str) -> None:
+        self._entries.pop(response_id, None)
+
+
+class MemoryAuthFailureLog:
+    """Failed key checks per address for one process; at most ``max_clients`` addresses are
+    tracked (the least recently failed forgotten first), so a spray from many cannot grow it."""
+
+    def __init__(self, max_clients: int = 10_000) -> None:
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._max_clients = max_clients
+
+    async def failed(self, client: str, now: float, limit: int, window_s: float) -> float | None:
+        failures = self._failures.pop(client, None)
+        if failures is None:
+            failures = deque(maxlen=max(limit, 1))
+            while len(self._failures) >= self._max_clients:
+                self._failures.popitem(last=False)
+        while failures and failures[0] <= now - window_s:
+            failures.popleft()
+        failures.append(now)
+        self._failures[client] = failures  # most recently failed last
+        return failures[0] + window_s if len(failures) >= limit else None
 
 
 class MemoryKeyStore:

@@ -115,6 +115,41 @@ class KeyRecord:
         return cls(raw["key_sha256"], raw["org"], raw.get("team"), raw.get("name"), bool(raw.get("revoked", False)))
 
 
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """A stored response (or conversation) Sieve relayed: whose it is, and how many tokens a
+    request that continues it sends the model again (its chain: the input it was given,
+    earlier turns included, and its output)."""
+
+    org: str
+    tokens: int
+
+
+@runtime_checkable
+class ResponseRegistry(Protocol):
+    """Stored Responses ids (responses and conversations) by the org they were made for.
+
+    ``claim`` records an id for ``org``, or updates its size when it is ``org``'s already;
+    an id another org holds is left as it is (``False``), so the first owner keeps it.
+    Entries expire after ``ttl_s`` (the provider's retention), refreshed by each claim."""
+
+    async def get(self, response_id: str) -> StoredResponse | None: ...
+
+    async def claim(self, response_id: str, entry: StoredResponse, ttl_s: int) -> bool: ...
+
+    async def forget(self, response_id: str) -> None: ...
+
+
+@runtime_checkable
+class AuthFailureLog(Protocol):
+    """Failed key checks per client address, in a sliding window, shared by the replicas.
+
+    ``failed`` counts one failure at ``now`` and answers until when the address is refused
+    (None: it is not: fewer than ``limit`` failures within ``window_s``)."""
+
+    async def failed(self, client: str, now: float, limit: int, window_s: float) -> float | None: ...
+
+
 @runtime_checkable
 class KeyStore(Protocol):
     """Virtual keys added or revoked through the admin API (by SHA-256 digest)."""

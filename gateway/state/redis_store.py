@@ -17,8 +17,10 @@ key has a TTL except the virtual-key hash, which is configuration)::
                                                                    (settled/released: a state marker)
     sieve:{org:<org>}:resv-expiry                                  zset reservation id -> expires_at ms
     sieve:conv:{<conversation key>}                                string
+    sieve:conv:{sieve%3Acohort-secret}                             the cohort hash's key (gateway.services)
     sieve:score:{<score key>}                                      string
     sieve:{keys}:vkeys                                             hash sha256 -> KeyRecord json
+    (the stored Responses ids and failed key checks: ``gateway.state.redis_registries``)
 
 All budget keys of one org share the hash tag ``{org:<org>}``, so the org,
 team and key counters one reservation touches sit in one Redis Cluster slot
@@ -354,6 +356,12 @@ class RedisStores:
         self.scores = RedisScoreCache(client, prefix, self._guard)
         self.budgets = RedisBudgetStore(client, prefix, reservation_ttl_s, counter_grace_s, self._guard)
         self.keys = RedisKeyStore(client, prefix, self._guard)
+        self.prefix = prefix
+
+    @property
+    def guard(self) -> _Guard:
+        """The breaker the stores share (the stores of ``gateway.state.redis_registries`` too)."""
+        return self._guard
 
     @classmethod
     def from_url(cls, url: str, *, max_connections: int = 64, pool_timeout_s: float = 5.0,

@@ -16,6 +16,9 @@ A line looks like (keys always present; ``request`` only with content)::
      "cost": {"priced": true, "counterfactual_usd": ..., "actual_usd": ..., "scorer_usd": ...,
               "net_usd": ..., ...token figures...} | null,
      "timings": {"prune_ms": 1.2, "scorer_ms": 0.0, "upstream_ms": 350.0, "overhead_ms": 2.0},
+     "target_tokens": 24000 | null,
+     "budget": {"reserved_tokens": 4096, "charged_tokens": 1420 | null, "reported_tokens": 1420 | null,
+                "usage_anomaly": null | "junk" | "ceiling"} | null,
      "cohort": "pruned" | "control" | "shadow" | null,
      "shadow": {"mode": "epoch", "forwarded_tokens": 400, "saved_tokens": 500, "prefix_changed": true,
                 "priced": true, "billed_usd": ..., "would_be_usd": ..., "scorer_usd": ..., "net_usd": ...,
@@ -62,6 +65,7 @@ import orjson
 
 from gateway.telemetry.redaction import redact
 from gateway.telemetry.savings import SavingsRecord, ShadowSavings
+from gateway.usage_bounds import Charge
 
 __all__ = ["AuditEntry", "AuditLog", "MessageDecision", "Timings", "audit_record", "redact"]
 
@@ -108,6 +112,9 @@ class AuditEntry:
     shadow_mode: str | None = None  # the shadow decision's prune mode (epoch, frozen, ...)
     expand_refs: Sequence[str] = ()  # the refs the model asked sieve_expand for (gateway.expander)
     expand_rounds: int = 0           # the provider calls Sieve made for them
+    target_tokens: int | None = None  # the target in force (None: strategy none, no target)
+    charge: Charge | None = None     # what the budget was charged, and a usage figure it refused
+    reserved_tokens: int | None = None  # what the budget held for it before forwarding
 
 
 def audit_record(entry: AuditEntry) -> dict[str, Any]:
@@ -138,6 +145,8 @@ def audit_record(entry: AuditEntry) -> dict[str, Any]:
             "overhead_ms": entry.timings.overhead_ms,
         },
     }
+    record["target_tokens"] = entry.target_tokens
+    record["budget"] = _budget(entry.charge, entry.reserved_tokens)
     record["cohort"] = entry.cohort
     record["shadow"] = _shadow(entry.shadow, entry.shadow_mode)
     if entry.expand_rounds or entry.expand_refs:
@@ -172,14 +181,14 @@ class AuditLog:
     def write(self, entry: AuditEntry) -> None:
         if self._stream is None:
             return
-        record = redact(audit_record(entry), (*self._secrets, *entry.secrets))
-        line = orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS) + b"\n"
         try:
+            record = redact(audit_record(entry), (*self._secrets, *entry.secrets))
+            line = orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS) + b"\n"
             with self._lock:
                 self._stream.write(line)
                 self._stream.flush()
-        except (OSError, ValueError) as exc:  # ValueError: stream closed
-            logger.error("audit log write failed for request %s: %s", entry.request_id, exc)
+        except (OSError, ValueError, TypeError) as exc:  # a closed stream; a value JSON cannot hold
+            logger.error("audit log write failed for request %s: %s", entry.request_id, type(exc).__name__)
 
     def close(self) -> None:
         with self._lock:
@@ -207,6 +216,14 @@ def _cost(s: SavingsRecord | None) -> dict[str, Any] | None:
         "counterfactual_cached_tokens": s.counterfactual_cached_tokens,
         "counterfactual_cache_write_tokens": s.counterfactual_cache_write_tokens,
     }
+
+
+def _budget(charge: Charge | None, reserved: int | None) -> dict[str, Any] | None:
+    if charge is None and reserved is None:
+        return None
+    anomaly = charge.anomaly.value if charge is not None and charge.anomaly is not None else None
+    return {"reserved_tokens": reserved, "charged_tokens": charge.tokens if charge is not None else None,
+            "reported_tokens": charge.reported if charge is not None else None, "usage_anomaly": anomaly}
 
 
 def _shadow(s: ShadowSavings | None, mode: str | None) -> dict[str, Any] | None:

@@ -53,8 +53,8 @@ class UsageAnomaly(StrEnum):
     """The ``reason`` label of ``sieve_usage_anomalies_total``: a provider's usage figure the
     budget did not charge as reported (``gateway.usage_bounds``)."""
 
-    JUNK = "junk"      # negative, not a number: the reservation's estimate is charged
-    ABSURD = "absurd"  # far above what the request could cost: clamped to the estimate
+    JUNK = "junk"        # negative, not a number: the reservation's estimate is charged
+    CEILING = "ceiling"  # above the per-request sanity ceiling (SIEVE_MAX_BILLED_TOKENS): the ceiling is charged
 
 
 class ExpandOutcome(StrEnum):
@@ -100,10 +100,7 @@ class Metrics:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.requests = Counter("sieve_requests_total", "Chat requests by outcome.",
                                 ["org", "model", "outcome"], registry=r)
-        self.passthrough_requests = Counter(
-            "sieve_passthrough_requests_total",
-            "Requests on the routes relayed as they came (count_tokens, compact, stored responses), "
-            "by route template and outcome.", ["org", "route", "outcome"], registry=r)
+        self._route_metrics(r)
         self.prompt_tokens_original = Counter(
             "sieve_prompt_tokens_original_total", "Prompt tokens of messages as received.",
             ["org", "model"], registry=r)
@@ -148,13 +145,27 @@ class Metrics:
                                           "Gateway time per request, upstream time excluded.",
                                           buckets=LATENCY_BUCKETS, registry=r)
         self.usage_anomalies = Counter("sieve_usage_anomalies_total",
-                                       "Provider usage figures charged as the reservation's estimate "
-                                       "instead (junk or absurd).", ["reason"], registry=r)
+                                       "Provider usage figures not charged as reported: junk (the "
+                                       "reservation's estimate charged) or above the ceiling (the ceiling "
+                                       "charged).", ["reason"], registry=r)
         self._cohort_metrics(r)
         self._embedding_metrics(r)
         self.budget_remaining = Gauge("sieve_budget_remaining_tokens",
                                       "Tokens left in a budget window, as last seen.",
                                       ["org", "window"], registry=r)
+
+    def _route_metrics(self, r: CollectorRegistry) -> None:
+        """Requests by route template. The forwarding routes have a family of their own: which
+        protocol a request came in on (a route label on sieve_requests_total would change the
+        label set the dashboard and the alerts read)."""
+        self.route_requests = Counter(
+            "sieve_route_requests_total",
+            "Requests on the forwarding routes by route template (its wire format) and outcome.",
+            ["org", "route", "outcome"], registry=r)
+        self.passthrough_requests = Counter(
+            "sieve_passthrough_requests_total",
+            "Requests on the routes relayed as they came (count_tokens, compact, stored responses), "
+            "by route template and outcome.", ["org", "route", "outcome"], registry=r)
 
     def child(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)`` (values in the metric's label order), looked up once per

@@ -124,6 +124,7 @@ class RequestFigures:
     upstream_s: float | None = None
     overhead_s: float | None = None
     cohort: CohortFigures | None = None  # a forwarded request's cohort figures
+    route: str | None = None  # the forwarding route's template (sieve_route_requests_total)
 
 
 class RequestRecorder:
@@ -139,12 +140,12 @@ class RequestRecorder:
         record_request(self.metrics, self.bounds, figures)
         self.totals.add(self.bounds.org(figures.org), figures)
 
-    def refused(self, exc: SieveError, org: str | None, model: str | None) -> None:
+    def refused(self, exc: SieveError, org: str | None, model: str | None, route: str | None = None) -> None:
         """A request refused before it reached the provider (an upstream failure is recorded
         with its timings by the accountant instead)."""
         outcome = next((label for cls, label in REFUSALS if isinstance(exc, cls)), None)
         if outcome is not None:
-            self.record(RequestFigures(org or "unknown", model, outcome))
+            self.record(RequestFigures(org or "unknown", model, outcome, route=route))
 
     def passed_through(self, org: str | None, route: str, outcome: Outcome) -> None:
         """A request on a pass-through route (``route``: its path template, a closed set)."""
@@ -152,9 +153,9 @@ class RequestRecorder:
             raise ValueError(f"unknown outcome {outcome!r}; expected one of {', '.join(OUTCOMES)}")
         self.metrics.passthrough_requests.labels(org=self.bounds.org(org), route=route, outcome=outcome).inc()
 
-    def failed(self, org: str | None, model: str | None) -> None:
+    def failed(self, org: str | None, model: str | None, route: str | None = None) -> None:
         """A request that met a bug in the gateway (answered with a 500)."""
-        self.record(RequestFigures(org or "unknown", model, Outcome.INTERNAL_ERROR))
+        self.record(RequestFigures(org or "unknown", model, Outcome.INTERNAL_ERROR, route=route))
 
 
 def record_request(metrics: Metrics, bounds: LabelBounds, figures: RequestFigures) -> None:
@@ -166,6 +167,8 @@ def record_request(metrics: Metrics, bounds: LabelBounds, figures: RequestFigure
         raise ValueError(f"unknown unit action(s) {', '.join(unknown)}; expected {', '.join(UNIT_ACTIONS)}")
     org, model = bounds.org(figures.org), bounds.model(figures.model)
     metrics.child(metrics.requests, org, model, figures.outcome).inc()
+    if figures.route is not None:
+        metrics.child(metrics.route_requests, org, figures.route, figures.outcome).inc()
     if figures.outcome not in NOT_FORWARDED:
         metrics.child(metrics.prompt_tokens_original, org, model).inc(max(figures.original_tokens, 0))
         metrics.child(metrics.prompt_tokens_forwarded, org, model).inc(max(figures.forwarded_tokens, 0))

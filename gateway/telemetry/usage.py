@@ -128,6 +128,11 @@ def _as_mapping(raw: Any) -> Mapping[str, Any] | None:
     return None
 
 
+# No figure is held past this (15 digits, like a budget counter): a junk 1e300 stays a number
+# every sum, price and JSON encoder can take (gateway.usage_bounds caps what is charged).
+MAX_FIGURE = 10**15 - 1
+
+
 def _int(d: Mapping[str, Any], *names: str) -> int:
     """First present spelling as a non-negative int; junk and None count as 0."""
     for name in names:
@@ -135,7 +140,7 @@ def _int(d: Mapping[str, Any], *names: str) -> int:
         if value is None or isinstance(value, bool):
             continue
         try:
-            return max(int(value), 0)
-        except (TypeError, ValueError):
+            return min(max(int(value), 0), MAX_FIGURE)
+        except (TypeError, ValueError, OverflowError):
             return 0
     return 0

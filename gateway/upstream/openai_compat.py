@@ -191,14 +191,14 @@ async def _read_bounded(resp: Http1Response, limit: int) -> bytes:
     if declared is not None and declared > limit:
         resp.close()
         raise UpstreamTooLarge(f"the upstream's answer is {declared} bytes, over the limit of {limit} bytes "
-                               "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed")
+                               "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed", resp.status)
     parts, size = [], 0
     async for chunk in resp.chunks():
         size += len(chunk)
         if size > limit:
             resp.close()
             raise UpstreamTooLarge(f"the upstream's answer exceeds the limit of {limit} bytes "
-                                   "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed")
+                                   "(SIEVE_MAX_UPSTREAM_BODY_BYTES); nothing was relayed", resp.status)
         parts.append(chunk)
     return b"".join(parts)
 

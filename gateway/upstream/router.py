@@ -3,8 +3,8 @@
 Chat Completions and Responses requests are routed by model: configured
 models first; any other model goes to the default OpenAI-compatible upstream
 (``SIEVE_UPSTREAM_BASE_URL``) when there is one, else it is unknown (404). With ``strict_models`` only the configured models
-are served: any other is unknown (404 ``model_not_found``), default upstream or
-not, so a client cannot run up a bill on a model nobody chose.
+are served, in every format (Anthropic Messages too): any other is unknown (404 ``model_not_found``),
+default upstream or not, so a client cannot run up a bill on a model nobody chose.
 Without a configured key the client's own key is forwarded (passthrough).
 Each route's :class:`RouteKind` picks its transport. Anthropic Messages
 requests go to ``SIEVE_ANTHROPIC_BASE_URL`` whatever their model: Sieve
@@ -54,8 +54,9 @@ class ModelRouter:
         if hit is not None:
             return hit
         if fmt is WireFormat.MESSAGES:
-            resolved = ResolvedRoute(model, RouteKind.OPENAI, self._anthropic_url, self._anthropic_key, None,
-                                     ModelRoute(name=model), KeyScheme.X_API_KEY)
+            if self._strict and model not in self._models:
+                raise self._not_served(model)
+            resolved = self._anthropic_route(model)
         else:
             resolved = self._resolve_openai(model, fmt)
         if len(self._cache) < MAX_CACHED_ROUTES:
@@ -66,7 +67,7 @@ class ModelRouter:
         """Where a request that names no model goes (``GET /v1/responses/{id}``): the
         format's default upstream."""
         if fmt is WireFormat.MESSAGES:
-            return self.resolve("", fmt)
+            return self._anthropic_route("")
         if not self._default_base:
             raise UnknownModel("no default upstream is set (SIEVE_UPSTREAM_BASE_URL): a request that names "
                                "no model has nowhere to go")
@@ -74,12 +75,19 @@ class ModelRouter:
         return ResolvedRoute("", RouteKind.OPENAI, self._default_base.rstrip("/") + OPENAI_PATHS[fmt],
                              self._default_key, None, route)
 
+    def _anthropic_route(self, model: str) -> ResolvedRoute:
+        return ResolvedRoute(model, RouteKind.OPENAI, self._anthropic_url, self._anthropic_key, None,
+                             ModelRoute(name=model), KeyScheme.X_API_KEY)
+
+    def _not_served(self, model: str) -> UnknownModel:
+        return UnknownModel(f"model {model!r} is not served by this gateway (strict_models; models: "
+                            f"{', '.join(self.configured) or 'none configured'})", param="model")
+
     def _resolve_openai(self, model: str, fmt: WireFormat) -> ResolvedRoute:
         route = self._models.get(model)
         if route is None:
             if self._strict:
-                raise UnknownModel(f"model {model!r} is not served by this gateway (strict_models; models: "
-                                   f"{', '.join(self.configured) or 'none configured'})", param="model")
+                raise self._not_served(model)
             if not self._default_base:
                 known = ", ".join(self.configured) or "none configured"
                 raise UnknownModel(f"model {model!r} is not routed by this gateway (models: {known})",

@@ -26,7 +26,7 @@ counted, not parsed.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import orjson
 
@@ -57,7 +57,10 @@ class AnthropicEventTap(SSEUsageTap):
         super().__init__(strip_usage_chunk=False)  # the usage rides on events the client needs
 
     def _pass(self, data: bytes, whole: bool) -> bytes:
-        self.delta_events += data.count(b'"content_block_delta"')
+        deltas = data.count(b'"content_block_delta"')
+        if deltas:
+            self.delta_events += deltas
+            self.output.add(data)
         if any(marker in data for marker in _ANTHROPIC_READ):
             _read_each(data, whole, self._read)
         return data
@@ -70,11 +73,19 @@ class AnthropicEventTap(SSEUsageTap):
                 self.usage = dict(usage)
         elif kind == "message_delta" and isinstance(payload.get("usage"), dict):
             # Cumulative counts: output_tokens, and (newer API versions) the input figures again.
+            # message_start's usage counts one output token: only this one is the bill.
             self.usage = {**(self.usage or {}), **{k: v for k, v in payload["usage"].items() if v is not None}}
+            self.usage_final = True
         elif kind == "message_stop":
             self.finished = True
         elif kind == "error" and self.error is None:
             self.error = payload.get("error") if isinstance(payload.get("error"), dict) else {}
+
+    @staticmethod
+    def texts_of(payload: dict[str, Any]) -> Iterable[Any]:
+        delta = payload.get("delta") if payload.get("type") == "content_block_delta" else None
+        if isinstance(delta, dict):
+            yield from (delta.get(name) for name in ("text", "partial_json", "thinking"))
 
     def error_event(self, exc: SieveError) -> bytes:
         return b"event: error\ndata: " + orjson.dumps(anthropic_error_body(exc)) + b"\n\n"
@@ -95,7 +106,10 @@ class ResponsesEventTap(SSEUsageTap):
         self.sequence = -1
 
     def _pass(self, data: bytes, whole: bool) -> bytes:
-        self.delta_events += data.count(b'.delta"')
+        deltas = data.count(b'.delta"')
+        if deltas:
+            self.delta_events += deltas
+            self.output.add(data)
         last = data.rfind(b'"sequence_number"')
         if last >= 0:
             found = _SEQUENCE.match(data, last)
@@ -113,6 +127,7 @@ class ResponsesEventTap(SSEUsageTap):
         elif kind in _RESPONSES_END or kind == "response.failed":
             if response is not None and isinstance(response.get("usage"), dict):
                 self.usage = response["usage"]
+                self.usage_final = True
             if kind in _RESPONSES_END:
                 self.finished = True
             elif self.error is None:
@@ -120,6 +135,12 @@ class ResponsesEventTap(SSEUsageTap):
                 self.error = error if isinstance(error, dict) else {}
         elif kind == "error" and self.error is None:
             self.error = {k: v for k, v in payload.items() if k != "type"}
+
+    @staticmethod
+    def texts_of(payload: dict[str, Any]) -> Iterable[Any]:
+        kind = payload.get("type")
+        if isinstance(kind, str) and kind.endswith(".delta"):
+            yield payload.get("delta")
 
     def error_event(self, exc: SieveError) -> bytes:
         error = {"code": exc.code or exc.type, "message": exc.message}

@@ -6,10 +6,28 @@ from typing import Any, AsyncIterator
 
 import orjson
 
+from gateway.errors import UpstreamUnavailable
 from gateway.pruning.expansion import TOOL_NAME
 from gateway.wire.expand_codecs import _is_mine, responses_without
 from gateway.wire.formats import WireFormat
 from gateway.wire.sse import event_data, split_events
+
+
+# The most of a round Sieve holds back (read, not relayed) or keeps to splice the next one in:
+# a real sieve_expand call is a few refs. A provider streaming more is cut (502), so a hostile
+# or broken one cannot make a replica hold its stream (issue 28: 93 MB in 45 s).
+MAX_HELD_BYTES = 1 << 20
+
+
+async def held_back(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """A round Sieve holds back, read to its end: ``UpstreamUnavailable`` past ``limit`` bytes."""
+    read = 0
+    async for chunk in chunks:
+        read += len(chunk)
+        if read > limit:
+            raise UpstreamUnavailable(f"the provider streamed over {MAX_HELD_BYTES} bytes into Sieve's own "
+                                      "sieve_expand call: the round was cut")
+        yield chunk
 
 
 class CallFilter:
@@ -33,6 +51,10 @@ class CallFilter:
         self._mine: set[Any] = set()      # Sieve's calls: chat indices, block indices, item ids
         self._shift: dict[int, int] = {}  # a kept index -> its index once Sieve's are gone
         self._kept_calls = 0
+
+    def stop_splicing(self) -> None:
+        """From now on a Sieve call is taken out, not held (the caller can no longer splice)."""
+        self._splice = False
 
     def feed(self, chunk: bytes) -> bytes:
         self._buffer += chunk

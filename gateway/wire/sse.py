@@ -4,6 +4,10 @@ When Sieve asked the provider for ``stream_options.include_usage`` on the
 client's behalf (to settle budgets and count savings), the final usage-only
 chunk is removed again so the client sees exactly the stream it asked for.
 
+The events that carry the answer are not parsed on the way, only counted and
+kept in part (:class:`StreamedOutput`): a stream that ends without its usage is
+charged by the text it showed (``streamed_tokens``).
+
 Only an incomplete event is ever held back; complete events go out at once,
 byte for byte. Holding back the incomplete one is what lets a stream that
 breaks mid-event still end with a whole error event instead of a torn one.
@@ -15,8 +19,9 @@ fields pass untouched and are simply not read.
 from __future__ import annotations
 
 import logging
+import math
 import re
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import orjson
 
@@ -31,6 +36,42 @@ _DONE = re.compile(rb"(?m)^data: ?\[DONE\]")
 _EVENT = re.compile(rb".*?(?:\r\n\r\n|\n\n)", re.S)
 # An "event" this long without a blank line is not one: pass it on rather than hold it.
 MAX_HELD_BYTES = 4 * 1024 * 1024
+# How much of the answer's events a tap keeps to count them, should the usage never come.
+SAMPLE_BYTES = 64 * 1024
+
+
+class StreamedOutput:
+    """The events of a stream that carry output: their bytes, and the first ``SAMPLE_BYTES`` kept.
+
+    Only when the usage is missing are the kept events parsed and their texts counted, each
+    delta on its own (which never counts fewer tokens than the text joined: no token spans two
+    deltas), and the count scaled to all the bytes streamed (a provider's event frames are
+    uniform, so the rest carries text about as densely as the start)::
+
+        streamed.add(events)                                         # whole events with deltas
+        streamed.tokens(texts_of_payload, counter.count_text)        # without usage, at the end
+    """
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self._sample: list[bytes] = []
+        self._sampled = 0
+
+    def add(self, events: bytes) -> None:
+        self.bytes += len(events)
+        if self._sampled < SAMPLE_BYTES:
+            self._sample.append(events)
+            self._sampled += len(events)
+
+    def tokens(self, texts_of: Callable[[dict[str, Any]], Iterable[Any]], count_text: Callable[[str], int]) -> int:
+        if not self._sampled:
+            return 0
+        counted = 0
+        for event in split_events(b"".join(self._sample), True):
+            for payload in event_data(event):
+                if isinstance(payload, dict):
+                    counted += sum(count_text(text) for text in texts_of(payload) if isinstance(text, str) and text)
+        return math.ceil(counted * self.bytes / self._sampled)
 
 
 class SSEUsageTap:
@@ -49,9 +90,11 @@ class SSEUsageTap:
     def __init__(self, strip_usage_chunk: bool) -> None:
         self.strip = strip_usage_chunk
         self.usage: dict[str, Any] | None = None
-        # Fallback when no usage ever arrives: providers stream about one token
-        # per delta event, so the count of deltas estimates the completion.
+        # Fallback when no usage ever arrives: the deltas streamed (one token each at least),
+        # and the events that carry them, counted at the end (``streamed_tokens``).
         self.delta_events = 0
+        self.output = StreamedOutput()
+        self.usage_final = False  # the usage read is the provider's last word (not a stream's start)
         self.finished = False
         self.error: dict[str, Any] | None = None
         self._held: list[bytes] = []   # the incomplete event so far; it never holds a blank line
@@ -91,8 +134,28 @@ class SSEUsageTap:
         self._held, self._held_len = [], 0
         return data
 
+    def streamed_tokens(self, count_text: Callable[[str], int]) -> int:
+        """The output tokens streamed so far (for a stream that ends without its usage)."""
+        return max(self.delta_events, self.output.tokens(self.texts_of, count_text))
+
+    @staticmethod
+    def texts_of(payload: dict[str, Any]) -> Iterable[Any]:
+        """The output texts one chunk carries: content, reasoning, refusals, tool calls."""
+        for choice in payload.get("choices") or ():
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(delta, dict):
+                continue
+            yield from (delta.get(name) for name in ("content", "reasoning_content", "reasoning", "refusal"))
+            for call in [*(delta.get("tool_calls") or ()), delta.get("function_call")]:
+                function = call.get("function", call) if isinstance(call, dict) else None
+                if isinstance(function, dict):
+                    yield from (function.get("name"), function.get("arguments"))
+
     def _pass(self, data: bytes, whole: bool) -> bytes:
-        self.delta_events += data.count(b'"delta"')
+        deltas = data.count(b'"delta"')
+        if deltas:
+            self.delta_events += deltas
+            self.output.add(data)
         if not self.finished and (_has_finish(data) or (b"[DONE]" in data and _DONE.search(data))):
             self.finished = True
         if _ERROR in data and self.error is None:
@@ -108,6 +171,7 @@ class SSEUsageTap:
         for payload in event_data(event):
             if isinstance(payload, dict) and isinstance(payload.get("usage"), dict):
                 self.usage = payload["usage"]
+                self.usage_final = True
                 return not payload.get("choices")
         return False
 

@@ -12,7 +12,9 @@ from typing import Any, AsyncIterator, Iterator
 import pytest
 import redis
 
-from gateway.state.memory import MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore, MemoryScoreCache
+from gateway.state.memory import (MemoryAuthFailureLog, MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore,
+                                  MemoryResponseRegistry, MemoryScoreCache)
+from gateway.state.redis_registries import RedisAuthFailureLog, RedisResponseRegistry
 from gateway.state.redis_store import RedisStores
 from tests.redis_server import RedisServer, skip_without_redis
 
@@ -26,6 +28,8 @@ class StoreSet:
     scores: Any
     budgets: Any
     keys: Any
+    responses: Any = None
+    auth_failures: Any = None
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +43,8 @@ def redis_server() -> Iterator[RedisServer]:
 async def stores(request: pytest.FixtureRequest) -> AsyncIterator[StoreSet]:
     if request.param == "memory":
         yield StoreSet("memory", MemoryConversationStore(), MemoryScoreCache(),
-                       MemoryBudgetStore(reservation_ttl_s=RESERVATION_TTL_S), MemoryKeyStore())
+                       MemoryBudgetStore(reservation_ttl_s=RESERVATION_TTL_S), MemoryKeyStore(),
+                       MemoryResponseRegistry(), MemoryAuthFailureLog())
         return
     server: RedisServer = request.getfixturevalue("redis_server")
     with redis.Redis.from_url(server.url) as admin:
@@ -47,6 +52,7 @@ async def stores(request: pytest.FixtureRequest) -> AsyncIterator[StoreSet]:
     redis_stores = RedisStores.from_url(server.url, reservation_ttl_s=RESERVATION_TTL_S)
     try:
         yield StoreSet("redis", redis_stores.conversations, redis_stores.scores, redis_stores.budgets,
-                       redis_stores.keys)
+                       redis_stores.keys, RedisResponseRegistry(redis_stores.client, guard=redis_stores.guard),
+                       RedisAuthFailureLog(redis_stores.client, guard=redis_stores.guard))
     finally:
         await redis_stores.aclose()

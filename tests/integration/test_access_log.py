@@ -18,7 +18,7 @@ from tests.support import bearer, free_port
 UPSTREAM_KEY = "sk-upstream-PLANTED-0123456789abcdef"
 ACME = "sk-sieve-acme-0123456789abcdef"
 SENTINEL = "PLANTED-CONTENT-the-user-private-note"
-FIELDS = {"request_id", "route", "status", "org", "model", "outcome", "original_tokens", "forwarded_tokens",
+FIELDS = {"request_id", "method", "route", "status", "org", "model", "outcome", "original_tokens", "forwarded_tokens",
           "prune_ms", "upstream_ms", "duration_ms"}
 
 

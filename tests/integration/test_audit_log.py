@@ -97,7 +97,8 @@ def test_one_line_per_request_with_ids_tokens_decisions_costs_and_timings(keyed_
     assert [line["request_id"] for line in lines] == ids  # one line each, in order
     for line in lines:
         assert set(line) == {"request_id", "route", "timestamp", "org", "team", "model", "strategy", "outcome", "tokens",
-                             "decisions", "cost", "timings", "cohort", "shadow"}  # no "request": no content
+                             "decisions", "cost", "timings", "target_tokens", "budget", "cohort",
+                             "shadow"}  # no "request": no content
         assert (line["cohort"], line["shadow"]) == ("pruned", None)
         assert (line["org"], line["team"], line["strategy"]) == ("beta", None, "relevance")
         assert line["timestamp"].endswith("Z")

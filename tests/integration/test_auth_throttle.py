@@ -80,18 +80,20 @@ def test_throttling_can_be_turned_off(start_gateway) -> None:
     assert failures(gw, "/admin/keys") == 30
 
 
-def test_the_window_slides_and_the_tracked_addresses_are_bounded() -> None:
-    now = [0.0]
+async def test_the_window_slides_and_the_tracked_addresses_are_bounded() -> None:
+    now = [1000.0]
     throttle = AuthThrottle(limit=3, window_s=10, max_clients=2, clock=lambda: now[0])
-    assert [throttle.failed("a") for _ in range(3)] == [False, False, True]
+    assert [await throttle.failed("a") for _ in range(3)] == [False, False, True]
     assert throttle.retry_after("a") == pytest.approx(10)
-    now[0] = 9.5
+    now[0] = 1009.5
     assert throttle.retry_after("a") == pytest.approx(0.5)
-    now[0] = 10.0
+    now[0] = 1010.0
     assert throttle.retry_after("a") is None
-    throttle.failed("b")
-    throttle.failed("c")  # a third address: the least recently failed ("a") is forgotten
-    assert throttle.retry_after("a") is None and len(throttle._failures) == 2
+    for client in ("a", "b", "c"):  # three addresses refused: the least recently refused ("a") is forgotten
+        for _ in range(3):
+            await throttle.failed(client)
+    assert throttle.retry_after("a") is None and throttle.retry_after("c") == pytest.approx(10)
+    assert len(throttle._refused) == 2
 
 
 def test_the_limits_are_settings() -> None:

@@ -86,22 +86,24 @@ def test_a_reserve_that_redis_ran_late_is_released_when_it_answers() -> None:
 
 
 def test_an_absurd_usage_figure_is_clamped_and_blocks_nothing() -> None:
-    """A provider reports 1e20 prompt tokens (HINCRBY's range ends at 2^63), then -5. Each is
-    charged at the reservation's estimate and counted in sieve_usage_anomalies_total; every
-    later request, of this org and another, is metered as before, and the admin API answers."""
+    """A provider reports 1e20 prompt tokens (HINCRBY's range ends at 2^63), then -5. The first is
+    charged at the sanity ceiling (SIEVE_MAX_BILLED_TOKENS), the second (junk) at the
+    reservation's estimate, each counted in sieve_usage_anomalies_total; every later request,
+    of this org and another, is metered as before, and the admin API answers."""
     absurd = {"prompt_tokens": 1e20, "completion_tokens": 10, "total_tokens": 1e20}
     junk = {"prompt_tokens": -5, "completion_tokens": 10, "total_tokens": 5}
-    two_orgs = dict(budgets={"orgs": {ORG: {"day": LIMIT}, "other": {"day": LIMIT}}},
+    ceiling = 100_000
+    two_orgs = dict(budgets={"orgs": {ORG: {"day": LIMIT}, "other": {"day": LIMIT}}}, max_billed_tokens=ceiling,
                     virtual_keys=({"key": "sk-acme", "org": ORG}, {"key": "sk-other", "org": "other"}))
     with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
             GatewayServer(budget_settings(up, redis, **two_orgs)) as gw:
         charged = 0
-        for usage, reason in ((absurd, "absurd"), (junk, "junk")):
+        for usage, reason in ((absurd, "ceiling"), (junk, "junk")):
             up.enqueue(Reply(content="ok", usage=usage))
             response = chat(gw, f"bad-{reason}")
             assert response.status_code == 200
             estimate = LIMIT - charged - int(response.headers["x-sieve-budget-remaining-tokens"])
-            charged += estimate
+            charged += ceiling if reason == "ceiling" else estimate
             assert settle_down(gw, redis) == (0, charged)
             assert metric_value(gw.metrics, "sieve_usage_anomalies_total", reason=reason) == 1
         for headers in (AUTH, {**AUTH, **bearer("sk-other")}):

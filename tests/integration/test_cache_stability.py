@@ -78,6 +78,9 @@ def test_a_named_conversation_seen_first_over_the_target_keeps_its_prefix_on_the
     turn = [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "And the next one?"}]
     headers = {"x-sieve-conversation-id": "late-join-1", "x-sieve-target-tokens": "4000"}
     first = gateway.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": history}, headers=headers).json()
+    # Forwarded, it keeps its plan (a dry run writes none); the next step is dry-run against it.
+    gateway.post("/v1/chat/completions", json={"model": "gpt-4o-mini", "messages": history}, headers=headers)
+    assert upstream.requests[-1].json["messages"] == first["request"]["messages"]
     second = gateway.post("/v1/prune", json={"model": "gpt-4o-mini", "messages": history + turn},
                           headers=headers).json()
     assert first["report"]["mode"] == "stateless" and first["report"]["target_rule_tokens"] <= 2200
@@ -90,19 +93,26 @@ def test_a_named_conversation_seen_first_over_the_target_keeps_its_prefix_on_the
     assert alone["report"]["target_rule_tokens"] > 3200
 
 
+ROUTES = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
+
+
 def _first_then_next(gateway, body: dict, fmt: str, turn: dict) -> tuple[dict, dict]:
-    """``body`` pruned as a conversation's first request over the target, then its next step."""
+    """``body`` pruned as a conversation's first request over the target (dry-run, then forwarded:
+    the forward keeps the plan, a dry run writes none), then its next step, dry-run."""
     headers = {"x-sieve-format": fmt, "x-sieve-target-tokens": "4000"}
     first = gateway.post("/v1/prune", json=body, headers=headers).json()
+    sent = {**body, "max_tokens": 64} if fmt == "messages" else body
+    assert gateway.post(ROUTES[fmt], json=sent, headers={"x-sieve-target-tokens": "4000"}).status_code == 200
     second = gateway.post("/v1/prune", json={**body, **turn}, headers=headers).json()
     return first, second
 
 
-def test_a_request_that_asks_for_its_prefix_cached_is_a_conversation_that_goes_on(gateway, upstream):
+def test_a_request_that_asks_for_its_prefix_cached_is_a_conversation_that_goes_on(start_gateway, providers):
     """No conversation id, but a ``prompt_cache_key`` (OpenAI) or a ``cache_control``
     breakpoint (Anthropic): the client will send this prefix again, so the first decision
     goes to the low-water mark and the next step replays it instead of opening an epoch.
     The same body without the signal keeps all its target allows."""
+    gateway = start_gateway(upstream_base_url=providers.base_url, anthropic_base_url=providers.anthropic_base_url)
     history = agent_history(30)
     answer, question = {"role": "assistant", "content": "Done."}, {"role": "user", "content": "And the next one?"}
     chat = {"model": "gpt-4o-mini", "messages": history}

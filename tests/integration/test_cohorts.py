@@ -62,7 +62,7 @@ def post(gw: GatewayServer, body: dict, conversation_id: str | None = None) -> h
 def test_control_share_splits_conversations_and_forwards_control_whole(tmp_path, upstream) -> None:
     body = {"model": MODEL, "messages": agent_history(12)}
     n = 200
-    with GatewayServer(Settings(upstream_base_url=upstream.base_url,
+    with GatewayServer(Settings(upstream_base_url=upstream.base_url, cohort_secret="cohort-test-secret",
                                 policies_dir=policies(tmp_path, "control_share: 0.5\n"))) as gw:
         cohorts = {}
         for i in range(n):
@@ -76,8 +76,9 @@ def test_control_share_splits_conversations_and_forwards_control_whole(tmp_path,
     # Binomial(200, 0.5): within 3 sigma of 100.
     assert abs(len(control) - n * 0.5) <= 3 * math.sqrt(n * 0.25), len(control)
     for i, (cid, cohort) in enumerate(cohorts.items()):
-        # The split is the hash of the conversation key, nothing else.
-        assert (cohort == "control") == (control_point(conversation_key(ORG, body, cid)) < 0.5), cid
+        # The split is the hash of the conversation key (keyed with the gateway's secret), nothing else.
+        point = control_point(conversation_key(ORG, body, cid), b"cohort-test-secret")
+        assert (cohort == "control") == (point < 0.5), cid
         if cohort == "control":
             assert sent[i] == body, f"control conversation {cid} was not forwarded whole"
         else:
@@ -93,7 +94,10 @@ def test_control_share_splits_conversations_and_forwards_control_whole(tmp_path,
         sample(samples, "sieve_cohort_prompt_tokens_total", org=ORG, cohort="pruned", kind="original")
 
 
-def test_control_conversation_reason_is_in_the_prune_report_and_the_audit(tmp_path, upstream) -> None:
+def test_control_conversation_reason_is_in_the_audit_not_the_prune_report(tmp_path, upstream) -> None:
+    """The cohort shows once a conversation is forwarded (its audit line), never before: a dry run
+    decides every conversation as a pruned one (issue 28: probes found control ids, then sent their
+    largest requests under them, unpruned)."""
     audit = tmp_path / "audit.jsonl"
     body = {"model": MODEL, "messages": agent_history(12)}
     # Everything in control: every message's reason names the control group.
@@ -102,8 +106,8 @@ def test_control_conversation_reason_is_in_the_prune_report_and_the_audit(tmp_pa
         report = gw.post("/v1/prune", json=body).json()["report"]
         post(gw, body)
         gw.wait_idle()
-    assert report["cohort"] == "control" and report["saved_tokens"] == 0
-    assert all("control group" in m["reason"] for m in report["messages"])
+    assert report["cohort"] == "pruned" and report["saved_tokens"] > 0
+    assert not any("control group" in m["reason"] for m in report["messages"])
     line = read_jsonl(audit)[-1]
     assert line["cohort"] == "control" and line["tokens"]["saved"] == 0
     assert all("control group" in d["reason"] for d in line["decisions"])

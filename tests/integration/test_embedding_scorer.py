@@ -133,6 +133,10 @@ def test_a_decision_taken_cold_stays_frozen_when_the_vectors_arrive(tmp_path: Pa
     messages = chat_messages()
     with GatewayServer(Settings(upstream_base_url=upstream.base_url, policies_dir=policies(tmp_path))) as gw:
         first = prune(gw, messages, conversation="frozen-1")
+        # Forwarded, the decision is the conversation's plan (a dry run writes none).
+        sent = gw.post("/v1/chat/completions", json={"model": MODEL, "messages": messages},
+                       headers={"x-sieve-target-tokens": str(TARGET), "x-sieve-conversation-id": "frozen-1"})
+        assert sent.status_code == 200 and upstream.requests[-1].json["messages"] == first["request"]["messages"]
         wait_embedded(gw)
         more = messages + [{"role": "assistant", "content": "Let me think."}, {"role": "user", "content": "Go on."}]
         second = prune(gw, more, conversation="frozen-1")

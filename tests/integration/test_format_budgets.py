@@ -11,6 +11,7 @@ Savings are priced with each provider's cache rates.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Iterator
 
 import anthropic
@@ -19,6 +20,9 @@ import openai
 import pytest
 
 from gateway.settings import prepare_offline_environment
+from gateway.state.protocols import StoredResponse
+from gateway.state.redis_registries import RedisResponseRegistry
+from gateway.state.redis_store import RedisStores
 from gateway.telemetry.pricing import PriceBook
 from tests.fake_providers import FakeProviders, Reply
 from tests.gateway_server import GatewayServer
@@ -199,6 +203,7 @@ def test_a_spent_budget_refuses_compact_but_not_the_free_routes(gateway, provide
     assert passed_through(gateway, "tight", "/v1/responses/compact", "budget_rejected") >= 1
     assert audit_line(gateway, refused.headers["x-sieve-request-id"])["outcome"] == "budget_rejected"
     seen = {route: passed_through(gateway, "tight", route, "ok") for route in FREE_ROUTES}
+    stored_for(gateway, "tight", "resp_1")  # its response (this budget never lets one be made through Sieve)
     gpt = openai_client(gateway, "sk-tight")
     answers = [
         claude(gateway, "sk-tight").messages.with_raw_response.count_tokens(
@@ -217,6 +222,18 @@ def test_a_spent_budget_refuses_compact_but_not_the_free_routes(gateway, provide
         assert (line["org"], line["outcome"]) == ("tight", "ok") and line["route"] == route
     usage = gateway.get("/admin/usage/tight", headers=admin_headers()).json()
     assert not any(c.get("settled") or c.get("reserved") for c in usage["counters"])  # nothing was charged
+
+
+def stored_for(gw: GatewayServer, org: str, response_id: str) -> None:
+    """``response_id`` recorded as ``org``'s in the gateway's registry (its Redis), as a relayed one is."""
+    async def claim() -> None:
+        stores = RedisStores.from_url(gw.settings.redis_url)
+        try:
+            await RedisResponseRegistry(stores.client).claim(response_id, StoredResponse(org, 0), 600)
+        finally:
+            await stores.aclose()
+
+    asyncio.run(claim())
 
 
 STORED = "/v1/responses/{response_id}"

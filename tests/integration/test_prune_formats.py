@@ -62,15 +62,20 @@ def test_messages_body_is_pruned_in_its_own_format(gateway, upstream):
     assert sent["messages"][-1] == body["messages"][-1]
 
 
-def test_messages_conversation_forwards_a_stable_prefix(gateway, upstream):
+def test_messages_conversation_forwards_a_stable_prefix(start_gateway, providers):
     """Request after request of one conversation (Claude Code moving its newest breakpoint
-    along): while the decisions stand, the turns forwarded before come again byte for byte."""
+    along): while the decisions stand, the turns forwarded before come again byte for byte.
+    Each step is dry-run (what it would forward, and how it was decided), then forwarded: the
+    forward keeps the conversation's plan, the dry run writes none."""
+    gateway = start_gateway(upstream_base_url=providers.base_url, anthropic_base_url=providers.anthropic_base_url)
     body = claude_code_body(16)
     forwards = []
     for step in range(4):
         reply = prune(gateway, body, "messages")
         assert reply.status_code == 200
         forwards.append((reply.json()["report"]["mode"], reply.json()["request"]["messages"]))
+        sent = gateway.post("/v1/messages", json={**body, "max_tokens": 64}, headers=TARGET)
+        assert sent.status_code == 200 and providers.requests[-1].json["messages"] == forwards[-1][1]
         body = copy.deepcopy(body)
         del body["messages"][-1]["content"][-1]["cache_control"]
         body["messages"] += [{"role": "assistant", "content": f"Noted {step}."},

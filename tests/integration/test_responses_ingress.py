@@ -117,7 +117,7 @@ def test_over_target_the_provider_gets_fewer_tokens_and_whole_calls(gateway, pro
 
 def test_previous_response_id_is_forwarded_unpruned(gateway, providers):
     body = history(14)
-    body["previous_response_id"] = "resp_earlier"
+    body["previous_response_id"] = client(gateway).responses.create(model=MODEL, input="start").id  # relayed by Sieve
     response = client(gateway, {"x-sieve-target-tokens": "500"}).responses.with_raw_response.create(**body)
     assert providers.requests[-1].json == json.loads(json.dumps(body))
     assert response.headers["x-sieve-saved-tokens"] == "0"
@@ -199,19 +199,22 @@ def test_errors_before_the_stream_have_openais_shape(gateway, providers):
 
 def test_stored_responses_input_items_and_compact_are_passed_through(gateway, providers):
     llm = client(gateway)
-    assert llm.responses.retrieve("resp_abc").id == "resp_abc"
-    assert (providers.requests[-1].method, providers.requests[-1].path) == ("GET", "/v1/responses/resp_abc")
-    llm.responses.delete("resp_abc")
-    assert (providers.requests[-1].method, providers.requests[-1].path) == ("DELETE", "/v1/responses/resp_abc")
-    items = llm.responses.input_items.list("resp_abc", limit=5, order="asc")
+    rid = llm.responses.create(model=MODEL, input="keep me").id  # a stored response Sieve relayed
+    assert llm.responses.retrieve(rid).id == rid
+    assert (providers.requests[-1].method, providers.requests[-1].path) == ("GET", f"/v1/responses/{rid}")
+    items = llm.responses.input_items.list(rid, limit=5, order="asc")
     assert items.data[0].id == "msg_in"
-    assert providers.requests[-1].path == "/v1/responses/resp_abc/input_items"
-    listed = gateway.get("/v1/responses/resp_abc/input_items?limit=5&order=asc", headers={"authorization": f"Bearer {KEY}"})
+    assert providers.requests[-1].path == f"/v1/responses/{rid}/input_items"
+    listed = gateway.get(f"/v1/responses/{rid}/input_items?limit=5&order=asc", headers={"authorization": f"Bearer {KEY}"})
     assert listed.json()["query"] == "limit=5&order=asc"  # the query string as sent
     assert llm.responses.input_tokens.count(model=MODEL, input="count me").input_tokens > 0
     assert providers.requests[-1].path == "/v1/responses/input_tokens"
-    assert llm.responses.cancel("resp_abc").status == "cancelled"
-    assert (providers.requests[-1].method, providers.requests[-1].path) == ("POST", "/v1/responses/resp_abc/cancel")
+    assert llm.responses.cancel(rid).status == "cancelled"
+    assert (providers.requests[-1].method, providers.requests[-1].path) == ("POST", f"/v1/responses/{rid}/cancel")
+    llm.responses.delete(rid)
+    assert (providers.requests[-1].method, providers.requests[-1].path) == ("DELETE", f"/v1/responses/{rid}")
+    with pytest.raises(openai.NotFoundError):  # deleted by its owner: gone from the registry too
+        llm.responses.retrieve(rid)
     compacted = gateway.post("/v1/responses/compact", headers={"authorization": f"Bearer {KEY}"},
                              json={"model": MODEL, "input": [{"role": "user", "content": "long"}]})
     assert compacted.status_code == 200 and compacted.json()["object"] == "response.compaction"

@@ -141,7 +141,8 @@ def test_grace_shorter_than_the_stream_cuts_it_and_releases_the_hold(tmp_path: P
                           json=chat_body(max_tokens=MAX_TOKENS, stream=True)) as response:
             assert response.status_code == 200
             request_id = response.headers["x-sieve-request-id"]
-            forwarded = int(response.headers["x-sieve-forwarded-tokens"])
+            # The prompt as reserved (its estimate; the answer's cap is MAX_TOKENS, the day budget 1M).
+            prompt = 1_000_000 - int(response.headers["x-sieve-budget-remaining-tokens"]) - MAX_TOKENS
             chunks = response.iter_raw()
             body = next(chunks)
             signalled = time.monotonic()
@@ -161,6 +162,6 @@ def test_grace_shorter_than_the_stream_cuts_it_and_releases_the_hold(tmp_path: P
     counter = redis_day_counter(redis.url, "cut")
     assert counter.reserved == 0
     relayed = body.count(b'"delta"')
-    assert forwarded + 1 <= counter.settled <= forwarded + relayed + 2, (counter, forwarded, relayed)
+    assert prompt + 1 <= counter.settled <= prompt + 2 * relayed + 2, (counter, prompt, relayed)
     lines = [line for line in read_jsonl(audit) if line["request_id"] == request_id]
     assert len(lines) == 1, audit.read_text()

@@ -6,10 +6,11 @@ OpenAI-shaped error, or the provider's own error unchanged), how the request
 is counted in ``sieve_requests_total{outcome}``, and the Redis budget state
 afterwards: nothing left reserved, and only what the provider reported charged.
 
-Stream accounting (``gateway.accounting``): a stream that ends in an upstream
-failure is settled at the usage the provider reported before failing, when it
-did, and released otherwise; a stream the client walks away from is settled at
-what was streamed.
+Stream accounting (``gateway.accounting``): a stream is settled at the usage the
+provider reported, even when it failed after reporting it; without it, a stream
+the provider started and that ended anyhow (cut by the upstream, by the client,
+or never carrying usage) is settled at its prompt and what it streamed (issue 28:
+the provider bills that), and one refused in-stream before any output is released.
 """
 
 from __future__ import annotations
@@ -173,8 +174,8 @@ def test_an_answer_without_usage_is_charged_at_an_estimate(gw, module_upstream, 
     response = post(gw)
     assert response.status_code == 200 and response.json() == body
     assert counted(gw, seen) == {"passthrough": 1}
-    forwarded = int(response.headers["x-sieve-forwarded-tokens"])
-    assert settle_down(gw, redis) == (0, before[1] + forwarded + 100)  # the prompt + 400 chars / 4 (name and arguments for a tool call)
+    # The prompt as reserved (its estimate: the most it was billed) + 400 chars / 4 of the answer.
+    assert settle_down(gw, redis) == (0, before[1] + prompt_held(response, before) + 100)
 
 
 # -- streams cut short or malformed ------------------------------------------------------------------
@@ -197,6 +198,20 @@ def stream_raw(gw: GatewayServer, include_usage: bool) -> tuple[int, bytes]:
         return response.status_code, response.read()
 
 
+def prompt_held(response: httpx.Response, before: tuple[int, int]) -> int:
+    """The prompt part of the request's reservation (its estimate; the answer's cap is 5,000)."""
+    return LIMIT - before[1] - int(response.headers["x-sieve-budget-remaining-tokens"]) - 5000
+
+
+def charged_what_was_streamed(gw: GatewayServer, redis: RedisServer, before: tuple[int, int]) -> int:
+    """A stream cut without its usage: settled at its prompt and what it streamed ("Hel", "lo"):
+    more than nothing, far less than the reservation, nothing left reserved."""
+    reserved, settled = settle_down(gw, redis)
+    charged = settled - before[1]
+    assert reserved == 0 and 2 < charged < 5000, (reserved, charged)
+    return charged
+
+
 def assert_ends_with_error(raw: bytes, says: str) -> list[dict]:
     """Every event is whole JSON (no torn event), and the last one is an OpenAI error."""
     events = [orjson.loads(e.removeprefix(b"data: ")) for e in sse_events(raw)]
@@ -214,7 +229,7 @@ def test_stream_cut_mid_event_ends_with_an_openai_error(gw, module_upstream, red
     arrived = assert_ends_with_error(raw, says="upstream stream broke")
     assert [e["choices"][0]["delta"].get("content") for e in arrived] == ["", "Hel", "lo"]
     assert counted(gw, seen) == {"upstream_error": 1}
-    assert settle_down(gw, redis) == before  # no usage was reported: released
+    charged_what_was_streamed(gw, redis, before)  # no usage was reported: what was streamed
 
 
 def test_stream_cut_is_an_error_for_the_openai_client(gw, module_upstream, redis, before) -> None:
@@ -226,7 +241,7 @@ def test_stream_cut_is_an_error_for_the_openai_client(gw, module_upstream, redis
         for event in stream:
             got.append(event.choices[0].delta.content)
     assert got == ["", "Hel", "lo"]
-    assert settle_down(gw, redis) == before
+    charged_what_was_streamed(gw, redis, before)
 
 
 def test_stream_cut_after_the_usage_settles_it(gw, module_upstream, redis, before) -> None:
@@ -258,7 +273,7 @@ def test_stream_ending_in_a_clean_close(gw, module_upstream, redis, before, fram
     else:
         assert_ends_with_error(raw, says="ended without [DONE]")
         assert counted(gw, seen) == {"upstream_error": 1}
-        assert settle_down(gw, redis) == before
+        charged_what_was_streamed(gw, redis, before)
 
 
 PROVIDER_ERROR = {"message": "The server had an error while processing your request.", "type": "server_error",
@@ -273,6 +288,15 @@ def test_an_error_event_from_the_provider_is_relayed_and_counted(gw, module_upst
     status, raw = stream_raw(gw, include_usage=True)
     assert status == 200 and raw == b"".join(frames)  # the provider's own error, once, unchanged
     assert counted(gw, seen) == {"upstream_error": 1}
+    charged_what_was_streamed(gw, redis, before)  # it had streamed "Hello" before its error
+
+
+def test_an_error_event_before_any_output_releases(gw, module_upstream, redis, before) -> None:
+    """The provider refusing in-stream before it streamed anything billed nothing."""
+    frames = [b"data: " + orjson.dumps({"error": PROVIDER_ERROR}) + b"\n\n"]
+    module_upstream.enqueue(Reply(sse_frames=frames))
+    status, raw = stream_raw(gw, include_usage=True)
+    assert status == 200 and raw == b"".join(frames)
     assert settle_down(gw, redis) == before
 
 
@@ -322,7 +346,8 @@ def test_crlf_events_stream_as_they_come(gw, module_upstream, redis, before) -> 
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 def test_an_answer_over_the_upstream_body_limit_is_a_502(module_upstream, redis, framing) -> None:
     """A non-stream answer (or error page) past SIEVE_MAX_UPSTREAM_BODY_BYTES is not read on:
-    the caller gets a 502 that says why, the reservation is released, the gateway serves on."""
+    the caller gets a 502 that says why, the gateway serves on. A success was billed though
+    never read: it is charged its reservation (issue 28: it was free); an error page is released."""
     limit = 1_000_000
     huge = "x" * (5 * limit)
     with GatewayServer(metered_settings(module_upstream, redis, max_upstream_body_bytes=limit)) as small:
@@ -330,12 +355,16 @@ def test_an_answer_over_the_upstream_body_limit_is_a_502(module_upstream, redis,
         module_upstream.enqueue(Reply(content=huge, usage=USAGE, chunked=framing == "chunked"),
                                 Reply(status=500, raw_body=huge.encode()),
                                 Reply(content="x" * (limit // 2), usage=USAGE, chunked=framing == "chunked"))
+        held = []
         for _ in range(2):
             response = post(small)
             assert response.status_code == 502, response.text[:300]
             assert_openai_error(response.json(), type="upstream_error", code="upstream_response_too_large",
                                 says=f"limit of {limit} bytes (SIEVE_MAX_UPSTREAM_BODY_BYTES)")
+            held.append(LIMIT - int(response.headers["x-sieve-budget-remaining-tokens"]))
+            settle_down(small, redis)
         under = post(small)  # half the limit: relayed whole, on a connection that works
         assert under.status_code == 200 and under.json()["choices"][0]["message"]["content"] == "x" * (limit // 2)
         assert counted(small, {}) == {"upstream_error": 2, "passthrough": 1}
-        assert settle_down(small, redis) == (0, before[1] + USAGE["total_tokens"])
+        reservation = held[0] - before[1]  # the success too large to read: charged all it could cost
+        assert settle_down(small, redis) == (0, before[1] + reservation + USAGE["total_tokens"])

@@ -17,6 +17,7 @@ from gateway.pruning.policy import Policy
 from gateway.pruning.tokens import TokenCounters
 from gateway.settings import Settings
 from tests.conversations import agent_history
+from tests.formats_support import chat_to_messages
 
 
 def test_open_gateway_refuses_a_public_bind(capsys, monkeypatch):
@@ -113,3 +114,35 @@ def test_prune_format_answers_in_the_bodys_own_format():
     assert wrong.returncode == 1
     assert wrong.stderr.decode().splitlines() == [
         "sieve prune: stdin: 'input' is required (unless previous_response_id or conversation names the history)"]
+
+
+def test_prune_reads_the_bodys_format_when_none_is_given():
+    """Issue 28: a Messages body without --format was read as Chat (79 tokens counted for a
+    62,565-token body, nothing pruned, no warning)."""
+    body = chat_to_messages({"model": "claude-sonnet-4-5", "messages": agent_history(20)})
+    body["max_tokens"] = 64
+    done = _sieve_prune("-", "--target", "3000", stdin=json.dumps(body).encode())
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["report"]["format"] == "messages" and out["report"]["original_tokens"] > 10_000
+    assert out["report"]["forwarded_tokens"] < out["report"]["original_tokens"]
+    assert "messages" in out["request"] and "system" in out["request"]  # answered in its own format
+    responses = {"model": "gpt-5", "input": "hi", "instructions": "Be brief."}
+    assert json.loads(_sieve_prune("-", stdin=json.dumps(responses).encode()).stdout)["report"]["format"] == \
+        "responses"
+
+
+def test_prune_refuses_a_body_of_two_formats_and_says_how_to_choose():
+    body = {"model": "m", "system": "Be brief.", "messages": [{"role": "tool", "tool_call_id": "c", "content": "x"}]}
+    done = _sieve_prune("-", stdin=json.dumps(body).encode())
+    assert done.returncode == 1 and done.stdout == b""
+    lines = done.stderr.decode().splitlines()
+    assert len(lines) == 1 and "looks like Anthropic Messages" in lines[0] and "pass --format" in lines[0]
+
+
+@pytest.mark.parametrize("target", ["0", "-5", "many"])
+def test_prune_refuses_a_target_that_is_not_a_positive_integer(target):
+    """Issue 28: --target -5 or 0 was accepted (the x-sieve-target-tokens header gives 400)."""
+    done = _sieve_prune("-", "--target", target, stdin=b'{"model": "m", "messages": []}')
+    assert done.returncode == 2 and done.stdout == b""
+    assert "--target: must be a positive integer" in done.stderr.decode()

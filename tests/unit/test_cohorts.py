@@ -34,6 +34,20 @@ def test_cohort_is_a_stable_hash_of_the_key() -> None:
                                                                        for k in keys]
 
 
+def test_the_cohort_hash_is_keyed_with_the_gateways_secret() -> None:
+    """Issue 28: with a plain hash a client could compute, from the conversation ids it chooses,
+    which fall in the control group; keyed with a secret it cannot (another secret, another split)."""
+    keys = [f"acme:{i:032x}" for i in range(2000)]
+    half = Policy(control_share=0.5)
+    plain = [cohort_of(half, k) for k in keys]
+    keyed = [cohort_of(half, k, b"gateway secret") for k in keys]
+    assert keyed == [cohort_of(half, k, b"gateway secret") for k in keys]  # stable under one secret
+    agree = sum(a == b for a, b in zip(plain, keyed)) / len(keys)
+    assert abs(agree - 0.5) < 0.05  # independent of the unkeyed split: what a client computes tells nothing
+    other = [cohort_of(half, k, b"another secret") for k in keys]
+    assert abs(sum(a == b for a, b in zip(keyed, other)) / len(keys) - 0.5) < 0.05
+
+
 @pytest.mark.parametrize("text, message", [
     ("mode: dry\n", "mode must be one of prune, shadow"),
     ("control_share: 1.5\n", "control_share must be in [0, 1]"),

@@ -19,8 +19,9 @@ from gateway.errors import InvalidRequest
 from gateway.image_tokens import UNLISTED_MODEL_IMAGE_TOKENS, image_size, image_tokens
 from gateway.pruning.tokens import TokenCounters
 from gateway.reservation_estimate import estimate_reservation, output_cap
-from gateway.usage_bounds import bounded_usage, usage_is_readable
+from gateway.usage_bounds import Charge, bounded_figures, bounded_usage, usage_is_readable
 from gateway.telemetry.metrics import UsageAnomaly
+from gateway.telemetry.usage import usage_from_provider
 from gateway.wire.formats.base import WireFormat
 from tests.provider_billing import openai_usage, png_data_url
 
@@ -120,16 +121,62 @@ def test_responses_and_messages_bodies_count_their_own_fields():
     assert with_tools - plain > 400  # Anthropic's tool-use system prompt and the schema
 
 
-def test_usage_is_bounded_by_the_estimate():
-    assert bounded_usage(900, 1000) == (900, None)
-    assert bounded_usage(3000, 1000) == (3000, None)  # above the estimate: charged as reported
-    assert bounded_usage(10**20, 1000) == (1000, UsageAnomaly.ABSURD)
-    assert bounded_usage(10**15, 10**15 - 1) == (10**15 - 1, UsageAnomaly.ABSURD)  # past what a store counts
-    assert bounded_usage(None, 1000) == (1000, UsageAnomaly.JUNK)
+def test_usage_is_charged_as_reported_under_a_sanity_ceiling():
+    """Issue 28: what the provider billed is charged, however far above the reservation (it was
+    "absurd" over 4x and charged the reservation, so what the body does not show ran nearly free);
+    only a figure above the per-request ceiling is junk: the ceiling is charged, and flagged."""
+    assert bounded_usage(900, 1000) == Charge(900, 900)
+    assert bounded_usage(351_023, 1000) == Charge(351_023, 351_023)  # 351x the reservation: billed, so charged
+    assert bounded_usage(10**20, 1000, ceiling=10_000_000) == Charge(10_000_000, 10**20, UsageAnomaly.CEILING)
+    assert bounded_usage(10**15, 1000, ceiling=10**16) == Charge(10**15 - 1, 10**15, UsageAnomaly.CEILING)
+    assert bounded_usage(None, 1000) == Charge(1000, None, UsageAnomaly.JUNK)
     assert usage_is_readable({"prompt_tokens": 10, "completion_tokens": 3.0})
     assert usage_is_readable(None)
     for junk in (-5, "12", float("nan"), True, 1.5):
         assert not usage_is_readable({"prompt_tokens": 10, "completion_tokens": junk})
+
+
+def test_a_usage_over_the_ceiling_is_scaled_under_it_for_the_metrics():
+    usage = usage_from_provider({"prompt_tokens": 1e300, "completion_tokens": 10,
+                                 "prompt_tokens_details": {"cached_tokens": 1e299}})
+    assert usage is not None and usage.prompt_tokens < 10**15  # a figure JSON and the counters can hold
+    bounded = bounded_figures(usage, 1_000)
+    assert bounded.prompt_tokens + bounded.completion_tokens <= 1_000
+    assert bounded.cached_read_tokens <= bounded.prompt_tokens
+
+
+FLOOR = 50_000
+
+
+def floored(body: dict, fmt: WireFormat) -> int:
+    return estimate_reservation(fmt, body, COUNT, 100, reference_floor=FLOOR).tokens
+
+
+def test_content_a_body_only_names_is_reserved_at_the_floor():
+    """Issue 28: a file by id, a document by URL, a built-in tool: the provider adds what they hold
+    (60,000 tokens a document in the adversarial run), which no body shows."""
+    chat_file = {"model": "gpt-4o", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "sum it up"}, {"type": "file", "file": {"file_id": "file-abc"}}]}]}
+    assert floored(chat_file, WireFormat.CHAT) >= FLOOR
+    inline = {"type": "file", "file": {"file_data": "data:application/pdf;base64,AAAA", "filename": "a.pdf"}}
+    assert floored({**chat_file, "messages": [{"role": "user", "content": [inline]}]}, WireFormat.CHAT) < FLOOR
+    assert floored({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}],
+                    "web_search_options": {}}, WireFormat.CHAT) >= FLOOR
+    for part in ({"type": "input_file", "file_url": "https://x.example/a.pdf"},
+                 {"type": "input_file", "file_id": "file-abc"}):
+        body = {"model": "gpt-5", "input": [{"role": "user", "content": [part]}]}
+        assert floored(body, WireFormat.RESPONSES) >= FLOOR
+    tools = {"model": "gpt-5", "input": "news?", "tools": [{"type": "web_search"}, {"type": "file_search"},
+                                                           {"type": "function", "name": "f", "parameters": {}}]}
+    assert 2 * FLOOR <= floored(tools, WireFormat.RESPONSES) < 3 * FLOOR
+    document = {"type": "document", "source": {"type": "url", "url": "https://x.example/a.pdf"}}
+    messages = {"model": "claude-sonnet-4-5", "max_tokens": 10,
+                "messages": [{"role": "user", "content": [document, {"type": "text", "text": "sum"}]}]}
+    assert floored(messages, WireFormat.MESSAGES) >= FLOOR
+    searching = {**messages, "messages": [{"role": "user", "content": "news?"}],
+                 "tools": [{"type": "web_search_20250305", "name": "web_search"}]}
+    assert floored(searching, WireFormat.MESSAGES) >= FLOOR
+    assert floored({**messages, "messages": [{"role": "user", "content": "hi"}]}, WireFormat.MESSAGES) < FLOOR
 
 
 words = st.text(st.sampled_from("abcdefghij klmnop_\n.,:{}\"'"), max_size=80)

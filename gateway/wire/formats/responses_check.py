@@ -30,6 +30,12 @@ def check_responses_body(body: Mapping[str, Any], limits: WireLimits = WireLimit
     previous = body.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):  # it decides whether Sieve prunes at all
         raise InvalidRequest("'previous_response_id' must be a string", param="previous_response_id")
+    conversation = body.get("conversation")
+    if conversation is not None and not isinstance(conversation, str) and \
+            not (isinstance(conversation, dict) and isinstance(conversation.get("id"), str)):
+        # Its id is checked to be the caller's (gateway.stored_responses).
+        raise InvalidRequest("'conversation' must be a conversation id, or an object with a string 'id'",
+                             param="conversation")
     items = body.get("input")
     if items is None and body.get("previous_response_id") is None and body.get("conversation") is None:
         # Without input the history must be the provider's (a previous response or a conversation).
@@ -94,6 +100,8 @@ def _check_content(where: str, content: Any, limits: WireLimits) -> int:
     for j, part in enumerate(content):
         if not isinstance(part, dict):
             raise InvalidRequest(f"{where}[{j}] must be a content part object", param=f"{where}[{j}]")
+        if "type" in part and not isinstance(part["type"], str):  # it picks how the part is read
+            raise InvalidRequest(f"{where}[{j}].type must be a string", param=f"{where}[{j}].type")
         text = part.get("text")
         chars += len(text) if isinstance(text, str) else 0
     return chars
