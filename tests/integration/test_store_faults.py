@@ -142,12 +142,12 @@ def test_memory_state_store_evicts_beyond_its_bounds(start_gateway) -> None:
     for i in range(20):
         assert int(converse(by_count, f"c{i}").headers["x-sieve-saved-tokens"]) > 0  # served, pruned
     assert len(store) == 8
+    entry = store.nbytes // len(store)           # one live plan (before the dry runs add rehearsals)
     assert mode(by_count, "c19") == "frozen"     # recent: its decisions replayed
     assert mode(by_count, "c0") == "stateless"   # evicted (least recently used): decided afresh
     by_count.wait_idle()
     assert outcomes(by_count).get("pruned") == 20 and fail_open(by_count, "state_store") == 0
 
-    entry = store.nbytes // len(store)
     by_size = start_gateway(virtual_keys=KEYS, state_max_bytes=int(entry * 3.5))
     for i in range(10):
         converse(by_size, f"c{i}")
