@@ -71,9 +71,17 @@ def place_markers(conv: Conversation, actions: dict[int, Action], prior: Sequenc
         # The old marker stays (its bytes may be cached); from the first unit dropped
         # only now, the rest gets a marker of its own.
         newly = [u.start for u in conv.units if actions.get(u.index) == DROPPED and u.index not in earlier_drops]
-        if per_epoch and newly and newly[0] > first:
-            return {first: reused, newly[0]: dropped_marker()}, [newly[0]]
-        return {first: reused}, []
+        if not per_epoch:
+            return {first: reused}, []
+        # So do the markers later epochs put before the units still dropped: each lists
+        # the ids of its own span, which no other marker lists (the decision counted them).
+        end = newly[0] if newly else len(conv.messages)
+        still = set(dropped)
+        markers = {pos: m for pos, m in prior_markers.items() if pos in still and pos < end}
+        if newly and newly[0] > first:
+            markers[newly[0]] = dropped_marker()
+            return markers, [newly[0]]
+        return markers, []
     markers = {pos: m for pos, m in prior_markers.items() if pos < boundary}
     new = [pos for pos in dropped if pos >= boundary]
     fresh = []

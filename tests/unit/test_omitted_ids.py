@@ -212,3 +212,34 @@ def test_a_current_step_that_breaks_the_target_masks_its_earlier_results():
     tight = run(messages, target_tokens=COUNTER.count_messages(messages[:3]) + newest + 3 * 24)
     assert tight.target_rule_tokens <= COUNTER.count_messages(messages[:3]) + newest + 3 * 24
     assert all("ids:" not in m["content"] for m in tight.request["messages"][-4:-1])
+
+
+def test_an_epoch_that_rewrites_its_prefix_keeps_the_markers_of_the_spans_still_omitted():
+    # Three epochs of a tool loop: the first dropped the units from message 2, the second those
+    # from message 6 (its marker lists that span's ids), the third drops more from message 10.
+    # The second marker's span is still omitted and no other marker lists its ids: it stays
+    # where it stood (the decision counted it), and the newly omitted span gets its own.
+    from gateway.pruning.compression import dropped_marker
+    from gateway.pruning.conversation import build_conversation
+    from gateway.pruning.markers import place_markers
+    from gateway.pruning.vocabulary import DROPPED, KEPT
+
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Fix the parser."}]
+    for step in range(8):
+        cid = f"call_{step}"
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": "bash", "arguments": json.dumps(
+                {"command": f"sed -n '{step * 10},{step * 10 + 10}p' src/app/parser_{step}.py"})}}]})
+        messages.append({"role": "tool", "tool_call_id": cid, "content": f"line {step}"})
+    conv = build_conversation(messages, COUNTER.count_message)
+    start = {u.start: u.index for u in conv.units}
+    actions = {u.index: DROPPED if 2 <= u.start < 14 else KEPT for u in conv.units}
+    earlier = {start[p] for p in (2, 4, 6, 8)}
+    first, second = dropped_marker(["src/app/parser_0.py"]), dropped_marker(["src/app/parser_2.py"])
+    placed, fresh = place_markers(conv, actions, [(2, first), (6, second)], boundary=10, locked=False,
+                                  per_epoch=True, earlier_drops=earlier)
+    assert placed == {2: first, 6: second, 10: dropped_marker()} and fresh == [10]
+    # Plain markers (no ids, no summaries) carry nothing of their own: one stands for all.
+    placed, fresh = place_markers(conv, actions, [(2, first), (6, second)], boundary=10, locked=False,
+                                  per_epoch=False, earlier_drops=earlier)
+    assert placed == {2: first} and fresh == []
