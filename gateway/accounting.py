@@ -24,7 +24,9 @@ from gateway.telemetry.audit import AuditEntry, AuditLog, MessageDecision, Timin
 from gateway.telemetry.metrics import Outcome
 from gateway.telemetry.pricing import PriceBook
 from gateway.telemetry.conversation_signals import conversation_signals
-from gateway.telemetry.recording import CohortFigures, RequestFigures, RequestRecorder
+from gateway.reasoning import Guarded
+from gateway.telemetry.recording import CohortFigures, RequestFigures, RequestRecorder, transformation_reasons
+from gateway.wire.formats.reasoning import input_transformations
 from gateway.telemetry.savings import OriginalPrompt, SavingsRecord, ShadowSavings, expand_rounds_only, \
     savings_for_request, shadow_savings, with_expand_rounds
 from gateway.telemetry.metrics import UsageAnomaly
@@ -86,6 +88,10 @@ class RequestRecord:
     # refs the model asked for.
     expand_usage: list[dict[str, Any]] = field(default_factory=list)
     expand_refs: list[str] = field(default_factory=list)
+    # Preserved reasoning (gateway.reasoning): the forward as the guard left it (what Sieve's
+    # rewrite invalidated), and the provider's input_transformations entries, every round's.
+    reasoning: Guarded | None = None
+    transformations: list[Any] = field(default_factory=list)
 
     def set_response_body(self, body: bytes) -> None:
         if self.status >= 400:
@@ -97,6 +103,7 @@ class RequestRecord:
             return
         if not isinstance(payload, dict):
             return
+        self.transformations.extend(input_transformations(payload))
         if isinstance(payload.get("usage"), dict):
             self.response_usage = payload["usage"]
             self.usage_final = True
@@ -140,7 +147,9 @@ class Accountant:
             completion_tokens=completion, savings=savings,
             unit_actions=result.unit_action_counts(record.call.body["messages"]),
             upstream_s=record.upstream_s, overhead_s=max(overhead_s, 0.0),
-            cohort=cohort, route=record.call.route or None))
+            cohort=cohort, route=record.call.route or None,
+            reasoning_invalidated=_invalidated(record), input_transformations=transformation_reasons(
+                record.transformations)))
         self._write_audit(record, label, savings, overhead_s, cohort.shadow, charge)
         call = record.call
         log_access(AccessLine(
@@ -263,7 +272,27 @@ class Accountant:
             expand_refs=tuple(record.expand_refs), expand_rounds=len(record.expand_usage),
             target_tokens=result.target_tokens if result.strategy is not Strategy.NONE else None,
             charge=charge if record.hold is not None or (charge is not None and charge.anomaly) else None,
-            reserved_tokens=record.hold.estimate if record.hold is not None else None))
+            reserved_tokens=record.hold.estimate if record.hold is not None else None,
+            reasoning=_reasoning_audit(record)))
+
+
+def _invalidated(record: RequestRecord) -> dict[str, int]:
+    """What Sieve's rewrite invalidated, per scope (counted whatever the answer: the rewrite was
+    made, the record remembers the loss, and the response header said it)."""
+    guarded = record.reasoning
+    return {scope.value: n for scope, n in guarded.lost.items()} if guarded is not None else {}
+
+
+def _reasoning_audit(record: RequestRecord) -> dict[str, Any] | None:
+    """The audit line's ``reasoning``: only where reasoning was in play and something happened."""
+    guarded = record.reasoning
+    reasons = transformation_reasons(record.transformations)
+    if (guarded is None or not (guarded.lost or guarded.stripped or guarded.dropped or guarded.retried)) \
+            and not reasons:
+        return None
+    return {"invalidated": _invalidated(record), "stripped": guarded.stripped if guarded else 0,
+            "dropped": guarded.dropped if guarded else 0, "retried": bool(guarded and guarded.retried),
+            "provider_transformations": reasons}
 
 
 def _earlier_rounds(record: RequestRecord) -> list[Usage]:

@@ -2,7 +2,7 @@
 the tool, and its pinned exchanges with the room they take in this request.
 
 Kept beside the conversation's frozen plan (its key with ``|expand``), in memory or
-Redis, bounded (``MAX_PINS`` exchanges, ``MAX_RECORD_BYTES``: the oldest go first) and
+Redis, from the conversation's first request on (it says whether its forwards carry the tool), bounded (``MAX_PINS`` exchanges, ``MAX_RECORD_BYTES``: the oldest go first) and
 expiring with the plan (the policy's ``state_ttl_s``). Read before the prune: the pruner
 holds the pins' room under the target (``gateway.pruning.pins``), so the record is what
 the request's decision and its forward both go by.
@@ -24,7 +24,9 @@ from gateway.pruner import conversation_key
 from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.tokens import TokenCounters
 from gateway.state.protocols import ConversationStore
+from gateway.pruning.result import PruneResult
 from gateway.wire.call import ChatCall
+from gateway.wire.continuation import more_steps_follow
 from gateway.wire.expand_tool import make_pin, pin_messages, pin_needs, pin_place
 from gateway.wire.formats import WireFormat
 
@@ -40,7 +42,10 @@ class ExpandRecord:
     that have a place in this request's history, as the pruner counts them."""
 
     key: str
-    had_tool: bool = False
+    # Whether the conversation's forwards carry the tool: decided on its first request, for its
+    # whole life (None: not decided yet). ``tools`` is in the prefix a provider binds reasoning
+    # and its cache to, so the tool is there from the first request or never.
+    tool: bool | None = None
     pins: list[dict[str, Any]] = field(default_factory=list)
     rooms: dict[int, PinnedRoom] = field(default_factory=dict)
 
@@ -73,7 +78,8 @@ class ExpandRecords:
         except Exception as exc:  # noqa: BLE001 - the tool works without its record (no pins)
             log.warning("expansion record unavailable (%s)", exc)
             stored = {}
-        record = ExpandRecord(key, bool(stored.get("tool")), list(stored.get("pins") or ()))
+        tool = stored.get("tool")
+        record = ExpandRecord(key, tool if isinstance(tool, bool) else None, list(stored.get("pins") or ()))
         try:
             record.rooms = self._rooms(call, record.pins)
         except Exception as exc:  # noqa: BLE001 - a bug here must not fail the request
@@ -108,16 +114,36 @@ class ExpandRecords:
             self._size(call, record.pins[-1])
             await self.save(record, call.policy.state_ttl_s)
 
+    async def carries_tool(self, call: ChatCall, record: ExpandRecord, result: PruneResult) -> bool:
+        """Whether the conversation carries the tool: its record's answer, or ``offered`` on its
+        first request (saved: the answer holds for the conversation's whole life)."""
+        if record.tool is None:
+            record.tool = offered(call, result)
+            await self.save(record, call.policy.state_ttl_s)
+        return record.tool
+
     async def save(self, record: ExpandRecord, ttl_s: int) -> None:
-        """The record with the tool on, its oldest pins dropped to fit ``MAX_RECORD_BYTES``."""
-        raw = orjson.dumps({"v": 1, "tool": True, "pins": record.pins})
+        """The record, its oldest pins dropped to fit ``MAX_RECORD_BYTES``."""
+        raw = orjson.dumps({"v": 1, "tool": bool(record.tool), "pins": record.pins})
         while len(raw) > MAX_RECORD_BYTES and record.pins:
             record.pins = record.pins[1:]
-            raw = orjson.dumps({"v": 1, "tool": True, "pins": record.pins})
+            raw = orjson.dumps({"v": 1, "tool": bool(record.tool), "pins": record.pins})
         try:
             await self._store.put(record.key, raw, ttl_s)
         except Exception as exc:  # noqa: BLE001
             log.warning("expansion record not saved (%s)", exc)
 
 
-__all__ = ["KEY_SUFFIX", "MAX_PINS", "MAX_RECORD_BYTES", "ExpandRecord", "ExpandRecords"]
+def offered(call: ChatCall, result: PruneResult) -> bool:
+    """Whether a conversation carries the tool, decided on the first request Sieve sees of it and
+    kept for its whole life (``tools`` is in the prefix a provider binds reasoning and its cache
+    to: the tool is there from that request on, or never). On when that request opens the
+    conversation (it holds no answer yet) and says more steps follow (``gateway.wire.continuation``),
+    or is pruned already (its prefix changes anyway); otherwise the conversation goes without it,
+    rather than gain it mid-way at its first prune."""
+    opens = not any(m.get("role") == "assistant" for m in call.body["messages"])
+    return (opens and more_steps_follow(call.sent_body, call.format, call.sieve.conversation_id)) or \
+        result.changed
+
+
+__all__ = ["KEY_SUFFIX", "MAX_PINS", "MAX_RECORD_BYTES", "ExpandRecord", "ExpandRecords", "offered"]

@@ -5,10 +5,10 @@ The proxy calls this at three points of one request:
 * ``pinned`` before the prune: the conversation's record (``gateway.expand_record``),
   with the room each pinned exchange takes; the pruner holds it under the target and
   says which pins go back (``gateway.pruning.pins``, ``PruneResult.pinned``).
-* ``open`` after the prune: with the policy's ``expand_tool`` on, when the forward
-  masks or omits anything (or the conversation had the tool before: adding or
-  removing a tool rewrites the provider's cached prefix, so once there it stays),
-  the omission markers name their refs (``gateway.pruning.expansion``);
+* ``open`` after the prune: with the policy's ``expand_tool`` on, for a conversation
+  that carries the tool (decided on its first request, for its whole life: a tool added or
+  removed rewrites the prefix a provider binds reasoning and its cache to;
+  ``expand_record.offered``), the omission markers name their refs (``gateway.pruning.expansion``);
   ``body_for`` then puts the pins the decision chose back where they were made,
   after the client turn they followed (pinned: the model asked for that content, and
   the provider's cached prefix of that round grows rather than breaks), and the tool
@@ -69,6 +69,7 @@ from gateway.wire.expand_tool import CODECS, CallFilter, Codec, EventReader, cha
     with_pins, with_tool
 from gateway.wire.expand_filter import MAX_HELD_BYTES, held_back
 from gateway.wire.formats import WireFormat
+from gateway.wire.formats.reasoning import input_transformations
 
 log = logging.getLogger("sieve.expander")
 
@@ -113,6 +114,9 @@ class Expander:
         if record is None or outcome.unpruned_reason:
             return None
         result = outcome.result
+        if not await self._records.carries_tool(call, record, result):
+            _without_pins(result, record)
+            return None
         try:
             found = expandable(result, call.body["messages"])
             counter = self._counters.for_model(call.body["model"])
@@ -123,14 +127,9 @@ class Expander:
             log.exception("sieve_expand left out of this request (%s)", type(exc).__name__)
             _without_pins(result, record)
             return None
-        if not found.removed and not record.had_tool:
-            _without_pins(result, record)
-            return None
         session = Session(call, outcome, found, record)
         result.request = {**result.request, "messages": found.messages}
         result.tool_tokens = tool_tokens
-        if not record.had_tool:
-            await self._records.save(record, call.policy.state_ttl_s)
         return session
 
     def body_for(self, session: Session | None, forwarded: dict[str, Any]) -> dict[str, Any]:
@@ -305,6 +304,7 @@ class Expander:
         """The round just answered, settled at its usage; without one, as the accounting settles
         a whole answer without usage: the forwarded prompt plus the answer's characters / 4
         (a usage that is there but unreadable is junk: the reservation's estimate is charged)."""
+        record.transformations.extend(input_transformations(payload))  # the provider's report, every round's
         raw = payload.get("usage")
         usage = usage_from_provider(raw) if usage_is_readable(raw) else None
         if usage is not None:

@@ -43,6 +43,7 @@ from gateway.pruner import PruneOutcome, Pruner
 from gateway.pruning.expansion import shown_with_refs
 from gateway.pruning.result import PruneResult
 from gateway.pruning.vocabulary import Cohort, PolicyMode
+from gateway.reasoning import Guarded, ReasoningGuard
 from gateway.stored_responses import StoredResponses
 from gateway.telemetry.metrics import FailOpen, Outcome
 from gateway.telemetry.redaction import without_secrets
@@ -50,7 +51,7 @@ from gateway.upstream.base import ResolvedRoute, UpstreamResponse
 from gateway.upstream.router import ModelRouter
 from gateway.wire.call import ChatCall
 from gateway.wire.formats import WireFormat
-from gateway.wire.headers import response_headers
+from gateway.wire.headers import REASONING_HEADER, response_headers
 from gateway.wire.ingress import INGRESSES, Ingress
 from gateway.wire.sse import SSEUsageTap
 
@@ -76,10 +77,12 @@ class Reply:
 
 class ChatProxy:
     def __init__(self, *, router: ModelRouter, pruner: Pruner, accountant: Accountant, budgets: BudgetGuard,
-                 deferred: Deferred, expander: Expander | None = None, stored: StoredResponses | None = None) -> None:
+                 deferred: Deferred, expander: Expander | None = None, stored: StoredResponses | None = None,
+                 reasoning: ReasoningGuard | None = None) -> None:
         self._router = router
         self._stored = stored
         self._expander = expander
+        self._reasoning = reasoning
         self._pruner = pruner
         self._accountant = accountant
         self._budgets = budgets
@@ -91,8 +94,12 @@ class ChatProxy:
         """What would be forwarded; no upstream needed, so any model name is accepted. A dry run
         writes nothing: the conversation's plan is read, not saved (``Pruner.prune``). Under a
         policy with ``sieve_expand`` the markers name their refs, as forwarded (the counts hold
-        them already); the tool schema and the conversation's pinned exchanges are left out: a
-        dry run reads and writes no expansion record."""
+        them already), unless the conversation's record says it goes without the tool (read, as
+        a forward reads it); the tool schema and the conversation's pinned exchanges are left
+        out: a dry run writes no expansion record."""
+        record = await self._expander.pinned(call) if self._expander is not None else None
+        if record is not None and record.tool is False:
+            call.policy = call.policy.with_overrides(expand_tool=False)
         outcome = await self._pruner.prune(call, dry_run=True)
         if call.policy.expand_tool and outcome.unpruned_reason is None:
             shown_with_refs(outcome.result)
@@ -115,16 +122,20 @@ class ChatProxy:
             forwarded, strip_usage = _upstream_body(call, ingress, outcome.result, route)
             expansion = None
         forwarded = self._budgets.with_output_cap(call, forwarded, call.format)
+        guarded = await self._guard(call, forwarded, outcome.result.changed or expansion is not None)
+        forwarded = guarded.body
         hold = await self._budgets.reserve(call, outcome.result.forwarded_tokens, forwarded, call.format, chain)
         record = RequestRecord(call=call, outcome=outcome, route=route, hold=hold,
                                answer_chars=ingress.answer_chars, stores_response=_stores_response(call),
-                               shadow_pending=outcome.cohort is Cohort.SHADOW and outcome.unpruned_reason == SHADOW)
+                               shadow_pending=outcome.cohort is Cohort.SHADOW and outcome.unpruned_reason == SHADOW,
+                               reasoning=guarded)
         call.forwarded = True  # from here on, the accounting writes its access line
         self._open[id(record)] = record
-        headers = sieve_headers(call.request_id, outcome, hold)
+        headers = sieve_headers(call.request_id, outcome, hold, guarded)
         response = await self._forward_then_decide(record, forwarded, headers)
+        response = await self._retried(record, response, headers)
         if expansion is not None:
-            response = await self._expand(expansion, record, forwarded, response, headers)
+            response = await self._expand(expansion, record, guarded.body, response, headers)
         record.status = response.status
         if response.chunks is None:
             record.upstream_s = time.perf_counter() - record.upstream_started
@@ -161,7 +172,7 @@ class ChatProxy:
         assert self._expander is not None
         try:
             return await self._expander.answer(expansion, record, forwarded, response,
-                                               lambda body: self._forward(record, body, headers))
+                                               lambda body: self._round(record, body, headers))
         except BaseException as exc:
             record.outcome_label = record.outcome_label or Outcome.UPSTREAM_ERROR
             record.error_status = record.error_status or (exc.status if isinstance(exc, SieveError) else 500)
@@ -169,6 +180,26 @@ class ChatProxy:
             record.billed_unread = response.status == 200 and isinstance(exc, UpstreamUnavailable)
             self._account(record)
             raise
+
+    async def _guard(self, call: ChatCall, forwarded: dict[str, Any], changed: bool) -> Guarded:
+        """The forward made valid for a provider that binds reasoning to its prefix (``gateway.reasoning``)."""
+        if self._reasoning is None:
+            return Guarded(forwarded, fmt=call.format, changed=changed)
+        return await self._reasoning.prepare(call, forwarded, changed)
+
+    async def _retried(self, record: RequestRecord, response: UpstreamResponse,
+                       headers: Mapping[str, str]) -> UpstreamResponse:
+        """A prefix-check 400 on a request Sieve changed: sent once more with drop_block
+        (``gateway.reasoning``); the client never gets an error Sieve's rewrite caused."""
+        retry = None if self._reasoning is None else \
+            await self._reasoning.retry_body(record.reasoning, record.call, response.status, response.body)
+        return response if retry is None else await self._forward(record, retry, headers)
+
+    async def _round(self, record: RequestRecord, body: dict[str, Any], headers: Mapping[str, str]) -> UpstreamResponse:
+        """A sieve_expand round: its body is a prefix the answer's reasoning is bound to."""
+        if self._reasoning is not None:
+            await self._reasoning.round_sent(record.reasoning, body, record.call.policy.state_ttl_s)
+        return await self._forward(record, body, headers)
 
     async def _prune(self, call: ChatCall, ingress: Ingress) -> tuple[PruneOutcome, ExpandRecord | None]:
         """The request's prune, and its conversation's sieve_expand record when it is pruned
@@ -179,6 +210,9 @@ class ChatProxy:
         if call.policy.mode is PolicyMode.SHADOW:
             return await self._pruner.pass_through(call, SHADOW), None  # decided beside the forward
         record = await self._expander.pinned(call) if self._expander is not None else None
+        if record is not None and record.tool is False:
+            # A conversation without the tool: its markers name no ref (and are counted so).
+            call.policy, record = call.policy.with_overrides(expand_tool=False), None
         outcome = await self._pruner.prune(call, await self._budget_target(call),
                                            record.room if record is not None else ())
         return outcome, record
@@ -307,6 +341,7 @@ class ChatProxy:
         finally:
             record.upstream_s = time.perf_counter() - record.upstream_started
             record.stream_usage, record.usage_final = tap.usage, tap.usage_final
+            record.transformations.extend(tap.transformations)
             record.tap = tap
             record.completed = completed
             if response.release is not None:
@@ -343,11 +378,16 @@ def _client_wants_usage(body: Mapping[str, Any]) -> bool:
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
-def sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None = None) -> dict[str, str]:
-    """The ``x-sieve-*`` response headers of a pruned request (both routes send them)."""
+def sieve_headers(request_id: str, outcome: PruneOutcome, hold: Hold | None = None,
+                  guarded: Guarded | None = None) -> dict[str, str]:
+    """The ``x-sieve-*`` response headers of a pruned request (both routes send them); with
+    reasoning in play, what Sieve's rewrite invalidated of it (``gateway.reasoning``)."""
     r = outcome.result
-    return response_headers(request_id, r.original_tokens, r.forwarded_tokens,
-                            hold.remaining_tokens if hold is not None else None)
+    headers = response_headers(request_id, r.original_tokens, r.forwarded_tokens,
+                               hold.remaining_tokens if hold is not None else None)
+    if guarded is not None and guarded.record is not None:
+        headers[REASONING_HEADER] = str(guarded.invalidated)
+    return headers
 
 
 def _close_quietly(resp: Any) -> None:

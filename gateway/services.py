@@ -33,6 +33,7 @@ from gateway.expander import Expander
 from gateway.proxy import ChatProxy
 from gateway.pruner import Pruner
 from gateway.pruning.scoring import LocalScorer
+from gateway.reasoning import ReasoningGuard
 from gateway.pruning.tokens import TokenCounters
 from gateway.scorers.llm import LLMScorer
 from gateway.scorers.summaries import Summarizer
@@ -155,7 +156,8 @@ class Services:
         proxy = ChatProxy(router=router, pruner=pruner,
                           accountant=Accountant(recorder, prices, budgets, audit, counters, stored), budgets=budgets,
                           deferred=deferred, expander=Expander(stores.conversations, budgets, metrics, counters),
-                          stored=stored)
+                          stored=stored, reasoning=ReasoningGuard(stores.conversations,
+                                                                  settings.preserved_thinking_models))
         passthrough = PassThrough(router, fast_path, budgets, recorder, audit, deferred, stored)
         return cls(settings, policies, authenticator, stores, proxy, passthrough,
                    ModelCatalog(settings, session), recorder, budgets, deferred, session, audit,

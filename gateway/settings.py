@@ -64,6 +64,7 @@ SIEVE_SHUTDOWN_GRACE_S          on SIGTERM, how long in-flight requests and stre
                                 may run on before they are cut (default 30)
 SIEVE_TOKEN_ENGINE              "rs-bpe" or "tiktoken" (default: rs-bpe where installed;
                                 both count the same, rs-bpe 2-3x faster)
+SIEVE_PRESERVED_THINKING_MODELS models with prefix-bound thinking (name prefixes, comma-separated)
 ==============================  ==============================================
 
 Offline operation is also arranged here: tiktoken is pointed at the encoding
@@ -157,6 +158,8 @@ class Settings:
     embedding_queue: int = 20_000
     shutdown_grace_s: float = 30.0
     token_engine: str | None = None
+    preserved_thinking_models: tuple[str, ...] = (  # Anthropic's "Prefix checks on thinking blocks"
+        "claude-fable-5", "claude-mythos-5", "claude-opus-5-5", "claude-sonnet-5-5", "claude-haiku-5-5")
     models: Mapping[str, ModelRoute] = field(default_factory=dict)
     virtual_keys: tuple[Mapping[str, Any], ...] = ()
     passthrough: Mapping[str, str] = field(default_factory=dict)   # sha256(provider key) -> org
@@ -212,6 +215,7 @@ class Settings:
             log_level=env.get("SIEVE_LOG_LEVEL", cls.log_level),
             shutdown_grace_s=_float(env, "SIEVE_SHUTDOWN_GRACE_S", cls.shutdown_grace_s),
             token_engine=env.get("SIEVE_TOKEN_ENGINE", "").strip().lower() or None,
+            preserved_thinking_models=_routes(env, "SIEVE_PRESERVED_THINKING_MODELS", cls.preserved_thinking_models),
         )
         settings = replace(settings, **overrides)
         if settings.shutdown_grace_s < 0:
@@ -281,11 +285,8 @@ class Settings:
         models = {}
         for name, spec in (raw.get("models") or {}).items():
             spec = spec or {}
-            _reject_unknown(
-                spec,
-                {"kind", "api_base", "api_key_env", "litellm_model", "upstream_model"},
-                f"{path}: models.{name}",
-            )
+            _reject_unknown(spec, {"kind", "api_base", "api_key_env", "litellm_model", "upstream_model"},
+                            f"{path}: models.{name}")
             kind = spec.get("kind", RouteKind.OPENAI)
             if kind not in tuple(RouteKind):
                 raise ConfigError(f"{path}: models.{name}.kind must be 'openai' or 'litellm'")
@@ -302,9 +303,8 @@ class Settings:
             models=models,
             strict_models=strict,
             upstream_base_url=upstream.get("base_url") or self.upstream_base_url,
-            upstream_api_key=(
-                env.get(upstream["api_key_env"]) if upstream.get("api_key_env") else self.upstream_api_key
-            ),
+            upstream_api_key=(env.get(upstream["api_key_env"]) if upstream.get("api_key_env")
+                              else self.upstream_api_key),
             redis_url=raw.get("redis_url") or self.redis_url,
             admin_key=env.get(raw["admin_key_env"]) if raw.get("admin_key_env") else self.admin_key,
             default_policy=raw.get("policy") or self.default_policy,

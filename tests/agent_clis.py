@@ -99,6 +99,9 @@ class ClaudeCode:
     """
 
     ALLOWED_TOOLS = "Bash"  # print mode asks no one: the scripted steps run this tool
+    # A model with preserved thinking: Claude Code asks it to think (``thinking: adaptive``) and sends
+    # its thinking blocks back, which a provider binds to their prefix (tests.prefix_checks).
+    MODEL = "claude-sonnet-5-5"
 
     def __init__(self, workdir: Path, *, base_url: str, trap: OutboundTrap,
                  headers: Mapping[str, str] | None = None, api_key: str = "sk-ant-test-not-real") -> None:
@@ -108,6 +111,7 @@ class ClaudeCode:
         self.env = sealed_environment(root, trap) | {
             "ANTHROPIC_BASE_URL": base_url,
             "ANTHROPIC_API_KEY": api_key,
+            "ANTHROPIC_MODEL": self.MODEL,
             "CLAUDE_CONFIG_DIR": str(root / ".claude"),
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",

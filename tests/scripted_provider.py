@@ -41,9 +41,11 @@ import orjson
 from aiohttp import web
 
 from tests import provider_events as events
+from tests.prefix_checks import PrefixChecks, anthropic_refusal
 from tests.threaded_server import ThreadedServer
 
 ANTHROPIC_SHELL_TOOL = "Bash"
+EXPAND_TOOL = "sieve_expand"
 # The shell tools Codex has offered across versions, with the argument shape each takes.
 RESPONSES_SHELL_TOOLS = {
     "exec_command": lambda cmd: {"cmd": cmd},
@@ -161,9 +163,19 @@ class ScriptedProvider(ThreadedServer):
 
     def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0, record: bool = True,
                  unscripted: events.Turn = events.Turn(text="ok"), latency_s: float = 0.0,
-                 chunk_delay_s: float = 0.0) -> None:
+                 chunk_delay_s: float = 0.0, checks: PrefixChecks | None = None, expand_every: int = 0,
+                 expand_after_text: bool = False) -> None:
         super().__init__(host=host, port=port)
         self.script = script
+        # Preserved reasoning (tests.prefix_checks): answers carry reasoning bound to their prefix,
+        # and every request is checked as the providers check it.
+        self.checks = checks
+        # Every that many steps of a task, a request that offers Sieve's sieve_expand tool and shows a
+        # marker's ref gets a call to it first (0: never): Sieve's own rounds, and the exchanges it pins.
+        self.expand_every = expand_every
+        # Say a sentence before that call (Anthropic): a stream names the tool after text, so Sieve
+        # answers it at the call and splices the next round into the same message.
+        self.expand_after_text = expand_after_text
         self.record = record
         self.unscripted = unscripted  # the answer to a request of no task (side requests, benchmarks)
         self.latency_s = latency_s  # before the status line
@@ -233,6 +245,9 @@ class ScriptedProvider(ThreadedServer):
         if task is None or not is_main_loop(fmt, body):
             return self.unscripted
         step = task.step_of(results)
+        expanded = self._expansion(fmt, body, step, results)
+        if expanded is not None:
+            return expanded
         if step >= len(task.commands):
             return events.Turn(text=task.answer)
         command, call_id = task.commands[step], task.call_id(step)
@@ -242,12 +257,37 @@ class ScriptedProvider(ThreadedServer):
         name = next(n for n in RESPONSES_SHELL_TOOLS if n in tool_names(body))
         return events.Turn(call=events.ToolCall(call_id, name, RESPONSES_SHELL_TOOLS[name](command)))
 
+    def _expansion(self, fmt: str, body: dict, step: int, results: list[str]) -> events.Turn | None:
+        """A sieve_expand call (module docstring of ``expand_every``), or None."""
+        if not self.expand_every or step % self.expand_every != self.expand_every - 1 or EXPAND_TOOL not in \
+                tool_names(body) or (results and results[-1].startswith("call_expand")):
+            return None
+        refs = re.findall(r"ref ([0-9a-f]{8})\b", orjson.dumps(body.get("messages") or body.get("input")).decode())
+        if not refs:
+            return None
+        preamble = "Let me read back what was left out." if self.expand_after_text and fmt == "messages" else None
+        return events.Turn(call=events.ToolCall(f"call_expand_{step}_{len(results)}", EXPAND_TOOL, {"refs": refs[-1:]}),
+                           preamble=preamble)
+
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
         if not isinstance(body, dict):
             return web.json_response({"type": "error", "error": {"type": "invalid_request_error",
                                                                  "message": "body is not JSON"}}, status=400)
         turn = self._next_turn("messages", body)
+        if self.checks is not None:
+            checked = self.checks.check_messages(body, {k.lower(): v for k, v in request.headers.items()})
+            if checked.refused is not None:
+                return web.json_response(anthropic_refusal(checked.refused), status=400)
+            checked.main_loop = is_main_loop("messages", body)
+            # A call after text in a stream reaches the client up to the call (Sieve splices the next
+            # round into the same message): the client holds that answer's thinking block too.
+            checked.round = _answers_expansion("messages", body)
+            checked.held = not _calls_expansion(turn) or (turn.preamble is not None and body.get("stream") is True)
+            if self.checks.thinks(body):
+                turn = dataclasses.replace(turn, thinking=self.checks.thinking_block(body),
+                                           transformations=tuple(checked.transformations))
+                checked.issued = turn.thinking["signature"] if turn.thinking else None
         usage = events.Usage(input_tokens=estimate_tokens(body.get("messages")) + estimate_tokens(body.get("system")),
                              output_tokens=turn.output_tokens())
         model = str(body.get("model", "claude-fake"))
@@ -261,6 +301,13 @@ class ScriptedProvider(ThreadedServer):
             return web.json_response({"error": {"message": "body is not JSON", "type": "invalid_request_error",
                                                 "param": None, "code": None}}, status=400)
         turn = self._next_turn("responses", body)
+        if self.checks is not None:
+            checked = self.checks.check_responses(body)
+            checked.main_loop = is_main_loop("responses", body)
+            checked.round, checked.held = _answers_expansion("responses", body), not _calls_expansion(turn)
+            turn = dataclasses.replace(turn, transformations=tuple(checked.transformations),
+                                       reasoning=self.checks.reasoning_item(body) if body.get("reasoning") else None)
+            checked.issued = turn.reasoning["id"] if turn.reasoning else None
         usage = events.Usage(input_tokens=estimate_tokens(body.get("input")) + estimate_tokens(body.get("instructions")),
                              output_tokens=turn.output_tokens())
         model = str(body.get("model", "gpt-fake"))
@@ -278,6 +325,17 @@ class ScriptedProvider(ThreadedServer):
             await resp.write(frame)
         await resp.write_eof()
         return resp
+
+
+def _answers_expansion(fmt: str, body: dict) -> bool:
+    """A request whose newest tool result answers a sieve_expand call: a gateway's own round."""
+    read = messages_prompts_and_results if fmt == "messages" else responses_prompts_and_results
+    results = read(body)[1]
+    return bool(results) and results[-1].startswith("call_expand")
+
+
+def _calls_expansion(turn: events.Turn) -> bool:
+    return turn.call is not None and turn.call.name == EXPAND_TOOL
 
 
 # -- checking what the provider received --------------------------------------------------------

@@ -65,6 +65,13 @@ class Conversation:
     def total_tokens(self) -> int:
         return sum(self.tokens)
 
+    @property
+    def task_unit(self) -> int | None:
+        """The newest user message that opens a turn (``opens_turn``): the task the running tool
+        loop works on."""
+        return next((u.index for u in reversed(self.units)
+                     if u.kind == KIND_USER and opens_turn(self.messages, u.start)), None)
+
 
 def build_conversation(
     messages: Sequence[Mapping[str, Any]],
@@ -109,6 +116,13 @@ def build_conversation(
     current = content_text(msgs[units[last_user].start].get("content")) if last_user is not None else ""
     return Conversation(msgs, toks, fps, units, goal_units, goal_text, current, last_user, problems,
                         goal_explicit=bool(explicit_goal))
+
+
+def opens_turn(messages: Sequence[Mapping[str, Any]], index: int) -> bool:
+    """Whether the user message at ``index`` opens a turn: one right after tool results is the
+    text of the turn that carries them (Claude Code adds its reminders there; an interruption
+    goes there too), so the loop it sits in goes on."""
+    return index == 0 or messages[index - 1].get("role") not in ("tool", "function")
 
 
 def _chain_end(msgs: list[Mapping[str, Any]], i: int, problems: list[str]) -> int:

@@ -18,17 +18,17 @@ in the retry and in the room the ids take. The plan keeps the plain markers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gateway.pruning.assembly import Assembled, assemble, count_forwarded
-from gateway.pruning.compression import (dropped_marker, goal_reminder, is_marker, is_omission_marker, marker_ids,
-                                         masked_message)
+from gateway.pruning.compression import dropped_marker, goal_reminder, is_marker, is_omission_marker
 from gateway.pruning.conversation import KIND_USER, Conversation
 from gateway.pruning.epochs import settled_prefix
 from gateway.pruning.expansion import marker_spans, refs_tokens, span_ref, with_ref
 from gateway.pruning.key_lines import KeyLineMasks
-from gateway.pruning.markers import MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids
+from gateway.pruning.markers import (MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids,
+                                     without_carried_ids, without_later_carried)
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.policy import Policy
 from gateway.pruning.protection import Protection, protect
@@ -60,6 +60,7 @@ class DecisionTask:
     prior_inserts: Sequence[tuple[int, dict[str, Any]]] = ()     # earlier markers, where the old plan put them
     prior_masks: Mapping[int, str] = field(default_factory=dict)  # earlier masks' text, per message
     scores: Mapping[int, UnitScore] | None = None                # precomputed (an async scorer's)
+    in_loop: bool = False          # taken inside a tool loop (gateway.pruning.turns): the target forced it
     # The scorer's scores per candidate set, shared by the decisions of one request: a
     # decision retaken under a lower budget (``pipeline._decided_with_refs``) scores the
     # same candidates of the same conversation alike, so it reads them from here.
@@ -92,7 +93,9 @@ def decide(task: DecisionTask) -> PruneResult:
     # target: an epoch aims at the low-water mark and leaves the rest to the next steps,
     # as it leaves the key lines (``_with_key_lines``).
     tool_units = policy.protect_last_tool_units if task.budget >= task.request.target_tokens else 0
-    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens, task.prior_masks, tool_units),
+    needs = [j for p in task.request.pinned for j in p.needs] if policy.expand_tool else []
+    d = _Decision(task, protect(conv, policy, counter, task.request.target_tokens, task.prior_masks, tool_units,
+                                needs),
                   dict(task.forced),
                   carried=[counter.count_message(_as_named(task, pos, m)) for pos, m in task.prior_inserts
                            if is_marker(m)])
@@ -117,7 +120,7 @@ def decide(task: DecisionTask) -> PruneResult:
                              range(recent_from(d), len(p.units)))
     d.working = set(last_views)
     d.scores = working_set_lifted(conv, _scores(d), last_views)
-    d.protection = p = _with_named_masks(d, p)
+    d.protection = p = named_masks(conv, d.working, p, task.prior_masks, counter.count_message)
     d.reminder = _reminder(conv, policy)
     d.actions = _selected(d)
     return _result(d, _forwarded(d))
@@ -151,13 +154,6 @@ def recent_from(d: _Decision) -> int:
     return max(0, len(d.protection.units) - max(1, d.task.request.policy.protect_last_units))
 
 
-def _with_named_masks(d: _Decision, p: Protection) -> Protection:
-    """``p`` with the working set's results masked with every value of their output."""
-    forms, cost = named_masks(d.task.conversation, d.working, p.masked_forms, p.masked_cost, d.task.prior_masks,
-                              d.task.request.counter.count_message)
-    return replace(p, masked_forms=forms, masked_cost=cost) if forms is not p.masked_forms else p
-
-
 def _selected(d: _Decision) -> dict[int, Action]:
     """Every unit's action within the budget: pins, hard user constraints and the settled
     prefix as they are, the rest selected by score; the protected window shed oldest
@@ -182,7 +178,14 @@ def _selected(d: _Decision) -> dict[int, Action]:
         actions[p.last] = MASKED
     excess = pinned_tokens + reserve - task.budget
     if excess > 0:
-        release = sorted(p.soft_pins) + sorted(hard - p.hard_pins)
+        # An epoch inside a tool loop sheds the window from its newest unit back (the current
+        # step is a hard pin): its first changed position comes as late as the decision allows,
+        # so the loop's steps before it keep the prefix their reasoning is bound to
+        # (ARCHITECTURE.md 2a). Elsewhere (a first decision, a turn boundary, where no loop runs)
+        # the oldest go first: the newest turns are what the next step reads. Room the shed
+        # frees beyond the excess goes back by score (``refill``).
+        late = task.mode == Mode.EPOCH and task.in_loop
+        release = sorted(p.soft_pins, reverse=late) + sorted(hard - p.hard_pins)
         left = shrink_to_fit(task.conversation, actions, release, p.masked_cost, excess, drop=p.attainable)
         if left < 0 and p.attainable:
             d.protection, working = refill(RefillTask(
@@ -199,8 +202,10 @@ def _reserve(d: _Decision, pinned_tokens: int) -> int:
     reserve = d.marker_reserve + (task.request.counter.count_message(d.reminder) if d.reminder else 0) + \
         (policy.summary_max_tokens if policy.summaries else 0)
     # Earlier markers stay where the old prefix stays, and with ids they are no longer
-    # tiny; a re-decision (nothing settled) keeps one at most.
-    reserve += sum(d.carried) if d.settled else max(d.carried, default=0)
+    # tiny; a re-decision (nothing settled) keeps those of the spans still omitted, which
+    # earlier epochs' drops are (``markers.place_markers``): all of them, with ids.
+    reserve += sum(d.carried) if d.settled or d.task.request.policy.omitted_ids_tokens > 0 \
+        else max(d.carried, default=0)
     return reserve + min(d.ids_reserve, max(0, task.budget - pinned_tokens - reserve))
 
 
@@ -219,9 +224,10 @@ def _forwarded(d: _Decision) -> Assembled:
                          drop=p.attainable) < over:
             markers, fresh = _markers(d)
             done = _assembled(d, markers)
-    if done.held > request.target_tokens and p.attainable:
-        markers = _without_carried_ids(markers, fresh)
-        done = _assembled(d, markers)
+    for give_up in (without_carried_ids, without_later_carried):
+        if done.held > request.target_tokens and p.attainable:
+            markers = give_up(markers, fresh)
+            done = _assembled(d, markers)
     ids_tokens = request.policy.omitted_ids_tokens
     if fresh and ids_tokens > 0:
         room = min(ids_tokens, _ids_room(d, done)) if p.attainable else ids_tokens
@@ -233,14 +239,6 @@ def _forwarded(d: _Decision) -> Assembled:
     done = _with_key_lines(d, done)
     check_no_new_problems(d.task.conversation.messages, done.forwarded)
     return done
-
-
-def _without_carried_ids(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """Over an attainable target with nothing left to shed, the omission markers carried
-    from an earlier decision give up their ids: the target is the client's limit, an id
-    list a help (the bytes from such a marker on are written to the cache again)."""
-    return {pos: dropped_marker() if pos not in fresh and is_omission_marker(m) and marker_ids(m) else m
-            for pos, m in markers.items()}
 
 
 def _ids_room(d: _Decision, done: Assembled) -> int:

@@ -24,10 +24,14 @@ def low_water(conv: Conversation, target_tokens: int, ratio: float) -> int:
     """The epoch's budget. Hysteresis applies to the history: the system prompt is a
     fixed, always-cached cost, so the low-water mark leaves it whole and takes
     ``ratio`` of what remains for everything else."""
-    system = sum(u.tokens for u in conv.units if u.kind == KIND_SYSTEM)
-    if system >= target_tokens:
+    return low_water_mark(sum(u.tokens for u in conv.units if u.kind == KIND_SYSTEM), target_tokens, ratio)
+
+
+def low_water_mark(system_tokens: int, target_tokens: int, ratio: float) -> int:
+    """``low_water`` from the system prompt's tokens alone (a request not yet split into units)."""
+    if system_tokens >= target_tokens:
         return target_tokens
-    return system + int((target_tokens - system) * ratio)
+    return system_tokens + int((target_tokens - system_tokens) * ratio)
 
 
 def forced_unit_actions(conv: Conversation, prior: Mapping[int, Action]) -> dict[int, Action]:

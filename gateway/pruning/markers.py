@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.compression import dropped_marker, is_marker
+from gateway.pruning.compression import dropped_marker, is_marker, is_omission_marker, marker_ids
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.expansion import with_ref
 from gateway.pruning.ids import ids_in, omitted_ids, text_ids
@@ -135,6 +135,20 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
         elif any(p < pos for p in out):
             del out[pos]
     return out
+
+
+def without_carried_ids(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Over an attainable target with nothing left to shed, the omission markers carried
+    from an earlier decision give up their ids: the target is the client's limit, an id
+    list a help (the bytes from such a marker on are written to the cache again)."""
+    return {pos: dropped_marker() if pos not in fresh and is_omission_marker(m) and marker_ids(m) else m
+            for pos, m in markers.items()}
+
+
+def without_later_carried(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Still over, plain carried markers after the first go: it stands for every span."""
+    carried = sorted(pos for pos in markers if pos not in fresh)
+    return {pos: m for pos, m in markers.items() if pos in fresh or pos == carried[0]}
 
 
 def _texts_read(message: Mapping[str, Any], present: set[str]) -> list[tuple[str, bool, bool, bool]]:

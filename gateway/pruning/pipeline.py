@@ -39,7 +39,8 @@ from typing import Any, Mapping
 
 from gateway.pruning.conversation import Conversation, build_conversation
 from gateway.pruning.decision import DecisionTask, decide
-from gateway.pruning.epochs import forced_unit_actions, low_water
+from gateway.pruning.epochs import forced_unit_actions, low_water, low_water_mark
+from gateway.pruning.messages import SYSTEM_ROLES
 from gateway.pruning.expansion import marker_spans, refs_tokens
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pins import pin_budget, placed
@@ -49,6 +50,7 @@ from gateway.pruning.request import PruneRequest
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.tokens import TokenCounter
+from gateway.pruning.turns import Turn, epoch_due, turn_of
 from gateway.pruning.vocabulary import KEPT, Mode, Strategy
 
 
@@ -99,13 +101,26 @@ def _prune(request: PruneRequest, state: FrozenPlan | None, scorer: Scorer,
         # for another target gets a fresh decision.
         state = None
     usable = state is not None and state.decided > 0 and state.prefix_matches(request.fingerprints)
+    turn = turn_of(request.messages, request.tokens)
     if usable:
         replayed = replay_plan(request, state)
-        if replayed is not None and _holds(request, replayed):
+        if replayed is not None and _holds(request, replayed) and \
+                not _turn_epoch_due(request, turn, replayed.target_rule_tokens):
             return replayed
-    elif _below_trigger(request):
+    elif _below_trigger(request) and \
+            not (continued and _turn_epoch_due(request, turn, request.original_target_rule_tokens)):
         return _as_forwarded(request, _unchanged(request, Mode.UNDER, _undecided_plan(request, state)))
-    return _decided_with_refs(request, state, usable, scorer, scores, continued)
+    return _decided_with_refs(request, state, usable, scorer, scores, continued, turn)
+
+
+def _turn_epoch_due(request: PruneRequest, turn: Turn, tokens: int) -> bool:
+    """A request at a turn boundary whose loop to come would cross the target from ``tokens``
+    (as forwarded): its epoch goes before the loop, not into it (``gateway.pruning.turns``)."""
+    if not turn.boundary:
+        return False
+    system = sum(t for m, t in zip(request.messages, request.tokens) if m.get("role") in SYSTEM_ROLES)
+    mark = low_water_mark(system, request.target_tokens, request.policy.low_water_ratio)
+    return epoch_due(turn, tokens, request.target_tokens, mark)
 
 
 def _as_forwarded(request: PruneRequest, result: PruneResult) -> PruneResult:
@@ -146,7 +161,7 @@ def _holds(request: PruneRequest, replayed: PruneResult) -> bool:
 
 
 def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: bool, scorer: Scorer,
-                       scores: Mapping[int, UnitScore] | None, continued: bool) -> PruneResult:
+                       scores: Mapping[int, UnitScore] | None, continued: bool, turn: Turn) -> PruneResult:
     """``_decided_anew``; with the tool on, a decision that leaves too little of the target for
     its markers' refs and the pinned exchanges that fit the pins' budget is taken again under
     the target less the room they want (the largest seen: markers and the pins that can go
@@ -157,7 +172,7 @@ def _decided_with_refs(request: PruneRequest, state: FrozenPlan | None, usable: 
     deciding, held = request, 0
     retake = _Retake()
     for _ in range(3):
-        result = _decided_anew(deciding, state, usable, scorer, scores, continued, retake)
+        result = _decided_anew(deciding, state, usable, scorer, scores, continued, retake, turn)
         plain = result.target_rule_tokens
         room = _wanted_room(request, result, plain)
         if plain + room <= request.target_tokens or room <= 0 or plain > request.target_tokens:
@@ -221,7 +236,8 @@ class _Retake:
 
 
 def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool, scorer: Scorer,
-                  scores: Mapping[int, UnitScore] | None, continued: bool, retake: _Retake) -> PruneResult:
+                  scores: Mapping[int, UnitScore] | None, continued: bool, retake: _Retake,
+                  turn: Turn) -> PruneResult:
     """An epoch when the request continues the stored conversation (``usable``: its
     decisions still apply), else a stateless prune; down to the low-water mark when
     steps follow (an epoch, or a conversation that says it goes on: ``continued``); the
@@ -238,14 +254,22 @@ def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool,
         mode=Mode.EPOCH if continuing else Mode.STATELESS,
         budget=low_water(conv, target, request.policy.low_water_ratio) if continuing or continued else target,
         epoch=state.epoch + 1 if state is not None and continuing else 1,
-        boundary=state.decided if usable else 0,
+        boundary=_old_prefix(request, state) if usable else 0,
         forced=forced_unit_actions(conv, state.actions if usable else {}),
         prior_inserts=state.inserts if usable else (),
         prior_masks=state.masked if usable else {},
+        in_loop=turn.task is not None and not turn.boundary,
     ))
     if _no_gain(request, result):
         return _unchanged(request, Mode.NO_GAIN, _fresh_plan(request))
     return result
+
+
+def _old_prefix(request: PruneRequest, state: FrozenPlan) -> int:
+    """How many of the request's messages the previous forward held: an epoch keeps as much of
+    that forward as it can byte for byte. The messages after the stored decisions went as they
+    came (kept), so when the request goes on from the last one seen, all of it counts."""
+    return len(state.fingerprints) if state.continues(request.fingerprints) else state.decided
 
 
 def _no_gain(request: PruneRequest, result: PruneResult) -> bool:

@@ -1,6 +1,7 @@
 """What one decision never gives up, what it protects, and what each unit costs kept or masked.
 
-* Hard pins: the system prompt, the goal (the task's first user message) and
+* Hard pins: the system prompt, the goal (the task's first user message), the
+  active task (the newest user message, which the running tool loop works on) and
   the current step (the last unit) always go whole.
 * The protected window: the last units and the active tool chain. It yields,
   oldest first, only when it alone breaks the target: masked, then dropped when
@@ -67,16 +68,25 @@ class Protection:
 
 
 def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_tokens: int,
-            prior_masks: Mapping[int, str] | None = None, tool_units: int | None = None) -> Protection:
+            prior_masks: Mapping[int, str] | None = None, tool_units: int | None = None,
+            keep: Iterable[int] = ()) -> Protection:
     """The pins, window and candidates of ``conv``, and the masked forms and costs of its
     tool results; the current step squeezed when that is what meets ``target_tokens``.
     ``prior_masks``: the masked text earlier epochs forwarded, per message; those
     masks stay as they were (the provider cached them). ``tool_units``: the tool
-    exchanges the window holds at least (None: the policy's ``protect_last_tool_units``)."""
+    exchanges the window holds at least (None: the policy's ``protect_last_tool_units``).
+    ``keep``: messages the window holds too (those a pinned sieve_expand exchange goes back
+    between: dropped, the exchange could not go back, and the answer after it would lose the
+    prefix its reasoning is bound to)."""
     units = conv.units
     last = len(units) - 1
-    hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last}
+    # The newest user message is the task the running loop works on: dropped or masked mid-loop,
+    # the agent loses track of what it is doing (it ends its loop early, or works on an older task).
+    task = {conv.task_unit} if conv.task_unit is not None else set()
+    hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last} | task
     window = _window(conv, policy, policy.protect_last_tool_units if tool_units is None else tool_units)
+    kept = {u.index for u in units for j in keep if u.start <= j < u.stop} - set(window)
+    window = sorted(kept | set(window)) if kept else window
     in_window = set(window)
     masked_forms = _masked_forms(conv, prior_masks or {}) if policy.mask_tool_outputs else {}
     masked_cost = {u.index: _masked_tokens(conv, u.index, counter, masked_forms) for u in units

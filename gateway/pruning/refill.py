@@ -13,7 +13,7 @@ what the window kept as the context, the working set lifted (``working_set``)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from gateway.pruning.conversation import Conversation
@@ -61,9 +61,7 @@ def refill(task: RefillTask, actions: dict[int, Action], released: Sequence[int]
                                and p.masked_cost.get(i, p.units[i].tokens) <= room],
                         range(task.recent_from, len(p.units)))
     scores, working = lifted(conv, scores, views), set(views)
-    forms, cost = named_masks(conv, working, p.masked_forms, p.masked_cost, task.prior_masks, task.count)
-    if forms is not p.masked_forms:
-        p = replace(p, masked_forms=forms, masked_cost=cost)
+    p = named_masks(conv, working, p, task.prior_masks, task.count)
     policy = task.policy
     rules = SelectionRules(room, policy.keep_threshold, policy.compress_threshold, False,
                            policy.mask_tool_outputs, policy.mask_min_tokens)

@@ -112,7 +112,7 @@ def shrink_to_fit(
     excess: int,
     drop: bool = True,
 ) -> int:
-    """Free ``excess`` tokens from ``order`` (oldest first): first by masking bulky
+    """Free ``excess`` tokens from ``order`` (in its order): first by masking bulky
     tool output, which keeps the calls and their ids, then, if ``drop``, by dropping.
     Returns what is still over."""
     for i in order:

@@ -22,12 +22,14 @@ work on (a listing names every file of a folder)::
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Sequence
 
 from gateway.pruning.compression import masked_message
 from gateway.pruning.conversation import KIND_TOOL_CHAIN, Conversation
 from gateway.pruning.ids import text_ids
 from gateway.pruning.messages import call_arguments_text
+from gateway.pruning.protection import Protection
 from gateway.pruning.scoring import UnitScore
 
 # A call that names more values than this is a script or a document written through a
@@ -100,22 +102,21 @@ def lifted(conv: Conversation, scores: Mapping[int, UnitScore], last_views: Mapp
     return out
 
 
-def named_masks(conv: Conversation, working: set[int], masked_forms: Mapping[int, dict[str, Any]],
-                masked_cost: Mapping[int, int], prior_masks: Mapping[int, str],
-                count: Callable[[Mapping[str, Any]], int]) -> tuple[Mapping[int, dict[str, Any]], Mapping[int, int]]:
-    """The masked forms and costs with the working set's results masked with every value of
-    their output (``compression.named_values``): the last view of a file the agent edits keeps
-    the names its next edit copies, at a fraction of the file's size (a source file's values
-    are about a seventh of its tokens). A result an earlier epoch masked keeps its mask (the
-    provider cached it). The same mappings when there is nothing to change."""
-    named = [j for i in working for j in conv.units[i].indices if j in masked_forms and j not in prior_masks]
+def named_masks(conv: Conversation, working: set[int], p: Protection, prior_masks: Mapping[int, str],
+                count: Callable[[Mapping[str, Any]], int]) -> Protection:
+    """``p`` with the working set's results masked with every value of their output
+    (``compression.named_values``): the last view of a file the agent edits keeps the names
+    its next edit copies, at a fraction of the file's size (a source file's values are about
+    a seventh of its tokens). A result an earlier epoch masked keeps its mask (the provider
+    cached it). ``p`` itself when there is nothing to change."""
+    named = [j for i in working for j in conv.units[i].indices if j in p.masked_forms and j not in prior_masks]
     if not named:
-        return masked_forms, masked_cost
-    forms = dict(masked_forms)
+        return p
+    forms = dict(p.masked_forms)
     for j in named:
         forms[j] = masked_message(conv.messages[j], conv.tokens[j], conv.fingerprints[j], every_value=True)
-    cost = dict(masked_cost)
+    cost = dict(p.masked_cost)
     for i in working:
         if i in cost:
             cost[i] = sum(count(forms[j]) if j in forms else conv.tokens[j] for j in conv.units[i].indices)
-    return forms, cost
+    return replace(p, masked_forms=forms, masked_cost=cost)

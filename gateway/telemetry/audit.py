@@ -20,6 +20,9 @@ A line looks like (keys always present; ``request`` only with content)::
      "budget": {"reserved_tokens": 4096, "charged_tokens": 1420 | null, "reported_tokens": 1420 | null,
                 "usage_anomaly": null | "junk" | "ceiling"} | null,
      "cohort": "pruned" | "control" | "shadow" | null,
+     "reasoning": {"invalidated": {"current_loop": 1, "earlier": 4}, "stripped": 4, "dropped": 1,
+                   "retried": false, "provider_transformations": {"prefix_binding_mismatch": 1}},
+                   (only on a request where reasoning was in play and something happened to it)
      "shadow": {"mode": "epoch", "forwarded_tokens": 400, "saved_tokens": 500, "prefix_changed": true,
                 "priced": true, "billed_usd": ..., "would_be_usd": ..., "scorer_usd": ..., "net_usd": ...,
                 "would_be_prompt_tokens": ..., "would_be_cached_tokens": ...,
@@ -115,6 +118,9 @@ class AuditEntry:
     target_tokens: int | None = None  # the target in force (None: strategy none, no target)
     charge: Charge | None = None     # what the budget was charged, and a usage figure it refused
     reserved_tokens: int | None = None  # what the budget held for it before forwarding
+    # Preserved reasoning (gateway.reasoning): what Sieve's rewrite invalidated (per scope), the
+    # blocks it took out or left for the provider to drop, a retry, and the provider's own report.
+    reasoning: Mapping[str, Any] | None = None
 
 
 def audit_record(entry: AuditEntry) -> dict[str, Any]:
@@ -151,6 +157,8 @@ def audit_record(entry: AuditEntry) -> dict[str, Any]:
     record["shadow"] = _shadow(entry.shadow, entry.shadow_mode)
     if entry.expand_rounds or entry.expand_refs:
         record["expand"] = {"refs": list(entry.expand_refs), "rounds": entry.expand_rounds}
+    if entry.reasoning:
+        record["reasoning"] = dict(entry.reasoning)
     if entry.include_content and entry.request_body is not None:
         record["request"] = entry.request_body
     return record

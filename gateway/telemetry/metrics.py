@@ -68,6 +68,16 @@ class ExpandOutcome(StrEnum):
     UNHANDLED = "unhandled"          # seen after the answer was already relayed (a stream's text first)
 
 
+class InputTransformation(StrEnum):
+    """The ``reason`` label of ``sieve_provider_input_transformations_total``: why the provider
+    says it changed a request's input (its response's ``input_transformations``)."""
+
+    PREFIX_BINDING_MISMATCH = "prefix_binding_mismatch"  # Anthropic: the history before a thinking block changed
+    MODEL_BINDING_MISMATCH = "model_binding_mismatch"    # Anthropic: a block another model wrote
+    PREFIX_MISMATCH = "prefix_mismatch"                  # OpenAI: the history before a reasoning item changed
+    OTHER = "other"                                      # any reason not named above
+
+
 class EmbeddingOutcome(StrEnum):
     """The ``outcome`` label of ``sieve_embedding_messages_total``: one message the background
     worker was handed (``gateway.embedding.worker``)."""
@@ -148,11 +158,28 @@ class Metrics:
                                        "Provider usage figures not charged as reported: junk (the "
                                        "reservation's estimate charged) or above the ceiling (the ceiling "
                                        "charged).", ["reason"], registry=r)
-        self._cohort_metrics(r)
-        self._embedding_metrics(r)
+        self._family_metrics(r)
         self.budget_remaining = Gauge("sieve_budget_remaining_tokens",
                                       "Tokens left in a budget window, as last seen.",
                                       ["org", "window"], registry=r)
+
+    def _family_metrics(self, r: CollectorRegistry) -> None:
+        """The families of one concern each, defined below."""
+        self._reasoning_metrics(r)
+        self._cohort_metrics(r)
+        self._embedding_metrics(r)
+
+    def _reasoning_metrics(self, r: CollectorRegistry) -> None:
+        """Preserved reasoning (gateway.reasoning): what Sieve's rewrite cost, and what the provider says
+        it dropped. Labels: org, route (a path template), scope or reason (closed vocabularies)."""
+        self.reasoning_invalidated = Counter(
+            "sieve_reasoning_invalidated_total",
+            "Thinking blocks or reasoning items Sieve's rewrite left invalid at the provider, counted on the "
+            "request whose rewrite did it (scope: current_loop or earlier).", ["org", "route", "scope"], registry=r)
+        self.input_transformations = Counter(
+            "sieve_provider_input_transformations_total",
+            "Entries of the provider's input_transformations (reasoning it dropped), whatever caused them.",
+            ["org", "route", "reason"], registry=r)
 
     def _route_metrics(self, r: CollectorRegistry) -> None:
         """Requests by route template. The forwarding routes have a family of their own: which

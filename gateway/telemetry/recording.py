@@ -39,11 +39,12 @@ from gateway.errors import BodyTooLarge, BudgetExceeded, Forbidden, InvalidReque
     TooManyAuthFailures, Unauthorized
 from gateway.pruning.vocabulary import Cohort
 from gateway.telemetry.conversation_signals import ConversationSignals
-from gateway.telemetry.metrics import OUTCOMES, UNIT_ACTIONS, Metrics, Outcome
+from gateway.telemetry.metrics import OUTCOMES, UNIT_ACTIONS, InputTransformation, Metrics, Outcome
+from gateway.wire.formats.reasoning import Scope
 from gateway.telemetry.savings import SavingsRecord, ShadowSavings
 
 __all__ = ["OTHER", "NOT_FORWARDED", "CohortFigures", "LabelBounds", "RequestFigures", "RequestRecorder",
-           "record_request"]
+           "record_request", "transformation_reasons"]
 
 OTHER = "other"
 NOT_FORWARDED = frozenset({Outcome.CLIENT_ERROR, Outcome.BUDGET_REJECTED, Outcome.FAIL_CLOSED,
@@ -125,6 +126,10 @@ class RequestFigures:
     overhead_s: float | None = None
     cohort: CohortFigures | None = None  # a forwarded request's cohort figures
     route: str | None = None  # the forwarding route's template (sieve_route_requests_total)
+    # Preserved reasoning (gateway.reasoning): what Sieve's rewrite invalidated per scope, and the
+    # provider's input_transformations per reason (both by that route template too).
+    reasoning_invalidated: Mapping[str, int] = field(default_factory=dict)
+    input_transformations: Mapping[str, int] = field(default_factory=dict)
 
 
 class RequestRecorder:
@@ -184,6 +189,30 @@ def record_request(metrics: Metrics, bounds: LabelBounds, figures: RequestFigure
             histogram.observe(max(seconds, 0.0))
     if figures.cohort is not None and figures.outcome not in NOT_FORWARDED:
         _record_cohort(metrics, org, model, figures)
+    _record_reasoning(metrics, org, figures)
+
+
+def _record_reasoning(metrics: Metrics, org: str, figures: RequestFigures) -> None:
+    route = figures.route or ""
+    for scope, count in figures.reasoning_invalidated.items():
+        if count > 0:
+            metrics.reasoning_invalidated.labels(org=org, route=route, scope=Scope(scope)).inc(count)
+    for reason, count in figures.input_transformations.items():
+        if count > 0:
+            reason = InputTransformation(reason)  # a label outside the vocabulary is a bug: ValueError
+            metrics.input_transformations.labels(org=org, route=route, reason=reason).inc(count)
+
+
+def transformation_reasons(entries: Iterable[Any]) -> dict[str, int]:
+    """The provider's ``input_transformations`` entries counted by reason (one not in the
+    vocabulary as ``other``: the label stays bounded)."""
+    known = {r.value for r in InputTransformation}
+    counts: dict[str, int] = {}
+    for entry in entries:
+        reason = entry.get("reason") if isinstance(entry, dict) else None
+        label = reason if reason in known else InputTransformation.OTHER.value
+        counts[label] = counts.get(label, 0) + 1
+    return counts
 
 
 def _record_cohort(metrics: Metrics, org: str, model: str, figures: RequestFigures) -> None:

@@ -144,3 +144,4 @@ def _int(d: Mapping[str, Any], *names: str) -> int:
         except (TypeError, ValueError, OverflowError):
             return 0
     return 0
+

@@ -32,6 +32,7 @@ import orjson
 
 from gateway.errors import SieveError
 from gateway.wire.error_shapes import anthropic_error_body
+from gateway.wire.formats.reasoning import input_transformations
 from gateway.wire.sse import SSEUsageTap, event_data, split_events
 
 _ANTHROPIC_READ = (b'"message_start"', b'"message_delta"', b'"message_stop"', b'"error"')
@@ -67,6 +68,9 @@ class AnthropicEventTap(SSEUsageTap):
 
     def _read(self, payload: dict[str, Any]) -> None:
         kind = payload.get("type")
+        if kind in ("message_start", "message_delta") and not self.transformations:
+            # Announced with the message; a later event repeats them at most (read once).
+            self.transformations = input_transformations(payload)
         if kind == "message_start" and isinstance(payload.get("message"), dict):
             usage = payload["message"].get("usage")
             if isinstance(usage, dict):
@@ -125,6 +129,7 @@ class ResponsesEventTap(SSEUsageTap):
         if kind == "response.created" and response is not None:
             self.response = response
         elif kind in _RESPONSES_END or kind == "response.failed":
+            self.transformations.extend(input_transformations(payload))
             if response is not None and isinstance(response.get("usage"), dict):
                 self.usage = response["usage"]
                 self.usage_final = True

@@ -49,7 +49,9 @@ def tool_definition(fmt: WireFormat) -> dict[str, Any]:
 
 def with_tool(body: Mapping[str, Any], fmt: WireFormat) -> dict[str, Any]:
     """``body`` with the tool after the client's own (once: a body that has it keeps it as is)."""
-    tools = list(body.get("tools") or ())
+    tools = body.get("tools") or []
+    if not isinstance(tools, list):
+        return dict(body)  # not a list of tools: the provider answers it in its own words
     if any(_tool_name(t) == TOOL_NAME for t in tools) or body.get("functions") is not None:
         return dict(body)  # (legacy ``functions`` cannot go beside ``tools``: no tool then)
     return {**body, "tools": [*tools, tool_definition(fmt)]}
@@ -120,10 +122,35 @@ def with_pins(forwarded: dict[str, Any], sent: Mapping[str, Any], fmt: WireForma
         place = _kept_at(out, history, at - 1) if at is not None else None
         if place is None:
             continue
-        out[place + 1:place + 1] = list(pins[i].get("items") or ())
+        items = list(pins[i].get("items") or ())
+        out[place + 1:place + 1] = items
+        _unspliced(out, place + 1 + len(items), items, fmt)
         added.append(i)
     key = "input" if fmt is WireFormat.RESPONSES else "messages"
     return ({**forwarded, key: out} if added else forwarded), sorted(added)
+
+
+def _unspliced(turns: list[Any], at: int, items: list[Any], fmt: WireFormat) -> None:
+    """After a pin put back at ``at - len(items)``: the client's answer that follows, when Sieve
+    spliced it (its stream named sieve_expand after text: the round's answer went on in the same
+    message), loses the part the pin's own turn already holds. The provider made that part in the
+    round and the rest after the exchange: forwarded as it made them, every piece of reasoning in
+    them keeps the prefix it is bound to (ARCHITECTURE.md 2a)."""
+    if fmt is WireFormat.MESSAGES:
+        said = next((t for t in items if isinstance(t, dict) and t.get("role") == "assistant"), None)
+        answer = turns[at] if at < len(turns) else None
+        if not isinstance(said, dict) or not isinstance(answer, dict) or answer.get("role") != "assistant" \
+                or not isinstance(said.get("content"), list) or not isinstance(answer.get("content"), list):
+            return
+        shown = [b for b in said["content"] if not (isinstance(b, dict) and b.get("name") == TOOL_NAME)]
+        if shown and len(answer["content"]) > len(shown) and plain(answer["content"][:len(shown)]) == plain(shown):
+            turns[at] = {**answer, "content": answer["content"][len(shown):]}
+    elif fmt is WireFormat.RESPONSES:
+        calls = {i.get("call_id") for i in items if isinstance(i, dict) and i.get("name") == TOOL_NAME}
+        shown = [i for i in items if isinstance(i, dict) and i.get("name") != TOOL_NAME
+                 and i.get("call_id") not in calls]
+        if shown and plain(turns[at:at + len(shown)]) == plain(shown):
+            del turns[at:at + len(shown)]
 
 
 def pin_needs(view: ChatView | None, fmt: WireFormat, at: int) -> tuple[int, ...]:
@@ -155,15 +182,30 @@ def pin_messages(pin: Mapping[str, Any], fmt: WireFormat, model: str) -> list[di
         return [{"role": "user", "content": orjson.dumps(items).decode()}]
 
 
+def _comparable(turn: Any) -> Any:
+    """A turn as a pin's place is found by: breakpoints aside (``plain``), a string content as the
+    text block it stands for, and without the omission markers Sieve put in it (an epoch's marker
+    goes into the user turn after the kept turn that follows its span: ``formats.messages``)."""
+    turn = plain(turn)
+    content = turn.get("content") if isinstance(turn, dict) else None
+    if isinstance(content, str):
+        return {**turn, "content": [{"type": "text", "text": content}]}
+    if not isinstance(content, list):
+        return turn
+    return {**turn, "content": [b for b in content if not (isinstance(b, dict) and b.get("type") == "text"
+                                                           and str(b.get("text", "")).startswith("[sieve:"))]}
+
+
 def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
     """Where the client's turn ``history[index]`` is in the forwarded ``turns``, when it was kept
-    as it is with the turn after it (breakpoints aside: ``plain``): counted from the end (a
+    as it is with the turn after it (breakpoints and Sieve's markers aside: ``_comparable``):
+    counted from the end (a
     later turn equal to it, a repeated "continue", is told apart by how many equal ones
     follow), the newest turns being the ones a prune keeps."""
-    item, following = plain(history[index]), plain(history[index + 1])
-    nth = sum(1 for h in history[index:] if plain(h) == item)
+    item, following = _comparable(history[index]), plain(history[index + 1])
+    nth = sum(1 for h in history[index:] if _comparable(h) == item)
     for i in range(len(turns) - 1, -1, -1):
-        if plain(turns[i]) == item:
+        if _comparable(turns[i]) == item:
             nth -= 1
             if nth == 0:
                 return i if i + 1 < len(turns) and plain(turns[i + 1]) == following else None

@@ -19,6 +19,8 @@ from gateway.pruning.policy import STRATEGIES
 from gateway.pruning.vocabulary import Strategy
 
 MAX_TARGET_TOKENS = 10_000_000
+# Thinking blocks or reasoning items Sieve's rewrite of this request left invalid (gateway.reasoning).
+REASONING_HEADER = "x-sieve-reasoning-invalidated"
 MAX_GOAL_CHARS = 8_192
 # In bytes, as the header arrives (a header value is bytes; Starlette reads them as Latin-1, one
 # character per byte): what the id costs to keep is its bytes, however a client encodes it.

@@ -97,6 +97,8 @@ class SSEUsageTap:
         self.usage_final = False  # the usage read is the provider's last word (not a stream's start)
         self.finished = False
         self.error: dict[str, Any] | None = None
+        # The provider's input_transformations (reasoning it dropped): the formats that report them.
+        self.transformations: list[Any] = []
         self._held: list[bytes] = []   # the incomplete event so far; it never holds a blank line
         self._held_len = 0
 

@@ -38,6 +38,7 @@ from gateway.settings import Settings
 from gateway.telemetry.metrics import Metrics
 from tests.agent_clis import ClaudeCode, CodexCli, OutboundTrap
 from tests.gateway_server import GatewayServer
+from tests.prefix_checks import PrefixChecks, newly_lost
 from tests.scripted_provider import Script, ScriptedProvider, Task, orphans
 
 pytestmark = pytest.mark.timeout(600)
@@ -72,7 +73,10 @@ def project(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def provider() -> Iterator[ScriptedProvider]:
-    with ScriptedProvider(SCRIPT) as server:
+    """The scripted provider with preserved reasoning on (``tests.prefix_checks``): its answers carry
+    thinking blocks / reasoning items bound to their prefix, and it checks every request as the
+    providers do (a 400 for a thinking block bound to another prefix, unless drop_block)."""
+    with ScriptedProvider(SCRIPT, checks=PrefixChecks()) as server:
         yield server
 
 
@@ -110,7 +114,20 @@ def assert_session_reached_provider(provider: ScriptedProvider, fmt: str) -> lis
     assert len(bodies) == MAIN_LOOP_REQUESTS, [r.path for r in provider.requests]
     for body in bodies:
         assert orphans(fmt, body) == []
+    assert provider.checks is not None
+    assert [c.refused for c in provider.checks.log if c.refused] == []  # no request failed a prefix check
     return bodies
+
+
+def assert_reasoning_counted(sieve: GatewayServer, provider: ScriptedProvider) -> None:
+    """Sieve's count of the reasoning its rewrites invalidated is the provider's own, and so is its
+    count of the provider's input_transformations."""
+    sieve.wait_idle()
+    assert provider.checks is not None
+    lost = newly_lost(provider.checks.log)
+    assert counter_total(sieve.metrics, "sieve_reasoning_invalidated_total") == sum(lost)
+    reported = sum(len(c.transformations) for c in provider.checks.log)
+    assert counter_total(sieve.metrics, "sieve_provider_input_transformations_total") == reported
 
 
 def without_markers(value):
@@ -182,6 +199,7 @@ def test_claude_code_finishes_through_sieve_which_prunes_the_first_task_out(proj
     bodies = assert_session_reached_provider(provider, "messages")
     assert_pruned(sieve, bodies)
     assert_expand_tool_on(bodies)
+    assert_reasoning_counted(sieve, provider)
     assert all(r.headers.get("anthropic-version") for r in provider.requests)  # passed through
     assert trap.attempts == []
 
@@ -193,6 +211,7 @@ def test_codex_finishes_through_sieve_which_prunes_the_first_task_out(project, p
     bodies = assert_session_reached_provider(provider, "responses")
     assert_pruned(sieve, bodies)
     assert_expand_tool_on(bodies)
+    assert_reasoning_counted(sieve, provider)
     assert all(r.headers.get("session-id") for r in provider.requests)  # Codex's session header passed through
     assert trap.attempts == []
 

@@ -21,7 +21,7 @@ def test_agent_loop_keeps_a_byte_identical_prefix_between_epochs(gateway, upstre
     history = agent_history(40, output_lines=25)
     client = openai_client(gateway, "sk-x")
     # Each step of the agent resends everything so far; the request ends where the model answers.
-    cuts = [i for i in range(3, len(history) + 1) if history[i - 1]["role"] in ("user", "tool")
+    cuts = [i for i in range(2, len(history) + 1) if history[i - 1]["role"] in ("user", "tool")
             and (i == len(history) or history[i]["role"] == "assistant")]
     saved = []
     for cut in cuts:
@@ -34,8 +34,10 @@ def test_agent_loop_keeps_a_byte_identical_prefix_between_epochs(gateway, upstre
     breaks = [n for n in range(1, len(bodies)) if not bodies[n].startswith(_forwarded_prefix(bodies[n - 1]))]
     pruned_steps = sum(1 for s in saved if s > 0)
     assert pruned_steps > len(cuts) // 2, "the history outgrows the target: most steps must be pruned"
-    # Hysteresis: an epoch prunes to the low-water mark, so several steps share a prefix.
-    assert 1 <= len(breaks) <= len(cuts) // 4, f"prefix changed at steps {breaks}"
+    # Hysteresis: an epoch prunes to the low-water mark, so several steps share a prefix. Here each
+    # turn's loop takes most of what the low-water mark leaves, so the epoch a loop would need is
+    # taken at the turn boundary before it (gateway.pruning.turns): about one turn in two.
+    assert 1 <= len(breaks) <= len(cuts) // 3, f"prefix changed at steps {breaks}"
     for n in range(1, len(bodies)):
         sent = orjson.loads(bodies[n])["messages"]
         assert sum(1 for m in sent if m["role"] == "tool") >= 1
@@ -43,19 +45,25 @@ def test_agent_loop_keeps_a_byte_identical_prefix_between_epochs(gateway, upstre
     for a, b in zip(breaks, breaks[1:] + [len(bodies)]):
         for n in range(a + 1, b):
             assert bodies[n].startswith(_forwarded_prefix(bodies[n - 1]))
-    # The default policy's sieve_expand tool joins with the first pruned step and stays, the same
-    # bytes on every later step: providers render tools before the messages, so a change there
-    # would rewrite the whole cached prefix.
+    # The default policy's sieve_expand tool is there from the conversation's first request (it
+    # names its conversation) and stays, the same bytes on every step: providers render tools
+    # before the messages, so a change there would rewrite the whole cached prefix and invalidate
+    # every piece of reasoning the model left (ARCHITECTURE.md 2a).
     tools = [orjson.dumps(orjson.loads(body).get("tools")) for body in bodies]
-    first = next(n for n, s in enumerate(saved) if s > 0)
-    assert tools[:first] == [b"null"] * first
-    assert b"sieve_expand" in tools[first] and set(tools[first:]) == {tools[first]}
+    assert b"sieve_expand" in tools[0] and set(tools) == {tools[0]}
     # What was dropped left its ids with the provider, and a marker once sent keeps its bytes.
     markers = [[m["content"] for m in orjson.loads(body)["messages"] if is_omission_marker(m)] for body in bodies]
     with_ids = [c for found in markers for c in found if "; ids: #W" in c]
     assert with_ids, "dropped order lookups leave their order ids in a marker"
-    for earlier, later in zip(markers, markers[1:]):
-        assert later[: len(earlier)] == earlier or later[:1] == earlier[:1]
+    # Between epochs a marker keeps its bytes; an epoch keeps the first one too, unless it decides
+    # anew from before it (one that re-scores the old units for the turn that opens).
+    moved = 0
+    for n, (earlier, later) in enumerate(zip(markers, markers[1:]), start=1):
+        if n not in breaks:
+            assert later == earlier
+        elif not (later[: len(earlier)] == earlier or later[:1] == earlier[:1]):
+            moved += 1
+    assert moved <= len(breaks) // 4
 
 
 def test_history_edit_gets_a_fresh_prune(gateway, upstream):

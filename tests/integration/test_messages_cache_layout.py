@@ -141,8 +141,11 @@ def test_claude_codes_breakpoints_keep_hitting_between_epochs(gateway, cached_pr
     sent = [r.json for r in cached_provider.requests if r.path == "/v1/messages"][STEPS:]
     epochs, beyond = epoch_rewrites(sent, through)
     # Between epochs the forwarded prompt only grows, and each request writes what the direct
-    # session writes for it: the newest turns, nothing more.
-    for k in range(len(sent)):
+    # session writes for it: the newest turns, nothing more. The first also writes Sieve's
+    # sieve_expand tool, there from the conversation's first request (it names its conversation by
+    # its breakpoints): tools never change mid-way (docs/reasoning.md).
+    assert through.per_request[0][1] > direct.per_request[0][1]
+    for k in range(1, len(sent)):
         if k not in epochs:
             assert through.per_request[k][1] == direct.per_request[k][1], k
     # An epoch rewrites what it changed; what it writes beyond that (unchanged blocks before its

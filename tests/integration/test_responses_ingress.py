@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from gateway.pruning.tokens import TokenCounters
+from gateway.wire.expand_tool import RESPONSES_TOOL
 from tests.conversations import agent_history
 from tests.fake_providers import FakeProviders, Reply
 from tests.formats_support import chat_to_responses, responses_problems
@@ -73,9 +74,11 @@ def test_create_passes_fields_and_the_session_header_through(gateway, providers)
     assert parsed.output_text == "ok" and parsed.usage.output_tokens >= 1
     sent = providers.requests[-1]
     assert sent.path == "/v1/responses"
+    # A conversation's first request that says more follow (a prompt_cache_key) carries Sieve's
+    # sieve_expand tool from the start: tools stay the same for the conversation's whole life.
     assert sent.json == {"model": MODEL, "input": "hello", "instructions": "Be brief.", "prompt_cache_key": "k-1",
                          "store": False, "include": ["reasoning.encrypted_content"], "reasoning": {"effort": "low"},
-                         "vendor_field": {"x": 1}}
+                         "vendor_field": {"x": 1}, "tools": [RESPONSES_TOOL]}
     assert sent.headers["session-id"] == "sess-42"
     assert sent.headers["authorization"] == f"Bearer {KEY}"
     assert not any(name.startswith("x-sieve") for name in sent.headers)

@@ -267,9 +267,9 @@ def test_prune_that_breaks_the_cached_prefix(gateway, cached_upstream, shape, mo
             continue
         assert previous is not None, "the first steps fit under the cap"
         prefix = sum(counter.count_message(m) for m in messages[:len(previous)])
-        # The sieve_expand definition (default policy) rides along from this first pruned step:
-        # billed, and the unpruned request would not carry it.
-        sent = forwarded + sieve_tool_tokens(model)
+        # The conversation came to Sieve with answers in it already: Sieve never adds its
+        # sieve_expand tool to it (``tools`` stays as the conversation began, gateway.expander).
+        sent = forwarded
         expected = _counterfactual(model, usage.prompt_tokens, usage.completion_tokens, read, write,
                                    original, sent, prefix)
         assert d.cost(model, "counterfactual") == pytest.approx(expected, rel=1e-12)

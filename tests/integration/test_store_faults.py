@@ -32,10 +32,16 @@ def chat(gw: GatewayServer, max_tokens: int = 20, **extra: Any) -> httpx.Respons
                       headers=AUTH, timeout=10)
 
 
+# A conversation's keys: its frozen plan, and its sieve_expand record (whether it carries the
+# tool, decided on its first request: gateway.expand_record).
+KEYS_PER_CONVERSATION = 2
+
+
 def conversation_keys(redis: RedisServer) -> int:
-    """Conversations' plans in Redis (not the gateway's cohort secret, kept in the same store)."""
+    """The conversations the store holds (not the gateway's cohort secret, kept in the same store)."""
     with redis_py.Redis.from_url(redis.url) as client:
-        return len([k for k in client.keys("sieve:conv:*") if b"cohort-secret" not in k])
+        keys = [k for k in client.keys("sieve:conv:*") if b"cohort-secret" not in k]
+        return len(keys) // KEYS_PER_CONVERSATION
 
 
 def degraded(gw: GatewayServer) -> tuple[float, float, float]:

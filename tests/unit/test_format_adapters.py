@@ -269,14 +269,16 @@ def _history(steps: int) -> dict:
 def test_messages_two_markers_in_one_user_turn_become_one_listing_every_id():
     """The real Claude Code run: two spans dropped with only user pieces between their markers,
     so both markers land in one user turn (pieces of one role merge). One marker is written,
-    with each id either listed, once."""
+    with each id either listed, once. (An assistant turn follows them: they go into the user
+    turn after it, and the task's turn before them keeps its bytes.)"""
     body = chat_to_messages(_history(6))
     assert body["messages"][0]["role"] == "user"
     last = len(MESSAGES.read(body).body["messages"]) - 1
     out = _two_markers_side_by_side(MESSAGES, body, 2 if "system" in body else 1, [last - 1, last])
     assert messages_problems(out) == []
-    first = out["messages"][0]
-    texts = [b["text"] for b in first["content"] if b["type"] == "text"]
+    assert out["messages"][0] == body["messages"][0]
+    carrier = out["messages"][-1]
+    texts = [b["text"] for b in carrier["content"] if b["type"] == "text"]
     assert _markers_in(texts) == [OMITTED_PREFIX + "; ids: ORD-1001 SKU-77]"]
     every = [b.get("text", "") for t in out["messages"] if isinstance(t["content"], list) for b in t["content"]]
     assert len(_markers_in(every)) == 1
@@ -313,3 +315,23 @@ def test_merged_markers_name_every_ref_the_model_can_ask_sieve_expand_for():
     assert one == OMITTED_PREFIX + ", ref 1a2b3c4d, " + REF_HINT + "; ids: a b x]"
     looks_like_ref = OMITTED_PREFIX + "; ids: , ref 9f9f9f9f]"  # in the ids, not a ref
     assert merged_marker_texts([looks_like_ref, OMITTED_PREFIX + "]"]) == [looks_like_ref]
+
+
+def test_a_marker_goes_into_the_next_user_turn_and_the_turns_before_keep_their_bytes():
+    """An omitted span between the task and a kept tool call: the marker does not join the task's
+    turn (message 0 would change, and with it the cached prefix and every piece of reasoning bound
+    to what follows); it goes after the kept call's results, in the user turn that carries them."""
+    chat = {"model": "claude-sonnet-4-5", "messages": [{"role": "system", "content": "sys"},
+                                                       {"role": "user", "content": "Task: read the logs."}]}
+    for i in range(30):
+        chat["messages"] += [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{i}", "type": "function", "function": {"name": "cat", "arguments": f'{{"f": {i}}}'}}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"log {i} " + "line of output " * 100}]
+    body = {**chat_to_messages(chat), "max_tokens": 100}
+    out, result, _ = run(MESSAGES, body, 700)
+    assert Action.DROPPED in result.message_actions and messages_problems(out) == []
+    assert out["messages"][0] == body["messages"][0]
+    carrier = next(t for t in out["messages"] if any(b.get("type") == "text" and b["text"].startswith(OMITTED_PREFIX)
+                                                     for b in t["content"] if isinstance(t["content"], list)))
+    assert carrier["role"] == "user" and carrier["content"][0]["type"] == "tool_result"

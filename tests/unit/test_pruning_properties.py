@@ -71,13 +71,16 @@ def test_structure_pins_and_target(messages, target, strategy):
     sent_tail = sent[-len(tail):]
     assert [m.get("tool_call_id") for m in sent_tail] == [m.get("tool_call_id") for m in tail]  # current step pinned
     assert sent_tail[0] == tail[0] and sent_tail[-1] == tail[-1]  # its calls and its newest result whole
-    goal = [messages[1]] if _last_unit_start(messages) > 1 else []
-    if COUNTER.count_messages([messages[0]] + goal + tail) <= target:
+    # Hard pins: the system message, the goal, the active task (the newest user message: the
+    # task the running tool loop works on) and the current step.
+    start = _last_unit_start(messages)
+    task = max(i for i, m in enumerate(messages[:start + 1]) if m["role"] == "user")
+    hard = [messages[i] for i in sorted({0, 1, task} | set(range(start, len(messages))))]
+    if COUNTER.count_messages(hard) <= target:
         assert sent_tail == tail                                 # all of it, when the hard pins fit the target
     else:                                                        # else earlier results are masked at most
         assert all(a == b or str(a["content"]).startswith("[sieve: masked") for a, b in zip(sent_tail, tail))
-    pinned = COUNTER.count_messages([messages[0], messages[1]] + tail)
-    if pinned + 40 <= target:
+    if COUNTER.count_messages(hard) + 40 <= target:
         assert result.target_rule_tokens <= target                       # fits when feasible
     # The counts are of the messages as forwarded: with the default policy's sieve_expand tool,
     # each omission marker names its ref (the expander's decoration of ``sent``).

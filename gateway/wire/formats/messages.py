@@ -213,7 +213,7 @@ def _merged_turns(pieces: list[_Piece], turns: list[dict[str, Any]]) -> list[dic
     """Adjacent pieces of one role merged into one turn, unless the client sent them as
     adjacent turns of its own; a user turn first when the client's was."""
     groups: list[list[_Piece]] = []
-    for piece in pieces:
+    for piece in _markers_forward(pieces):
         last = groups[-1][-1] if groups else None
         if last is not None and last.role == piece.role and not _adjacent_turns(last, piece):
             groups[-1].append(piece)
@@ -223,6 +223,27 @@ def _merged_turns(pieces: list[_Piece], turns: list[dict[str, Any]]) -> list[dic
     if turns[0]["role"] == "user" and out and out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": [{"type": "text", "text": DROPPED_MARKER}]})
     return out
+
+
+def _markers_forward(pieces: list[_Piece]) -> list[_Piece]:
+    """The pieces with the inserted markers that would merge into the client's user turn before
+    them (an assistant turn after them: roles must alternate) moved into the next user turn
+    instead, after that assistant turn. The turn before keeps its bytes: the first position an
+    epoch changes is the first one it omitted, not an earlier turn (message 0, for a span right
+    after the task), so the prompt cache and the reasoning bound to what precedes it stay."""
+    out: list[_Piece] = []
+    waiting: list[_Piece] = []
+    for i, piece in enumerate(pieces):
+        after = next((p for p in pieces[i + 1:] if p.turn is not None), None)
+        if piece.turn is None and out and out[-1].role == "user" and out[-1].turn is not None \
+                and after is not None and after.role == "assistant":
+            waiting.append(piece)  # held until the next client user turn
+            continue
+        out.append(piece)
+        if waiting and piece.role == "user" and piece.turn is not None:
+            out.extend(waiting)
+            waiting = []
+    return out + waiting
 
 
 def _adjacent_turns(a: _Piece, b: _Piece) -> bool:
@@ -242,6 +263,19 @@ def _one_marker_per_run(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _breakpoint_after_markers(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Markers placed after the block the client marked for its cache (``_markers_forward``) take
+    its breakpoint: the client's cache entry ends on its turn's end, so it holds the markers too
+    (else they are read again, uncached, on every request after)."""
+    tail = len(blocks)
+    while tail > 0 and _is_marker_block(blocks[tail - 1]):
+        tail -= 1
+    if tail == 0 or tail == len(blocks) or not isinstance(blocks[tail - 1].get("cache_control"), dict):
+        return blocks
+    marked = {k: v for k, v in blocks[tail - 1].items() if k != "cache_control"}
+    return [*blocks[:tail - 1], marked, *blocks[tail:-1], {**blocks[-1], "cache_control": blocks[tail - 1]["cache_control"]}]
+
+
 def _is_marker_block(block: Mapping[str, Any]) -> bool:
     return block.get("type") == "text" and is_marker_text(block.get("text"))
 
@@ -259,7 +293,7 @@ def _turn_of(group: list[_Piece], turns: list[dict[str, Any]]) -> dict[str, Any]
     blocks = [b for p in group for b in p.blocks]
     if first.role == "user" and len(group) > 1:
         blocks.sort(key=lambda b: b.get("type") != "tool_result")  # stable: order kept otherwise
-        blocks = _one_marker_per_run(blocks)
+        blocks = _breakpoint_after_markers(_one_marker_per_run(blocks))
     template = turns[first.turn] if first.turn is not None else {}
     turn = {k: v for k, v in template.items() if k not in ("role", "content")}
     turn["role"], turn["content"] = first.role, blocks
