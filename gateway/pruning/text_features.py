@@ -174,6 +174,13 @@ def _entity_form(token: str) -> str | None:
 
 def _token_info(tok: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
     """A token's terms, entities and constraint/error flags."""
+    if tok.isascii():
+        # The commonest kinds, read here as the general path below reads them: a word
+        # in lower case (no entity) and a number (an entity from three digits on).
+        if tok.isalpha() and tok.islower():
+            return _WORD_TERMS[tok], (), _WORD_FLAGS.get(tok, 0)
+        if tok.isdigit():
+            return _WORD_TERMS[tok], (tok,) if len(tok) >= 3 else (), 0
     lowered = tok.lower()
     if "-" in tok or "#" in tok or not tok.isascii():
         words = _WORD.findall(lowered)
