@@ -5,7 +5,7 @@
 #   docker build -t sieve-gateway .
 #   docker run -p 8080:8080 -e SIEVE_ALLOW_OPEN=1 sieve-gateway
 #
-# Configuration is by environment (SIEVE_*, see gateway/settings.py) and mounted
+# Configuration is by environment (SIEVE_*, see gateway/config/settings.py) and mounted
 # files (SIEVE_CONFIG, SIEVE_KEYS_FILE, SIEVE_POLICIES_DIR). The image never
 # reaches the internet at run time: tiktoken reads the encodings litellm ships
 # and litellm uses its bundled price map.

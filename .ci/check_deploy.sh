@@ -15,7 +15,7 @@
 #                      and checked by split_manifests.py instead (selector and
 #                      port; the PrometheusRule spec goes through promtool).
 #   gateway loaders    the rendered config.yaml and policy ConfigMap load with
-#                      gateway.settings / budgets / policies (strict keys)
+#                      gateway.config.settings / budgets / policies (strict keys)
 #   promtool           check rules, test rules (helm/sieve/rules)
 #
 # The chart has no dependencies (its optional Valkey is one of its own
@@ -133,9 +133,9 @@ import sys
 from pathlib import Path
 out, root = Path(sys.argv[1]), sys.argv[2]
 sys.path.insert(0, root)
-from gateway.budgets import BudgetConfig
-from gateway.policies import load_policies
-from gateway.settings import DEFAULT_POLICIES_DIR, Settings
+from gateway.billing.budgets import BudgetConfig
+from gateway.config.policies import load_policies
+from gateway.config.settings import DEFAULT_POLICIES_DIR, Settings
 settings = Settings.from_env({"SIEVE_CONFIG": str(out / "config.yaml")})
 BudgetConfig.from_mapping(settings.budgets)
 policies = load_policies(out / "policies" if (out / "policies").is_dir() else DEFAULT_POLICIES_DIR)

@@ -77,7 +77,7 @@ async def run_route(a: argparse.Namespace, route_name: str, base_tree: Path) -> 
         for side, tree in (("this", ROOT), ("base", base_tree)):
             srv = start_sieve(a, up, tree, name=f"ab-{side}", policies=policies_of(tree))
             if srv is None:
-                raise SystemExit(f"{tree} has no gateway/cli.py")
+                raise SystemExit(f"{tree} has no gateway/cli/main.py")
             servers[side] = srv
         for side in SIDES:
             await servers[side].wait_ready(90)

@@ -4,7 +4,7 @@ Starts the fake upstream and Sieve (``python -m gateway.cli serve``), then, per 
 
 1. small chats alone: a two-message chat, one at a time, for ``--alone-s`` seconds;
 2. ``--big`` huge requests at once (``--steps`` tool-calling steps of
-   ``tests.conversations.agent_history``: about 20,000 messages and 29 MB by default, each
+   ``tests.support.conversations.agent_history``: about 20,000 messages and 29 MB by default, each
    with its own conversation id), while small chats go on one at a time until the last
    big one is answered;
 3. RSS of the Sieve process: before, peak (sampled every 0.1 s), and ``--settle-s`` after.
@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from bench.overhead import Server, against_tree, pct, rss_mb  # noqa: E402
-from tests.conversations import agent_history  # noqa: E402
-from tests.fake_upstream import FakeUpstream, Reply  # noqa: E402
+from tests.support.conversations import agent_history  # noqa: E402
+from tests.support.fake_upstream import FakeUpstream, Reply  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 MODEL = "gpt-4o-mini"
@@ -168,7 +168,7 @@ async def amain(a: argparse.Namespace, against: Path | None) -> None:
         body = orjson.dumps({"model": MODEL, "messages": messages})
         print(f"# big body: {len(messages)} messages, {len(body) / 1e6:.1f} MB; {a.big} at once", file=sys.stderr)
         upstream_port = free_port()
-        upstream = Server("fake-upstream", [sys.executable, "-m", "tests.fake_upstream", "--port",
+        upstream = Server("fake-upstream", [sys.executable, "-m", "tests.support.fake_upstream", "--port",
                                             str(upstream_port), "--latency-ms", str(a.latency_ms)],
                           upstream_port, "/v1/models")
     rows = []

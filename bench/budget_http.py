@@ -1,7 +1,7 @@
 """Added latency of budget enforcement per request, measured through the HTTP gateway.
 
 Starts a real ``redis-server`` and the fake upstream (``python -m
-tests.fake_upstream``, no added latency), then four gateway processes
+tests.support.fake_upstream``, no added latency), then four gateway processes
 (``python -m gateway.cli serve``) that differ only in state and budgets:
 
 =================  =====================================================
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 from tests.integration.budget_helpers import GatewayProcess, write_yaml  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 TARGETS = ("plain", "memory+budget", "redis", "redis+budget")
@@ -123,7 +123,7 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sieve-bench-budget-"))
     port = free_port()
-    upstream = subprocess.Popen([sys.executable, "-m", "tests.fake_upstream", "--port", str(port)], cwd=ROOT,
+    upstream = subprocess.Popen([sys.executable, "-m", "tests.support.fake_upstream", "--port", str(port)], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     keys = [{"key": "sk-bench", "org": "acme", "team": "search", "name": "bench"}]
     gateways: dict[str, GatewayProcess] = {}

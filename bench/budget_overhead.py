@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from gateway.budgets import BudgetLimit, Scope, Window, new_reservation_id  # noqa: E402
+from gateway.billing.budgets import BudgetLimit, Scope, Window, new_reservation_id  # noqa: E402
 from gateway.state.memory import MemoryBudgetStore  # noqa: E402
 from gateway.state.redis_store import RedisStores  # noqa: E402
-from tests.redis_server import RedisServer  # noqa: E402
+from tests.support.redis_server import RedisServer  # noqa: E402
 
 LIMITS = (
     BudgetLimit("acme", Scope.ORG, "acme", Window.MINUTE, 10**15),

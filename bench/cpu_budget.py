@@ -42,16 +42,18 @@ PARTS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(pattern)) for name
     ("access log", r"telemetry/access_log\.py"),
     ("audit", r"telemetry/(audit|redaction)\.py"),
     ("metrics", r"telemetry/(recording|metrics)\.py|prometheus_client/"),
-    ("accounting", r"gateway/(accounting|deferred|usage_bounds)\.py|telemetry/(savings|pricing|usage|"
-                   r"conversation_signals)\.py"),
-    ("budget", r"gateway/(budget_guard|budgets|reservation_estimate|image_tokens)\.py|gateway/state/"),
-    ("prune", r"gateway/(pruner|expander|expand_record|big_bodies)\.py|gateway/pruning/|gateway/scorers/"),
+    ("accounting", r"gateway/(exchange/)?(accounting|deferred)\.py|telemetry/(savings|pricing|usage|usage_bounds|"
+                   r"conversation_signals|signals)\.py"),
+    ("budget", r"gateway/(exchange/budget_guard|(billing/)?(budgets|reservation_estimate|image_tokens)|budget_guard)\.py|"
+                   r"gateway/state/"),
+    ("prune", r"gateway/(exchange/)?(pruner|prune_step|expander|expand_record|big_bodies)\.py|gateway/pruning/|"
+                "gateway/scorers/"),
     ("relay", r"^_relay |wire/(sse|event_taps)\.py|^stream_response |^_stream |^(body_iterator|_streamed)"),
     ("forward", r"gateway/upstream/|aiohttp/|yarl/|multidict/"),
-    ("policy", r"gateway/policies\.py"),
-    ("auth", r"api/access\.py|gateway/(identity|auth_throttle)\.py|wire/keys\.py"),
+    ("policy", r"gateway/(config/)?policies\.py"),
+    ("auth", r"api/access\.py|gateway/(identity|auth_throttle|auth/identity|auth/throttle)\.py|wire/keys\.py"),
     ("parse", r"wire/(body|chat|ingress|headers|call|continuation)\.py|wire/formats/|^(_call|_read_json) "),
-    ("proxy", r"gateway/proxy\.py|api/responses\.py|api/routes\.py"),
+    ("proxy", r"gateway/(proxy|exchange/forward)\.py|api/(responses|rendering)\.py|api/routes\.py"),
     ("framework", r"starlette/|fastapi/|uvicorn/|httptools|h11/|sse_starlette/"),
 )]
 SKIPPED = re.compile(r"asyncio/|contextlib\.py|logging/|typing\.py|enum\.py|dataclasses\.py|functools\.py|"

@@ -1,7 +1,7 @@
 """What the Grafana dashboard would show after replaying the dev sessions through a gateway.
 
-Starts the fake upstream with its prompt-cache simulation (``tests.fake_upstream.PromptCache``)
-and a gateway (in-process ``tests.gateway_server.GatewayServer``, or ``--cli`` for
+Starts the fake upstream with its prompt-cache simulation (``tests.support.fake_upstream.PromptCache``)
+and a gateway (in-process ``tests.support.gateway_server.GatewayServer``, or ``--cli`` for
 ``python -m gateway.cli serve`` with a generated config), replays
 ``shared/data/dev-sessions-retail.jsonl.gz`` (``--data``) step by step through
 ``POST /v1/chat/completions``, scrapes ``/metrics`` once and evaluates every panel
@@ -64,15 +64,15 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.settings import Settings, prepare_offline_environment  # noqa: E402
+from gateway.config.settings import Settings, prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from gateway.pruning.tokens import TokenCounters  # noqa: E402
-from tests.fake_upstream import CACHE_SHAPES, FakeUpstream, PromptCache, Reply  # noqa: E402
-from tests.gateway_server import GatewayServer  # noqa: E402
+from tests.support.fake_upstream import CACHE_SHAPES, FakeUpstream, PromptCache, Reply  # noqa: E402
+from tests.support.gateway_server import GatewayServer  # noqa: E402
 from tests.support import free_port  # noqa: E402
 from bench.shared import require, shared_data  # noqa: E402
 

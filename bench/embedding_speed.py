@@ -2,7 +2,7 @@
 
     python bench/embedding_speed.py [--repeats 7] [--steps 40] [--sessions PATH] [--rss]
 
-In-process, through ``gateway.pruner.Pruner`` as the gateway builds it (the local
+In-process, through ``gateway.exchange.prune_step.Pruner`` as the gateway builds it (the local
 scorer; with ``scorer: embedding`` also the real model and its background worker),
 the two policies interleaved in every repeat so that drift hits both alike:
 
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gateway.settings import Settings, prepare_offline_environment  # noqa: E402
+from gateway.config.settings import Settings, prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 
@@ -48,23 +48,23 @@ import httpx  # noqa: E402
 import prune_speed  # noqa: E402
 from gateway.embedding.model import EmbeddingModel  # noqa: E402
 from gateway.embedding.worker import Embedder, WorkerLimits  # noqa: E402
-from gateway.pruner import Pruner  # noqa: E402
+from gateway.exchange.prune_step import Pruner  # noqa: E402
 from gateway.pruning.policy import Policy  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounters  # noqa: E402
 from gateway.state.memory import MemoryConversationStore  # noqa: E402
 from gateway.telemetry.metrics import Metrics  # noqa: E402
-from gateway.wire.call import ChatCall, Identity  # noqa: E402
+from gateway.wire.call import ModelCall, Identity  # noqa: E402
 from gateway.wire.headers import parse_sieve_headers  # noqa: E402
 
 MODEL = "gpt-4o-mini"
 POLICIES = {"local": Policy(), "embedding": Policy(scorer="embedding")}
 
 
-def call(messages: list[dict], policy: Policy, conversation: str, target: int) -> ChatCall:
+def call(messages: list[dict], policy: Policy, conversation: str, target: int) -> ModelCall:
     headers = {"x-sieve-conversation-id": conversation, "x-sieve-target-tokens": str(target)}
     body = {"model": MODEL, "messages": messages}
-    return ChatCall("bench", body, len(json.dumps(body)), Identity("bench", None, "bench"), policy,
+    return ModelCall("bench", body, len(json.dumps(body)), Identity("bench", None, "bench"), policy,
                     parse_sieve_headers(headers), headers)
 
 
@@ -92,7 +92,7 @@ class Side:
         while self.embedder is not None and not self.embedder.idle():
             await asyncio.sleep(0.01)
 
-    async def timed(self, chat: ChatCall) -> float:
+    async def timed(self, chat: ModelCall) -> float:
         t0 = time.perf_counter()
         await self.pruner.prune(chat)
         return (time.perf_counter() - t0) * 1000

@@ -5,7 +5,7 @@ Messages or OpenAI Responses bodies through a real gateway's ``/v1/prune``.
         ../shared/data/dev-locomo.jsonl.gz ../shared/data/dev-tau-retail.jsonl.gz --ratio 0.2,0.5 --concurrency 2
 
 A local shim takes quality.py's chat ``/v1/prune`` requests, converts each body into the
-format (``tests/formats_support.py``), asks the gateway's ``/v1/prune`` with
+format (``tests/support/formats.py``), asks the gateway's ``/v1/prune`` with
 ``x-sieve-format``, checks the pruned native body by the format's own rules (no orphan
 call or result, at most 4 cache breakpoints, no role run the input did not have), and
 answers quality.py with the adapter's chat view of it: one evaluator scores all three
@@ -32,7 +32,7 @@ from bench.shared import require, shared_bench  # noqa: E402
 QUALITY = shared_bench() / "quality.py"
 
 from gateway.wire.formats import WireFormat, adapter_for  # noqa: E402
-from tests.formats_support import (chat_to_messages, chat_to_responses, messages_problems,  # noqa: E402
+from tests.support.formats import (chat_to_messages, chat_to_responses, messages_problems,  # noqa: E402
                                    responses_problems)
 from tests.support import free_port  # noqa: E402
 

@@ -100,7 +100,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tests.fake_upstream", "--port", str(port)], cwd=ROOT,
+    server = subprocess.Popen([sys.executable, "-m", "tests.support.fake_upstream", "--port", str(port)], cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
     try:
         url = f"http://127.0.0.1:{port}/v1/chat/completions"

@@ -18,7 +18,7 @@ from bench.shared import require, shared_bench, shared_data  # noqa: E402
 
 sys.path.insert(0, str(require(shared_bench() / "quality.py", "the quality evaluator (quality.py)").parent))
 
-from gateway.settings import prepare_offline_environment  # noqa: E402
+from gateway.config.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 

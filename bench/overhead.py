@@ -1,6 +1,6 @@
 """Gateway overhead: Sieve vs. LiteLLM's proxy vs. the upstream itself, on loopback.
 
-Starts the fake upstream (``python -m tests.fake_upstream``; ``tests.scripted_provider`` for the
+Starts the fake upstream (``python -m tests.support.fake_upstream``; ``tests.support.scripted_provider`` for the
 ``messages`` and ``responses`` routes, see bench/overhead_routes.py), Sieve
 (``python -m gateway.cli serve``) and LiteLLM's proxy (in its own virtualenv under
 ``bench/.cache``), then drives each with the same bounded aiohttp load generator::
@@ -165,8 +165,8 @@ def start_sieve(a: argparse.Namespace, upstream_port: int, tree: Path = ROOT, na
                 policies: Path | None = None) -> Server | None:
     """Sieve from ``tree`` (this one, or the --against tree, whose package goes first on
     the path so that the editable install of this one does not shadow it)."""
-    if not a.sieve_cmd and not (tree / "gateway" / "cli.py").exists():
-        print(f"# {tree}/gateway/cli.py missing: {name} targets skipped", file=sys.stderr)
+    if not a.sieve_cmd and not any((tree / "gateway" / cli).exists() for cli in ("cli.py", "cli/__main__.py")):
+        print(f"# {tree}/gateway/cli missing: {name} targets skipped", file=sys.stderr)
         return None
     port = free_port()
     cmd = shlex.split(a.sieve_cmd) if a.sieve_cmd and tree == ROOT else \
@@ -496,7 +496,7 @@ async def run_overhead(a: argparse.Namespace, servers: dict[str, Server]) -> dic
 async def run_memory(a: argparse.Namespace, servers: dict[str, Server]) -> dict:
     sieve = servers.get("sieve")
     if sieve is None:
-        raise SystemExit("--memory needs Sieve (gateway/cli.py)")
+        raise SystemExit("--memory needs Sieve (gateway/cli/main.py)")
     body, _ = agent_request(a.agent_tokens)
     url = f"http://127.0.0.1:{sieve.port}/v1/chat/completions"
     # a mix: passthrough, and pruning over a small pool of conversations (bounded state)

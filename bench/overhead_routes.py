@@ -1,15 +1,15 @@
 """The routes ``bench/overhead.py`` can load: one workload, three wire formats.
 
 Each route names its path, the fake provider that answers it, how the chat payload is written in
-its format (``tests/formats_support.py``: the same history, as a client of that format sends it),
+its format (``tests/support/formats.py``: the same history, as a client of that format sends it),
 how a stream ends, and the LiteLLM proxy model entry that serves it::
 
     route = ROUTES["messages"]
     body = route.payload(chat_body)           # an Anthropic Messages body of the same conversation
-    route.upstream_argv(port, a)              # python -m tests.scripted_provider --port ...
+    route.upstream_argv(port, a)              # python -m tests.support.scripted_provider --port ...
 
-``chat`` is served by ``tests.fake_upstream`` (Chat Completions); ``messages`` and ``responses`` by
-``tests.scripted_provider`` (Anthropic Messages and OpenAI Responses, with their real event streams).
+``chat`` is served by ``tests.support.fake_upstream`` (Chat Completions); ``messages`` and ``responses`` by
+``tests.support.scripted_provider`` (Anthropic Messages and OpenAI Responses, with their real event streams).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from tests.formats_support import chat_to_messages, chat_to_responses
+from tests.support.formats import chat_to_messages, chat_to_responses
 
 ANTHROPIC_MODEL = "claude-sonnet-4-5"
 
@@ -68,10 +68,10 @@ class Route:
 
 
 ROUTES = {
-    "chat": Route("chat", "/v1/chat/completions", "tests.fake_upstream", "/v1/models", b"[DONE]",
+    "chat": Route("chat", "/v1/chat/completions", "tests.support.fake_upstream", "/v1/models", b"[DONE]",
                   dict, _stream_chat),
-    "messages": Route("messages", "/v1/messages", "tests.scripted_provider", "/healthz", b"message_stop",
+    "messages": Route("messages", "/v1/messages", "tests.support.scripted_provider", "/healthz", b"message_stop",
                       chat_to_messages, _stream_native, model=ANTHROPIC_MODEL),
-    "responses": Route("responses", "/v1/responses", "tests.scripted_provider", "/healthz",
+    "responses": Route("responses", "/v1/responses", "tests.support.scripted_provider", "/healthz",
                        b"response.completed", chat_to_responses, _stream_native),
 }

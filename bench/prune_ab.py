@@ -48,7 +48,10 @@ import inspect, statistics, sys, time
 from pathlib import Path
 tree, tokens = sys.argv[1], int(sys.argv[2])
 sys.path[:0] = [tree, tree + "/bench"]
-from gateway.settings import prepare_offline_environment
+try:
+    from gateway.config.settings import prepare_offline_environment
+except ImportError:  # a tree from before the packages (gateway/settings.py)
+    from gateway.settings import prepare_offline_environment
 prepare_offline_environment()
 import prune_speed
 prune_speed.SESSIONS = Path(sys.argv[3])

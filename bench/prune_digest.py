@@ -148,7 +148,10 @@ def _print_side(name: str, digests: dict[str, dict]) -> None:
 
 def _run_side(tree: Path, data: Path, jobs: int) -> int:
     sys.path.insert(0, str(tree))
-    from gateway.settings import prepare_offline_environment
+    try:
+        from gateway.config.settings import prepare_offline_environment
+    except ImportError:  # a tree from before the packages (gateway/settings.py)
+        from gateway.settings import prepare_offline_environment
 
     prepare_offline_environment()  # the process prepares it, before anything counts
     tasks = _tasks(data)

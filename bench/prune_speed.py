@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gateway.settings import prepare_offline_environment  # noqa: E402
+from gateway.config.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 

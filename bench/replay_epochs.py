@@ -101,7 +101,7 @@ def make_late_join(sessions: Path, start_tokens: int, out: Path) -> int:
     """The sessions from their first step whose history holds ``start_tokens`` tokens
     (counted as replay.py counts: cl100k, text + tool calls + 4 per message)."""
     sys.path.insert(0, str(ROOT))
-    from gateway.settings import prepare_offline_environment
+    from gateway.config.settings import prepare_offline_environment
     prepare_offline_environment()
     from gateway.pruning.tokens import TokenCounters
     counter = TokenCounters().for_model("gpt-4o-mini")

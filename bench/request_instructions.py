@@ -92,7 +92,7 @@ def main() -> int:
     body = orjson.dumps(agent_request(20_000)[0])
     assert DATA.exists(), f"{DATA}: the dev sessions are needed for the payload"
     upstream_port = free_port()
-    upstream = subprocess.Popen([sys.executable, "-m", "tests.fake_upstream", "--port", str(upstream_port)],
+    upstream = subprocess.Popen([sys.executable, "-m", "tests.support.fake_upstream", "--port", str(upstream_port)],
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{upstream_port}/v1"
     results: dict[tuple[str, str], float] = {}

@@ -4,7 +4,7 @@
     python bench/scorer_plumbing.py --limit 50 --mode llm --ratio 0.3 --json-out bench/results/scorer.json
 
 Each case is pruned to ``--ratio`` of its tokens, the way the gateway does it
-(``gateway.pruner``): the pure pipeline with a CapturingScorer, one scoring
+(``gateway.exchange.prune_step``): the pure pipeline with a CapturingScorer, one scoring
 round through ``LLMScorer`` against a fake OpenAI server on loopback, the
 pipeline again with the returned scores. The fake answers every batch at once
 with the local scorer's own scores (so nothing but the plumbing is measured:
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gateway.settings import prepare_offline_environment  # noqa: E402
+from gateway.config.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 
@@ -49,8 +49,8 @@ from gateway.scorers.prompt import SYSTEM_PROMPT  # noqa: E402
 from gateway.telemetry.metrics import Metrics  # noqa: E402
 from gateway.telemetry.pricing import PriceBook  # noqa: E402
 from gateway.telemetry.usage import Usage  # noqa: E402
-from tests.fake_scorer import ScorerModel, answer, batch_ids  # noqa: E402
-from tests.fake_upstream import Reply  # noqa: E402
+from tests.support.fake_scorer import ScorerModel, answer, batch_ids  # noqa: E402
+from tests.support.fake_upstream import Reply  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "dev-locomo.jsonl.gz"
 

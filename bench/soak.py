@@ -4,7 +4,7 @@
     python bench/soak.py --duration 120 --report-every 15 # a short check
 
 Starts, like a deployment: ``redis-server``; a fakes process (the fake upstream
-and a flaky fake scorer model, tests/fake_upstream.py and tests/fake_scorer.py,
+and a flaky fake scorer model, tests/support/fake_upstream.py and tests/support/fake_scorer.py,
 in their own process so they do not share a CPU-bound loop with the load
 generator); and ``python -m gateway.cli serve`` with virtual keys, budgets, an
 audit log, and an LLM-scorer policy for one org. Then an open-loop aiohttp
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.overhead import Server, cpu_seconds, pct, rss_mb  # noqa: E402
-from tests.conversations import agent_history  # noqa: E402
+from tests.support.conversations import agent_history  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 WORK = ROOT / "bench" / ".cache" / "soak"
@@ -67,8 +67,8 @@ SCORER_TIMEOUT_S = 0.5
 
 # -- the fakes process (python bench/soak.py --serve-fakes UP_PORT SCORER_PORT) -------------------
 def serve_fakes(up_port: int, scorer_port: int, latency_ms: float, chunks: int, chunk_delay_ms: float) -> None:
-    from tests.fake_scorer import ScorerModel, answer  # noqa: PLC0415
-    from tests.fake_upstream import FakeUpstream, Reply  # noqa: PLC0415
+    from tests.support.fake_scorer import ScorerModel, answer  # noqa: PLC0415
+    from tests.support.fake_upstream import FakeUpstream, Reply  # noqa: PLC0415
 
     # A client of the gateway walking away makes the gateway drop its upstream stream: aiohttp
     # would log each as an error with a traceback, which is expected here.
@@ -455,7 +455,7 @@ def checks(res: dict, a: argparse.Namespace) -> list[str]:
 
 # -- main --------------------------------------------------------------------------------------
 async def soak(a: argparse.Namespace) -> dict:
-    from tests.redis_server import RedisServer  # noqa: PLC0415
+    from tests.support.redis_server import RedisServer  # noqa: PLC0415
 
     up_port, scorer_port, gw_port = free_port(), free_port(), free_port()
     servers: list[Server] = []

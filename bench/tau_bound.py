@@ -34,7 +34,7 @@ SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(SHARED / "bench"))
 
-from gateway.settings import prepare_offline_environment  # noqa: E402
+from gateway.config.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 

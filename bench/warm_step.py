@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench.ab import checkout, policies_of  # noqa: E402
 from bench.overhead import Server, start_sieve, start_upstream  # noqa: E402
-from gateway.settings import prepare_offline_environment  # noqa: E402
+from gateway.config.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 

@@ -23,7 +23,7 @@
     │   └── UpstreamErrorPage the provider's status   upstream_error / upstream_error_body
     └── UpstreamTimeout       504   upstream_timeout
 
-Routes raise; one handler (``gateway.api.responses.error_response``) renders
+Routes raise; one handler (``gateway.api.rendering.error_response``) renders
 ``{"error": {"message", "type", "param", "code"}}``. An upstream's own error
 status and body are relayed unchanged and never pass through this tree.
 """
@@ -121,7 +121,7 @@ class BudgetExceeded(SieveError):
 
 
 class TooManyAuthFailures(SieveError):
-    """Too many failed key checks from one client address (gateway.auth_throttle)."""
+    """Too many failed key checks from one client address (gateway.auth.throttle)."""
     status = 429
     type = "rate_limit_error"
     code = "too_many_auth_failures"

@@ -1,6 +1,6 @@
 """Shared fixtures: a fake OpenAI upstream and the real gateway, both real servers on loopback.
 
-The fake upstreams (``tests.fake_upstream.FakeUpstream``):
+The fake upstreams (``tests.support.fake_upstream.FakeUpstream``):
 
 * ``upstream_server``: one for the whole session; ``upstream``: that one, cleared for each test
   (no recorded requests, no scripted replies, the default ``Reply()``). What most tests use.
@@ -16,12 +16,12 @@ from typing import Callable, Iterator
 
 import pytest
 
-from gateway.settings import Settings, prepare_offline_environment
+from gateway.config.settings import Settings, prepare_offline_environment
 
 prepare_offline_environment()  # before anything imports tiktoken or litellm
 
-from tests.fake_upstream import FakeUpstream, Reply  # noqa: E402
-from tests.gateway_server import GatewayServer  # noqa: E402
+from tests.support.fake_upstream import FakeUpstream, Reply  # noqa: E402
+from tests.support.gateway_server import GatewayServer  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -20,7 +20,7 @@ the right key is a 401/403 whatever its body holds. It also bounds the request
 headers, before any of them is parsed. Every failed key check is counted
 (``sieve_auth_failures_total{route}``, the route's path template), and a client
 address that keeps failing is refused for a while, its keys unchecked
-(:mod:`gateway.auth_throttle`, counted across the replicas when Redis is configured). It writes the access line of every request that
+(:mod:`gateway.auth.throttle`, counted across the replicas when Redis is configured). It writes the access line of every request that
 is not forwarded (:mod:`gateway.telemetry.access_log`). The client and ops routes take the raw
 request (:class:`RawRoute`): FastAPI describes them and handles only the admin
 routes' parameters and models.
@@ -45,8 +45,8 @@ from starlette.responses import Response
 from starlette.routing import request_response
 
 from gateway.errors import Forbidden, HeadersTooLarge, InvalidRequest, SieveError, TooManyAuthFailures, Unauthorized
-from gateway.telemetry.access_log import AccessLine, log_access
-from gateway.wire.keys import presented_key
+from gateway.telemetry import AccessLine, log_access
+from gateway.wire import presented_key
 
 log = logging.getLogger("sieve.auth")
 
@@ -80,7 +80,7 @@ class RawRoute(GuardedRoute):
     FastAPI documents it (summary, response model, ``openapi_extra``) but does not handle
     it: no dependency solving, endpoint context or response model on the path every chat
     request takes (the guard and the endpoint are all that run; measured: 2.4 % of a
-    passthrough chat request's instructions, see docs/architecture.md)."""
+    passthrough chat request's instructions, see docs/speed.md)."""
 
     def __init__(self, path: str, endpoint: Handler, **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
@@ -139,7 +139,7 @@ def _status_of(exc: Exception) -> int:
     if isinstance(exc, SieveError):
         return exc.status
     if isinstance(exc, RequestValidationError):
-        return 400  # rendered as an invalid request (gateway.api.responses)
+        return 400  # rendered as an invalid request (gateway.api.rendering)
     if isinstance(exc, ClientDisconnect):
         return 499
     return getattr(exc, "status_code", 500)  # Starlette's HTTPException, or a bug

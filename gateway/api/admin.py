@@ -25,10 +25,10 @@ from starlette.requests import Request
 
 from gateway.api.access import AdminRoute
 from gateway.api.schemas import answers
-from gateway.budgets import BudgetStatus, utc_iso
-from gateway.identity import hash_key
-from gateway.services import Services
-from gateway.state.protocols import KeyRecord
+from gateway.billing import BudgetStatus, utc_iso
+from gateway.auth import hash_key
+from gateway.api.services import Services
+from gateway.state import KeyRecord
 
 KEY_PREFIX = "sk-sieve-"
 NonEmpty = Annotated[str, Field(min_length=1, pattern=r"\S")]  # after stripping whitespace

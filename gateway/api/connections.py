@@ -1,5 +1,5 @@
 """The HTTP protocol each client connection is served with: uvicorn's, with a deadline and a
-size bound on every request's headers (``gateway.app.uvicorn_config`` installs it).
+size bound on every request's headers (``gateway.api.app.uvicorn_config`` installs it).
 
 uvicorn bounds an idle keep-alive connection (``timeout_keep_alive``, armed after a
 response and cancelled by the first byte that follows) and the app bounds the body

@@ -11,9 +11,8 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.api.schemas import OMITTED, TOKEN_COUNT, ChatCompletionRequest, Listed, Wire, _plain
-from gateway.stored_responses import RESPONSE_ID_CHARS
-from gateway.wire.chat import MAX_COMPLETION_TOKENS
-from gateway.wire.formats import messages_check, responses_check
+from gateway.exchange import RESPONSE_ID_CHARS
+from gateway.wire import MAX_COMPLETION_TOKENS, messages_check, responses_check
 
 
 def _other_than(*kinds: str) -> str:

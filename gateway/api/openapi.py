@@ -98,7 +98,7 @@ def describe(app: FastAPI) -> dict[str, Any]:
     document = get_openapi(**INFO, tags=TAGS, routes=app.routes, openapi_version="3.1.0")
     components = document.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
-    # A body or parameter that fails a model is a 400 in OpenAI's shape (gateway.api.responses), never a 422.
+    # A body or parameter that fails a model is a 400 in OpenAI's shape (gateway.api.rendering), never a 422.
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
     schemas.update(_schemas(*REQUEST_BODIES.values(), Error, AnthropicError, ServerSentEvent))

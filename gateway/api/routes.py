@@ -27,23 +27,17 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
 
 from gateway.api.access import ClientRoute, OpsRoute
-from gateway.api.responses import json_response, reply_response
+from gateway.api.rendering import json_response, reply_response
 from gateway.api.format_schemas import AnthropicMessage, OpenAIResponse, Relayed
 from gateway.api.schemas import (ChatCompletion, Health, ModelList, OpenAPIDocument, PruneResponse, Readiness, answers,
                                  steered)
-from gateway.big_bodies import THREAD_THRESHOLD_BYTES
+from gateway.exchange import PassThroughCall, RESPONSE_ID_CHARS, THREAD_THRESHOLD_BYTES, sieve_headers
 from gateway.errors import StoreUnavailable
-from gateway.health import readiness
-from gateway.passthrough import PassThroughCall
-from gateway.proxy import sieve_headers
-from gateway.services import Services
-from gateway.settings import litellm_package_dir
-from gateway.stored_responses import RESPONSE_ID_CHARS
-from gateway.wire.body import parse_body, read_body
-from gateway.wire.call import ChatCall
-from gateway.wire.formats import FORMAT_HEADER, WireFormat, adapter_for, parse_format
-from gateway.wire.headers import parse_sieve_headers
-from gateway.wire.ingress import INGRESSES
+from gateway.api.health import readiness
+from gateway.api.services import Services
+from gateway.config import litellm_package_dir
+from gateway.wire import (FORMAT_HEADER, INGRESSES, ModelCall, WireFormat, adapter_for, parse_body, parse_format,
+    parse_sieve_headers, read_body)
 
 
 async def _read_json(request: Request, required: bool = True) -> tuple[bytes, dict[str, Any] | None]:
@@ -62,7 +56,7 @@ async def _read_json(request: Request, required: bool = True) -> tuple[bytes, di
     return raw, body
 
 
-async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ChatCall:
+async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ModelCall:
     """The request as the proxy takes it: in a format other than chat, ``body`` is its view."""
     services: Services = request.app.state.services
     identity = request.state.identity
@@ -70,7 +64,7 @@ async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ChatCall
     assert body is not None
     view = INGRESSES[fmt].read(body, services.limits)
     native = body if fmt is not WireFormat.CHAT else None
-    call = ChatCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
+    call = ModelCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
                     parse_sieve_headers(request.headers), request.headers, format=fmt, native=native, view=view,
                     route=request.scope["route"].path_format)
     request.state.call = call
@@ -108,7 +102,7 @@ async def count_tokens(request: Request) -> Response:
 
 
 async def compact_response(request: Request) -> Response:
-    """Compaction runs the model over the input: billed, so budgeted (gateway.passthrough)."""
+    """Compaction runs the model over the input: billed, so budgeted (gateway.exchange.passthrough)."""
     return await _pass_on(request, WireFormat.RESPONSES, "/compact", billed=True)
 
 
@@ -284,7 +278,7 @@ def relayed(*errors: str, body: bool = False) -> dict[str, Any]:
 
 RELAYED = dict(response_model=Relayed, response_description="The provider's answer, relayed unchanged.",
                openapi_extra=relayed("UpstreamUnavailable", "UpstreamTimeout", body=True))
-# Compaction runs the model: budgeted like a forwarded request (gateway.passthrough).
+# Compaction runs the model: budgeted like a forwarded request (gateway.exchange.passthrough).
 BILLED = {**RELAYED, "openapi_extra": relayed("BudgetExceeded", "ServiceUnavailable", "UpstreamUnavailable",
                                               "UpstreamTimeout", body=True)}
 RESPONSE_ID = {**RELAYED, "openapi_extra": {**relayed("NotFound", "UpstreamUnavailable", "UpstreamTimeout"),

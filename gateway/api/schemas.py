@@ -18,12 +18,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
 
-from gateway.pruning.policy import STRATEGIES
-from gateway.pruning.vocabulary import Action, Cohort, Mode, Strategy
-from gateway.telemetry.metrics import FailOpen
-from gateway.wire.chat import MAX_COMPLETION_TOKENS, WireLimits
-from gateway.wire.formats.view import WireFormat
-from gateway.wire.headers import MAX_CONVERSATION_ID_BYTES, MAX_GOAL_CHARS, MAX_TARGET_TOKENS
+from gateway.pruning import Action, Cohort, Mode, STRATEGIES, Strategy
+from gateway.telemetry import FailOpen
+from gateway.wire import (MAX_CHOICES, MAX_COMPLETION_TOKENS, MAX_CONVERSATION_ID_BYTES, MAX_GOAL_CHARS,
+                          MAX_TARGET_TOKENS, WireFormat, WireLimits)
 
 OMITTED: Any = None  # an optional field that is never null on the wire (no model is ever built)
 LIMITS = WireLimits()
@@ -187,6 +185,7 @@ class ChatCompletionRequest(Wire):
     stream_options: StreamOptions | None = OMITTED
     max_tokens: int | None = TOKEN_COUNT
     max_completion_tokens: int | None = TOKEN_COUNT
+    n: int | None = Field(OMITTED, ge=1, le=MAX_CHOICES, description="Answers to make; a budget reserves for each.")
     metadata: Any = Field(OMITTED, description="`metadata.sieve_goal` (a string) sets the goal like "
                                                "`x-sieve-goal`; forwarded as sent.")
     tools: Any = Field(OMITTED, description="Tool schemas; forwarded as sent, not counted against the target.")

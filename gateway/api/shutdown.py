@@ -19,7 +19,7 @@ import asyncio
 import logging
 from typing import Any
 
-from gateway.api.responses import error_response
+from gateway.api.rendering import error_response
 from gateway.errors import ShuttingDown
 
 log = logging.getLogger("sieve.shutdown")

@@ -39,9 +39,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from gateway.embedding.model import EmbeddingModel
-from gateway.pruning.messages import content_text, fingerprint, message_token_text
-from gateway.state.protocols import ScoreCache
-from gateway.telemetry.metrics import EmbeddingOutcome, Metrics
+from gateway.pruning import content_text, fingerprint, message_token_text
+from gateway.state import ScoreCache
+from gateway.telemetry import EmbeddingOutcome, Metrics
 
 log = logging.getLogger("sieve.embedding")
 _Key = tuple[str, str]  # org, message fingerprint

@@ -19,6 +19,7 @@ from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.messages import fingerprint
 from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.policy import Policy, Steering
+from gateway.pruning.target import target_in_force
 from gateway.pruning.tokens import TokenCounter
 from gateway.pruning.vocabulary import Strategy
 
@@ -52,7 +53,7 @@ class PruneRequest:
             model_tokens.append(model)
         explicit = steering.target_tokens is not None
         return cls(body, policy, counter, fingerprints, tokens, model_tokens,
-                   target_tokens=steering.target_tokens if explicit else policy.target_tokens,
+                   target_tokens=target_in_force(steering.target_tokens, policy),
                    explicit_target=explicit, strategy=Strategy(steering.strategy or policy.strategy),
                    goal=steering.goal, pinned=steering.pinned)
 

@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Mapping, Protocol, Sequence
 
-from gateway.pruning import rubric
-from gateway.pruning import text_features as tf
+from gateway.pruning import rubric, text_features as tf
 from gateway.pruning.conversation import KIND_TOOL_CHAIN, KIND_USER, Conversation
 from gateway.pruning.memo import TextMemo
 from gateway.pruning.references import copied_by_kept, later_mentions

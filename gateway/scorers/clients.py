@@ -98,7 +98,7 @@ class LiteLLMClient:
 
     def _lib(self) -> Any:
         if self._litellm is None:
-            from gateway.settings import prepare_offline_environment  # noqa: PLC0415
+            from gateway.config import prepare_offline_environment  # noqa: PLC0415
 
             prepare_offline_environment()
             import litellm  # noqa: PLC0415 - seconds to import: only when a policy needs it

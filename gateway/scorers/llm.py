@@ -2,7 +2,7 @@
 
 The pure pipeline decides which units need scores (only at an epoch or a
 stateless prune) and scores them synchronously. The model is asked in between,
-by ``gateway.pruner``::
+by ``gateway.exchange.prune_step``::
 
     capture = CapturingScorer(LocalScorer())
     first = prune(body, policy, scorer=capture, counter=counter, steering=steering)  # local scores, recorded
@@ -39,10 +39,7 @@ from typing import Any, Sequence
 import aiohttp
 import orjson
 
-from gateway.pruning.conversation import Conversation
-from gateway.pruning.policy import Policy
-from gateway.pruning.scoring import Scorer, UnitScore
-from gateway.pruning.tokens import TokenCounters
+from gateway.pruning import Conversation, Policy, Scorer, TokenCounters, UnitScore
 from gateway.scorers.clients import (
     REASON_TIMEOUT,
     LiteLLMClient,
@@ -52,10 +49,8 @@ from gateway.scorers.clients import (
 )
 from gateway.scorers.parsing import ScoreParseError, parse_scores
 from gateway.scorers.prompt import UnitView, batch_messages, context_key
-from gateway.state.protocols import ScoreCache
-from gateway.telemetry.metrics import Metrics
-from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.usage import Usage
+from gateway.state import ScoreCache
+from gateway.telemetry import Metrics, PriceBook, Usage
 
 log = logging.getLogger("sieve.scorer")
 

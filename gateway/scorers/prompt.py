@@ -19,8 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.conversation import KIND_BROKEN, KIND_SYSTEM, KIND_TOOL_CHAIN, Conversation
-from gateway.pruning.messages import content_text, tool_call_text
+from gateway.pruning import Conversation, KIND_BROKEN, KIND_SYSTEM, KIND_TOOL_CHAIN, content_text, tool_call_text
 
 # Bump when the prompt's meaning changes: cached scores of the old prompt stop matching.
 PROMPT_VERSION = "v1"

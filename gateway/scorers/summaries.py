@@ -15,17 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.pruning.compression import is_omission_marker, marker_ids, summary_message
-from gateway.pruning.messages import content_text, message_token_text
-from gateway.pruning.pipeline import PruneResult
-from gateway.pruning.policy import Policy
-from gateway.pruning.tokens import TokenCounter
-from gateway.pruning.vocabulary import Action
+from gateway.pruning import (Action, Policy, PruneResult, TokenCounter, content_text, is_omission_marker,
+    marker_ids, message_token_text, summary_message)
 from gateway.scorers.clients import ScorerCallError
 from gateway.scorers.llm import LLMScorer
-from gateway.telemetry.metrics import Metrics
-from gateway.telemetry.pricing import PriceBook
-from gateway.telemetry.usage import Usage
+from gateway.telemetry import Metrics, PriceBook, Usage
 
 log = logging.getLogger("sieve.summaries")
 

@@ -14,17 +14,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
-from gateway.budgets import (
-    BudgetLimit,
-    BudgetStatus,
-    Bucket,
-    Reservation,
-    Settlement,
-    bucket_for,
-    budget_exceeded,
-    check_tokens,
-    reservation_org,
-)
+from gateway.billing import (BudgetLimit, BudgetStatus, Bucket, Reservation, Settlement, bucket_for,
+    budget_exceeded, check_tokens, reservation_org)
 from gateway.state.protocols import KeyRecord, StoredResponse
 
 DEFAULT_RESERVATION_TTL_S = 900.0  # above the default upstream timeout (600 s)

@@ -33,8 +33,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-from gateway.budgets import BudgetLimit, BudgetStatus, Reservation, Settlement
-from gateway.wire.call import Identity
+from gateway.billing import BudgetLimit, BudgetStatus, Reservation, Settlement
+from gateway.wire import Identity
 
 
 @runtime_checkable

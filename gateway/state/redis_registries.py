@@ -1,5 +1,5 @@
 """Redis implementations of the registries the replicas share beside the budgets: the stored
-Responses ids (``gateway.stored_responses``) and the failed key checks (``gateway.auth_throttle``).
+Responses ids (``gateway.exchange.stored_responses``) and the failed key checks (``gateway.auth.throttle``).
 
 ::
 
@@ -19,7 +19,7 @@ import json
 
 import redis.asyncio as aioredis
 
-from gateway.budgets import new_reservation_id
+from gateway.billing import new_reservation_id
 from gateway.state.protocols import StoredResponse
 from gateway.state.redis_store import _Guard, _enc, _lua, _ms
 

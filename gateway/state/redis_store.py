@@ -17,7 +17,7 @@ key has a TTL except the virtual-key hash, which is configuration)::
                                                                    (settled/released: a state marker)
     sieve:{org:<org>}:resv-expiry                                  zset reservation id -> expires_at ms
     sieve:conv:{<conversation key>}                                string
-    sieve:conv:{sieve%3Acohort-secret}                             the cohort hash's key (gateway.services)
+    sieve:conv:{sieve%3Acohort-secret}                             the cohort hash's key (gateway.api.services)
     sieve:score:{<score key>}                                      string
     sieve:{keys}:vkeys                                             hash sha256 -> KeyRecord json
     (the stored Responses ids and failed key checks: ``gateway.state.redis_registries``)
@@ -54,20 +54,8 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.budgets import (
-    BudgetLimit,
-    BudgetStatus,
-    Bucket,
-    Reservation,
-    Scope,
-    Settlement,
-    Window,
-    bucket_for,
-    budget_exceeded,
-    check_tokens,
-    new_reservation_id,
-    reservation_org,
-)
+from gateway.billing import (BudgetLimit, BudgetStatus, Bucket, Reservation, Scope, Settlement, Window, bucket_for,
+    budget_exceeded, check_tokens, new_reservation_id, reservation_org)
 from gateway.errors import StoreRejected, StoreUnavailable
 from gateway.state.memory import DEFAULT_COUNTER_GRACE_S, DEFAULT_MARKER_TTL_S, DEFAULT_RESERVATION_TTL_S
 from gateway.state.protocols import KeyRecord

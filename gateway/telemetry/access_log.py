@@ -16,7 +16,7 @@ method the path does not take) has a line too, its route the template its path
 matched, or null, and then its ``path`` (cut to ``MAX_MODEL_CHARS``).
 
 Two places write it, so each request gets exactly one line: the deferred
-accounting (``gateway.accounting``) for a request that was forwarded, once its
+accounting (``gateway.exchange.accounting``) for a request that was forwarded, once its
 answer has ended (a stream that broke after its 200 is an ``upstream_error``
 there, with its tokens and upstream time); the access guard
 (``gateway.api.access``) for every other request to a route: refused (401, 400,

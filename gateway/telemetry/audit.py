@@ -68,7 +68,7 @@ import orjson
 
 from gateway.telemetry.redaction import redact
 from gateway.telemetry.savings import SavingsRecord, ShadowSavings
-from gateway.usage_bounds import Charge
+from gateway.telemetry.usage_bounds import Charge
 
 __all__ = ["AuditEntry", "AuditLog", "MessageDecision", "Timings", "audit_record", "redact"]
 
@@ -113,12 +113,12 @@ class AuditEntry:
     cohort: str | None = None
     shadow: ShadowSavings | None = None
     shadow_mode: str | None = None  # the shadow decision's prune mode (epoch, frozen, ...)
-    expand_refs: Sequence[str] = ()  # the refs the model asked sieve_expand for (gateway.expander)
+    expand_refs: Sequence[str] = ()  # the refs the model asked sieve_expand for (gateway.exchange.expander)
     expand_rounds: int = 0           # the provider calls Sieve made for them
     target_tokens: int | None = None  # the target in force (None: strategy none, no target)
     charge: Charge | None = None     # what the budget was charged, and a usage figure it refused
     reserved_tokens: int | None = None  # what the budget held for it before forwarding
-    # Preserved reasoning (gateway.reasoning): what Sieve's rewrite invalidated (per scope), the
+    # Preserved reasoning (gateway.exchange.reasoning_guard): what Sieve's rewrite invalidated (per scope), the
     # blocks it took out or left for the provider to drop, a retry, and the provider's own report.
     reasoning: Mapping[str, Any] | None = None
 

@@ -1,6 +1,6 @@
 """Every Prometheus metric Sieve exports, defined in one place.
 
-The names are a contract (docs/architecture.md): the Grafana dashboard, the
+The names are a contract (docs/contracts.md): the Grafana dashboard, the
 alert rules and the tests read them. Labels stay bounded: org names come from
 configuration, models from the routed model list (anything else is reported
 as ``other``), never a request id, user text or a raw key.
@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gateway.pruning.vocabulary import Action, Cohort
+from gateway.pruning import Action, Cohort
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -51,7 +51,7 @@ class FailOpen(StrEnum):
 
 class UsageAnomaly(StrEnum):
     """The ``reason`` label of ``sieve_usage_anomalies_total``: a provider's usage figure the
-    budget did not charge as reported (``gateway.usage_bounds``)."""
+    budget did not charge as reported (``gateway.telemetry.usage_bounds``)."""
 
     JUNK = "junk"        # negative, not a number: the reservation's estimate is charged
     CEILING = "ceiling"  # above the per-request sanity ceiling (SIEVE_MAX_BILLED_TOKENS): the ceiling is charged
@@ -59,7 +59,7 @@ class UsageAnomaly(StrEnum):
 
 class ExpandOutcome(StrEnum):
     """The ``outcome`` label of ``sieve_expand_total``: one ``sieve_expand`` call the model made
-    (``gateway.expander``)."""
+    (``gateway.exchange.expander``)."""
 
     EXPANDED = "expanded"            # every ref it asked for was restored, and the provider asked again
     NOT_AVAILABLE = "not_available"  # some ref was unknown or expired: answered "not available"
@@ -170,7 +170,7 @@ class Metrics:
         self._embedding_metrics(r)
 
     def _reasoning_metrics(self, r: CollectorRegistry) -> None:
-        """Preserved reasoning (gateway.reasoning): what Sieve's rewrite cost, and what the provider says
+        """Preserved reasoning (gateway.exchange.reasoning_guard): what Sieve's rewrite cost, and what the provider says
         it dropped. Labels: org, route (a path template), scope or reason (closed vocabularies)."""
         self.reasoning_invalidated = Counter(
             "sieve_reasoning_invalidated_total",

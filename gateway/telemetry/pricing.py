@@ -201,7 +201,7 @@ def load_litellm_model_cost() -> Mapping[str, Mapping[str, Any]]:
 
     Entries with ``alias_of`` take their target's fields (as litellm resolves them).
     """
-    from gateway.settings import litellm_package_dir
+    from gateway.config import litellm_package_dir
 
     folder = litellm_package_dir()
     if folder is None:

@@ -37,10 +37,10 @@ from typing import Any, Iterable, Mapping
 
 from gateway.errors import BodyTooLarge, BudgetExceeded, Forbidden, InvalidRequest, SieveError, StoreUnavailable, \
     TooManyAuthFailures, Unauthorized
-from gateway.pruning.vocabulary import Cohort
-from gateway.telemetry.conversation_signals import ConversationSignals
+from gateway.pruning import Cohort
+from gateway.telemetry.signals import ConversationSignals
 from gateway.telemetry.metrics import OUTCOMES, UNIT_ACTIONS, InputTransformation, Metrics, Outcome
-from gateway.wire.formats.reasoning import Scope
+from gateway.wire import Scope
 from gateway.telemetry.savings import SavingsRecord, ShadowSavings
 
 __all__ = ["OTHER", "NOT_FORWARDED", "CohortFigures", "LabelBounds", "RequestFigures", "RequestRecorder",
@@ -126,7 +126,7 @@ class RequestFigures:
     overhead_s: float | None = None
     cohort: CohortFigures | None = None  # a forwarded request's cohort figures
     route: str | None = None  # the forwarding route's template (sieve_route_requests_total)
-    # Preserved reasoning (gateway.reasoning): what Sieve's rewrite invalidated per scope, and the
+    # Preserved reasoning (gateway.exchange.reasoning_guard): what Sieve's rewrite invalidated per scope, and the
     # provider's input_transformations per reason (both by that route template too).
     reasoning_invalidated: Mapping[str, int] = field(default_factory=dict)
     input_transformations: Mapping[str, int] = field(default_factory=dict)

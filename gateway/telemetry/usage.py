@@ -129,7 +129,7 @@ def _as_mapping(raw: Any) -> Mapping[str, Any] | None:
 
 
 # No figure is held past this (15 digits, like a budget counter): a junk 1e300 stays a number
-# every sum, price and JSON encoder can take (gateway.usage_bounds caps what is charged).
+# every sum, price and JSON encoder can take (gateway.telemetry.usage_bounds caps what is charged).
 MAX_FIGURE = 10**15 - 1
 
 

@@ -1,7 +1,7 @@
 """The one seam between Sieve and a provider: ``Upstream.send(route, call, body)``.
 
 Two transports implement it, and the router picks one per model
-(:class:`gateway.settings.RouteKind`), as httpx's client picks a transport
+(:class:`gateway.config.settings.RouteKind`), as httpx's client picks a transport
 per URL::
 
     route = router.resolve(call.body["model"])           # ResolvedRoute (cached per model)
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, AsyncIterator, Protocol
 
-from gateway.settings import ModelRoute, RouteKind
-from gateway.wire.call import ChatCall
+from gateway.config import ModelRoute, RouteKind
+from gateway.wire import ModelCall
 
 
 class KeyScheme(StrEnum):
@@ -58,6 +58,6 @@ class UpstreamResponse:
 
 
 class Upstream(Protocol):
-    async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
+    async def send(self, route: ResolvedRoute, call: ModelCall, body: dict[str, Any]) -> UpstreamResponse:
         """Forward ``body`` (already pruned; ``body["stream"]`` says how it answers) for ``call``."""
         ...

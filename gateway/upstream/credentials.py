@@ -17,7 +17,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from gateway.errors import ConfigError
-from gateway.settings import RouteKind, Settings
+from gateway.config import RouteKind, Settings
 
 __all__ = ["check_url_credentials", "forwards_client_keys"]
 

@@ -41,7 +41,7 @@ from urllib.parse import unquote, urlsplit
 
 import httptools
 
-from gateway.telemetry.redaction import redact_url
+from gateway.telemetry import redact_url
 
 MAX_BUFFERED = 1 << 20   # body bytes held for a slow reader before the socket is paused
 MAX_IDLE_PER_ORIGIN = 128

@@ -16,10 +16,9 @@ from typing import Any, AsyncIterator
 import orjson
 
 from gateway.errors import UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
-from gateway.telemetry.redaction import scrub
+from gateway.telemetry import scrub
 from gateway.upstream.base import ResolvedRoute, UpstreamResponse
-from gateway.wire.call import ChatCall
-from gateway.wire.keys import client_provider_key
+from gateway.wire import ModelCall, client_provider_key
 
 _JSON = {"content-type": "application/json"}
 _SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
@@ -39,7 +38,7 @@ class LiteLLMUpstream:
             self._litellm = litellm
         return self._litellm
 
-    async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
+    async def send(self, route: ResolvedRoute, call: ModelCall, body: dict[str, Any]) -> UpstreamResponse:
         litellm = self._lib()
         model = route.route
         params = {k: v for k, v in body.items() if k not in ("model",)}

@@ -4,7 +4,9 @@ The configured models, plus whatever the default upstream lists (asked with
 the configured key, or the caller's own in passthrough), unless
 ``strict_models`` says only the configured ones are served. The default
 upstream's failure to answer is not the caller's problem: its models are
-simply left out.
+simply left out. The listing goes through the same transport as a forward
+(``OpenAICompatibleUpstream``: the connection pool, the body limit, credentials in the
+URL), with a short wait of its own.
 """
 
 from __future__ import annotations
@@ -13,22 +15,23 @@ import logging
 import time
 from typing import Any, Mapping
 
-import aiohttp
+import orjson
 
-from gateway.settings import Settings
-from gateway.wire.call import Identity
-from gateway.wire.keys import client_provider_key
+from gateway.config import Settings
+from gateway.errors import SieveError
+from gateway.upstream.openai_compat import OpenAICompatibleUpstream
+from gateway.wire import Identity, WireFormat, client_provider_key
 
 log = logging.getLogger("sieve.upstream")
 LIST_TIMEOUT_S = 3.0
 
 
 class ModelCatalog:
-    def __init__(self, settings: Settings, session: aiohttp.ClientSession) -> None:
+    def __init__(self, settings: Settings, http: OpenAICompatibleUpstream) -> None:
         self._configured = sorted(settings.models)
         self._base = None if settings.strict_models else settings.upstream_base_url
         self._key = settings.upstream_api_key
-        self._session = session
+        self._http = http
         self._created = int(time.time())
 
     async def list(self, identity: Identity, headers: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -43,13 +46,14 @@ class ModelCatalog:
     async def _listed_upstream(self, key: str | None) -> list[dict[str, Any]]:
         assert self._base is not None
         try:
-            async with self._session.get(self._base.rstrip("/") + "/models",
-                                         timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT_S),
-                                         headers={"authorization": f"Bearer {key}"} if key else {}) as resp:
-                if resp.status != 200:
-                    return []
-                payload = await resp.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            response = await self._http.relay("GET", self._base.rstrip("/") + "/models", None,
+                                              {"authorization": f"Bearer {key}"} if key else {}, WireFormat.CHAT,
+                                              read_timeout_s=LIST_TIMEOUT_S)
+            if response.chunks is not None:  # an event stream is no listing: its connection is not reused
+                response.release.close()
+                return []
+            payload = orjson.loads(response.body or b"") if response.status == 200 else None
+        except (SieveError, TimeoutError, orjson.JSONDecodeError) as exc:
             log.info("default upstream did not list its models: %s", exc.__class__.__name__)
             return []
         listed = payload.get("data") if isinstance(payload, dict) else None

@@ -28,13 +28,10 @@ from typing import Any, AsyncIterator, Iterable, Mapping
 import orjson
 
 from gateway.errors import UpstreamErrorPage, UpstreamTimeout, UpstreamTooLarge, UpstreamUnavailable
-from gateway.telemetry.redaction import redact_url
+from gateway.telemetry import redact_url
 from gateway.upstream.base import KeyScheme, ResolvedRoute, UpstreamResponse
 from gateway.upstream.http1 import Http1Client, Http1Response
-from gateway.wire.call import ChatCall, Identity
-from gateway.wire.formats import WireFormat
-from gateway.wire.ingress import INGRESSES
-from gateway.wire.keys import client_provider_key
+from gateway.wire import INGRESSES, Identity, ModelCall, WireFormat, client_provider_key
 
 # Request headers never forwarded: hop-by-hop, our own, and what the forwarding client sets.
 _DROP_REQUEST = frozenset((
@@ -144,24 +141,25 @@ class OpenAICompatibleUpstream:
         self._max_body_bytes = max_body_bytes
         self._read_timeout_s = read_timeout_s
 
-    async def send(self, route: ResolvedRoute, call: ChatCall, body: dict[str, Any]) -> UpstreamResponse:
+    async def send(self, route: ResolvedRoute, call: ModelCall, body: dict[str, Any]) -> UpstreamResponse:
         headers = provider_headers(route, call.identity, call.headers)
         return await self._request("POST", route.url or "", orjson.dumps(body), headers, body.get("stream") is True,
                                    call.format)
 
     async def relay(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str],
-                    fmt: WireFormat) -> UpstreamResponse:
+                    fmt: WireFormat, read_timeout_s: float | None = None) -> UpstreamResponse:
         """Any request as it came (the pass-through routes: ``GET /v1/responses/{id}``,
-        ``/v1/messages/count_tokens``), its answer relayed like a forwarded one's: streamed
-        when the provider answers with an event stream."""
-        return await self._request(method, url, body, headers, None, fmt)
+        ``/v1/messages/count_tokens``; Sieve's own ``GET /models``), its answer relayed like a
+        forwarded one's: streamed when the provider answers with an event stream.
+        ``read_timeout_s``: a shorter wait than a forward's (None: the forward's)."""
+        return await self._request(method, url, body, headers, None, fmt, read_timeout_s)
 
     async def _request(self, method: str, url: str, body: bytes | None, headers: Mapping[str, str],
-                       stream: bool | None, fmt: WireFormat) -> UpstreamResponse:
+                       stream: bool | None, fmt: WireFormat, read_timeout_s: float | None = None) -> UpstreamResponse:
         """``stream``: whether the answer is an event stream; None: as its content type says.
         ``fmt``: the client's format, whose shape a non-JSON error body is given."""
         try:
-            resp = await self._client.request(method, url, headers, body, self._read_timeout_s)
+            resp = await self._client.request(method, url, headers, body, read_timeout_s or self._read_timeout_s)
         except TimeoutError as exc:  # before OSError: a TimeoutError is one
             raise UpstreamTimeout(f"upstream did not answer in time: {redact_url(url)}") from exc
         except (OSError, ValueError) as exc:

@@ -21,9 +21,9 @@ from __future__ import annotations
 from typing import Mapping
 
 from gateway.errors import InvalidRequest, UnknownModel
-from gateway.settings import ModelRoute, RouteKind, Settings
+from gateway.config import ModelRoute, RouteKind, Settings
 from gateway.upstream.base import KeyScheme, ResolvedRoute, Upstream
-from gateway.wire.formats import WireFormat
+from gateway.wire import WireFormat
 
 MAX_CACHED_ROUTES = 10_000
 # Each format's endpoint below an OpenAI-compatible api_base (which ends in /v1).

@@ -4,8 +4,129 @@
 * :mod:`gateway.wire.chat`    the Chat Completions body, checked where Sieve relies on it
 * :mod:`gateway.wire.headers` the ``x-sieve-*`` request and response headers
 * :mod:`gateway.wire.sse`     the server-sent-events relay that reads usage on the way
-* :mod:`gateway.wire.call`    one parsed, authorized request (``ChatCall``) and its ``Identity``
+* :mod:`gateway.wire.call`    one parsed, authorized request (``ModelCall``) and its ``Identity``
 
 Nothing here knows the web framework or does I/O of its own: the routes in
 ``gateway.api`` hand it bytes and header mappings.
 """
+
+from gateway.wire.body import parse_body, read_body
+from gateway.wire.call import ANONYMOUS, Identity, IdentityKind, ModelCall
+from gateway.wire.chat import MAX_COMPLETION_TOKENS, MAX_CHOICES, WireLimits, check_chat_body
+from gateway.wire.continuation import more_steps_follow
+from gateway.wire.error_shapes import anthropic_error_body, anthropic_error_type
+from gateway.wire.expand_codecs import Codec, EventReader, ToolAnswer
+from gateway.wire.expand_filter import (
+    CallFilter,
+    MAX_HELD_BYTES,
+    chat_end,
+    continued_blocks,
+    continued_chunks,
+    continued_items,
+    held_back,
+    message_end,
+    responses_end,
+)
+from gateway.wire.expand_tool import (
+    CODECS,
+    history_of,
+    make_pin,
+    pin_messages,
+    pin_needs,
+    pin_place,
+    tool_definition,
+    with_pins,
+    with_tool,
+)
+from gateway.wire.formats import FORMAT_HEADER, messages_check, responses_check
+from gateway.wire.formats.detect import AmbiguousFormat, detect_format
+from gateway.wire.formats.reasoning import (
+    Carrier,
+    Scope,
+    Verdict,
+    carriers,
+    chain,
+    input_transformations,
+    judge,
+    strippable,
+)
+from gateway.wire.formats.registry import adapter_for
+from gateway.wire.formats.view import WireFormat, parse_format
+from gateway.wire.headers import (
+    MAX_CONVERSATION_ID_BYTES,
+    MAX_GOAL_CHARS,
+    MAX_TARGET_TOKENS,
+    REASONING_HEADER,
+    SieveHeaders,
+    parse_sieve_headers,
+    response_headers,
+)
+from gateway.wire.ingress import INGRESSES, Ingress, chat_answer_chars
+from gateway.wire.keys import client_provider_key, presented_key
+from gateway.wire.sse import SSEUsageTap
+
+__all__ = [
+    "ANONYMOUS",
+    "AmbiguousFormat",
+    "CODECS",
+    "CallFilter",
+    "Carrier",
+    "Codec",
+    "EventReader",
+    "FORMAT_HEADER",
+    "INGRESSES",
+    "Identity",
+    "IdentityKind",
+    "Ingress",
+    "MAX_CHOICES",
+    "MAX_COMPLETION_TOKENS",
+    "MAX_CONVERSATION_ID_BYTES",
+    "MAX_GOAL_CHARS",
+    "MAX_HELD_BYTES",
+    "MAX_TARGET_TOKENS",
+    "ModelCall",
+    "REASONING_HEADER",
+    "SSEUsageTap",
+    "Scope",
+    "SieveHeaders",
+    "ToolAnswer",
+    "Verdict",
+    "WireFormat",
+    "WireLimits",
+    "adapter_for",
+    "anthropic_error_body",
+    "anthropic_error_type",
+    "carriers",
+    "chain",
+    "chat_answer_chars",
+    "chat_end",
+    "check_chat_body",
+    "client_provider_key",
+    "continued_blocks",
+    "continued_chunks",
+    "continued_items",
+    "detect_format",
+    "held_back",
+    "history_of",
+    "input_transformations",
+    "judge",
+    "make_pin",
+    "message_end",
+    "messages_check",
+    "more_steps_follow",
+    "parse_body",
+    "parse_format",
+    "parse_sieve_headers",
+    "pin_messages",
+    "pin_needs",
+    "pin_place",
+    "presented_key",
+    "read_body",
+    "response_headers",
+    "responses_check",
+    "responses_end",
+    "strippable",
+    "tool_definition",
+    "with_pins",
+    "with_tool",
+]

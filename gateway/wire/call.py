@@ -1,9 +1,9 @@
 """One parsed, authorized request, as every layer above the wire sees it.
 
 A route reads the body and headers, authenticates the caller and finds its
-policy; from then on the request travels as one :class:`ChatCall`::
+policy; from then on the request travels as one :class:`ModelCall`::
 
-    call = ChatCall(request_id, body, len(raw), identity, policy, parse_sieve_headers(headers), headers)
+    call = ModelCall(request_id, body, len(raw), identity, policy, parse_sieve_headers(headers), headers)
     call.identity.org, call.policy.target_tokens, call.sieve.conversation_id
 
 A request in another format (Anthropic Messages, OpenAI Responses) travels the
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
-from gateway.pruning.policy import Policy
+from gateway.pruning import Policy
 from gateway.wire.formats import ChatView, WireFormat
 from gateway.wire.headers import SieveHeaders
 
@@ -50,8 +50,8 @@ class Identity:
 ANONYMOUS = Identity(ANONYMOUS_ORG, kind=IdentityKind.ANONYMOUS)
 
 
-@dataclass(slots=True, weakref_slot=True)  # weakref: gateway.big_bodies sees when a big one is freed
-class ChatCall:
+@dataclass(slots=True, weakref_slot=True)  # weakref: gateway.exchange.big_bodies sees when a big one is freed
+class ModelCall:
     request_id: str
     body: dict[str, Any]
     body_bytes: int

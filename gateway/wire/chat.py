@@ -22,6 +22,7 @@ ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # Far above any model's output limit, and it keeps a budget reservation (prompt + this) a
 # 64-bit number: 2**64 - 1 here reached the 429's body and failed to render (a 500).
 MAX_COMPLETION_TOKENS = 2**31 - 1
+MAX_CHOICES = 128  # answers per chat request (OpenAI's own bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,15 @@ def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) 
         raise InvalidRequest("'stream_options' must be an object", param="stream_options")
     for name in ("max_tokens", "max_completion_tokens"):
         check_token_count(body, name)
+    check_choices(body)
+
+
+def check_choices(body: Mapping[str, Any]) -> None:
+    """``n``, the number of answers: a budget reserves once per answer, so its shape is Sieve's
+    concern (OpenAI's own bound is 128)."""
+    n = body.get("n")
+    if n is not None and not _is_whole_in(n, 1, MAX_CHOICES):
+        raise InvalidRequest(f"'n' must be an integer from 1 to {MAX_CHOICES}", param="n")
 
 
 def check_model(body: Any) -> None:
@@ -99,11 +109,15 @@ def check_token_count(body: Mapping[str, Any], name: str) -> None:
 
 
 def _is_token_count(value: Any) -> bool:
+    return _is_whole_in(value, 1, MAX_COMPLETION_TOKENS)
+
+
+def _is_whole_in(value: Any, low: int, high: int) -> bool:
     # JSON has one number type: 100.0 is the integer 100 (JSON Schema agrees), so it is
     # accepted and forwarded as sent; 100.5 is not.
     if isinstance(value, float):
-        return value.is_integer() and 1 <= value <= MAX_COMPLETION_TOKENS
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COMPLETION_TOKENS
+        return value.is_integer() and low <= value <= high
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _check_message(i: int, message: Any, limits: WireLimits) -> int:

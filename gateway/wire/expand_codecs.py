@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from gateway.pruning.expansion import TOOL_NAME
+from gateway.pruning import TOOL_NAME
 from gateway.wire.formats import WireFormat
 from gateway.wire.sse import event_data, split_events
 

@@ -7,7 +7,7 @@ from typing import Any, AsyncIterator
 import orjson
 
 from gateway.errors import UpstreamUnavailable
-from gateway.pruning.expansion import TOOL_NAME
+from gateway.pruning import TOOL_NAME
 from gateway.wire.expand_codecs import _is_mine, responses_without
 from gateway.wire.formats import WireFormat
 from gateway.wire.sse import event_data, split_events

@@ -3,7 +3,7 @@ the round Sieve appends, and an answer without the tool's calls.
 
 The definition is fixed text placed after the client's own tools (their cached
 prefix stays whole). What the tool does is ``gateway.pruning.expansion``; the rounds
-are ``gateway.expander``. One :class:`Codec` per format (``gateway.wire.expand_codecs``;
+are ``gateway.exchange.expander``. One :class:`Codec` per format (``gateway.wire.expand_codecs``;
 ``gateway.wire.expand_filter`` takes the calls out of a stream already relayed):
 
 ==============  ======================  ============================  ===========================
@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from gateway.pruning.expansion import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETERS
+from gateway.pruning import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETERS
 from gateway.wire.expand_codecs import CODECS, Codec, EventReader, ToolAnswer
 from gateway.wire.expand_filter import CallFilter, chat_end, continued_blocks, continued_chunks, continued_items, \
     message_end, responses_end

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from gateway.errors import InvalidRequest
-from gateway.pruning.policy import STRATEGIES
-from gateway.pruning.vocabulary import Strategy
+from gateway.pruning import STRATEGIES, Strategy
 
 MAX_TARGET_TOKENS = 10_000_000
-# Thinking blocks or reasoning items Sieve's rewrite of this request left invalid (gateway.reasoning).
+# Thinking blocks or reasoning items Sieve's rewrite of this request left invalid (gateway.exchange.reasoning_guard).
 REASONING_HEADER = "x-sieve-reasoning-invalidated"
 MAX_GOAL_CHARS = 8_192
 # In bytes, as the header arrives (a header value is bytes; Starlette reads them as Latin-1, one

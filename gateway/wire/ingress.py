@@ -1,6 +1,6 @@
 """How a wire format comes in and goes out: one description per format, one proxy for all.
 
-The proxy (:mod:`gateway.proxy`) runs one sequence for every format: read the
+The proxy (:mod:`gateway.exchange.forward`) runs one sequence for every format: read the
 body into the chat-shaped view the pruner knows, prune, write the decision back
 in the format, reserve, forward, relay, account. What differs between formats
 is data, described here::

@@ -16,7 +16,7 @@ from gateway.state.memory import (MemoryAuthFailureLog, MemoryBudgetStore, Memor
                                   MemoryResponseRegistry, MemoryScoreCache)
 from gateway.state.redis_registries import RedisAuthFailureLog, RedisResponseRegistry
 from gateway.state.redis_store import RedisStores
-from tests.redis_server import RedisServer, skip_without_redis
+from tests.support.redis_server import RedisServer, skip_without_redis
 
 RESERVATION_TTL_S = 30.0
 

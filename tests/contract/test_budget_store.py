@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gateway.budgets import BudgetLimit, Reservation, Scope, Settlement, Window, bucket_for, new_reservation_id
+from gateway.billing.budgets import BudgetLimit, Reservation, Scope, Settlement, Window, bucket_for, new_reservation_id
 from gateway.errors import BudgetExceeded
 
 from .conftest import RESERVATION_TTL_S

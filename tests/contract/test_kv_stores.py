@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.identity import hash_key
+from gateway.auth.identity import hash_key
 from gateway.state.protocols import KeyRecord
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

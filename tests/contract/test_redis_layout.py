@@ -8,9 +8,9 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from gateway.budgets import BudgetLimit, Scope, Window, new_reservation_id
+from gateway.billing.budgets import BudgetLimit, Scope, Window, new_reservation_id
 from gateway.errors import StoreRejected
-from gateway.identity import hash_key
+from gateway.auth.identity import hash_key
 from gateway.state.protocols import KeyRecord
 from gateway.state.redis_store import RedisStores
 

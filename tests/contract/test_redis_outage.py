@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from gateway.budgets import BudgetLimit, Scope, Window, new_reservation_id
+from gateway.billing.budgets import BudgetLimit, Scope, Window, new_reservation_id
 from gateway.errors import StoreUnavailable
 from gateway.state.redis_store import RedisStores
-from tests.redis_server import RedisServer, needs_redis
+from tests.support.redis_server import RedisServer, needs_redis
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="session"),

@@ -6,7 +6,7 @@ value: the value replaced by each of ``JUNK`` (null, numbers huge and negative, 
 empty and nested containers, an object where a string goes: the content-part ``type``
 that once reached ``in TEXT_TYPES`` unhashable), or the key removed. Each mutant goes to
 the format's forwarding route and to ``/v1/prune`` in that format, on a real gateway
-whose provider (:mod:`tests.fake_providers`) answers every request normally; a 4xx is
+whose provider (:mod:`tests.support.fake_providers`) answers every request normally; a 4xx is
 fine, a 5xx is not, and the gateway logs no error.
 """
 
@@ -19,9 +19,9 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.conversations import agent_history
-from tests.fake_providers import FakeProviders
-from tests.formats_support import chat_to_messages, chat_to_responses
+from tests.support.conversations import agent_history
+from tests.support.fake_providers import FakeProviders
+from tests.support.formats import chat_to_messages, chat_to_responses
 
 JUNK: tuple[Any, ...] = (None, 0, -1, 10**20, 1e300, "", "x", True, [], {}, [{}], {"type": {}}, ["a"])
 ROUTES = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}

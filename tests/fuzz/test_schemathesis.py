@@ -5,7 +5,7 @@ is fuzzed is what is served. Every operation gets positive and negative cases
 (examples, coverage and fuzzing phases); each case is sent once as generated,
 with the right key (a virtual key, or the admin key on /admin) unless the case
 itself tests a broken Authorization, and once with no key at all.
-The fake provider (every format's routes, :mod:`tests.fake_providers`) answers
+The fake provider (every format's routes, :mod:`tests.support.fake_providers`) answers
 every request normally, so no 5xx is acceptable:
 schemathesis' own checks (``not_a_server_error``, status code, content type,
 response schema and headers, positive/negative data, ignored auth, Allow
@@ -30,9 +30,9 @@ import pytest
 import schemathesis
 from schemathesis.checks import positive_data_acceptance
 
-from gateway.settings import OPS_ROUTES
-from tests.fake_providers import FakeProviders
-from tests.gateway_server import GatewayServer
+from gateway.config.settings import OPS_ROUTES
+from tests.support.fake_providers import FakeProviders
+from tests.support.gateway_server import GatewayServer
 
 VIRTUAL_KEY = "sk-fuzz"
 ADMIN_KEY = "sk-fuzz-admin"

@@ -2,7 +2,7 @@
 
 ``GatewayProcess`` runs ``python -m gateway.cli serve`` as its own process (the
 multi-replica and fault tests need separate processes sharing one Redis);
-``tests.gateway_server.GatewayServer`` runs the app in a thread when one
+``tests.support.gateway_server.GatewayServer`` runs the app in a thread when one
 in-process gateway is enough.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import yaml
 
-from gateway.budgets import BudgetStatus
+from gateway.billing.budgets import BudgetStatus
 from gateway.state.redis_store import RedisStores
 from tests.support import bearer, free_port
 

@@ -7,9 +7,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from gateway.settings import Settings
-from tests.fake_providers import FakeProviders, Reply
-from tests.redis_server import RedisServer, skip_without_redis
+from gateway.config.settings import Settings
+from tests.support.fake_providers import FakeProviders, Reply
+from tests.support.redis_server import RedisServer, skip_without_redis
 from tests.support import wait_clear_of_window_edge
 
 DAY_S = 86_400
@@ -41,7 +41,7 @@ def redis() -> Iterator[RedisServer]:
         yield server
 
 
-# -- the fake provider of every format (tests.fake_providers) -------------------------------------
+# -- the fake provider of every format (tests.support.fake_providers) -------------------------------------
 
 @pytest.fixture(scope="module")
 def providers_server() -> Iterator[FakeProviders]:

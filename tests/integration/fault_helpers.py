@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.settings import ModelRoute, Settings
-from tests.fake_upstream import FakeUpstream
-from tests.gateway_server import GatewayServer
+from gateway.config.settings import ModelRoute, Settings
+from tests.support.fake_upstream import FakeUpstream
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, MODEL, org_counter, redis_usage
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support import NO_PRUNING, bearer, free_port, metric_value, wait_until
 
 ORG = "acme"

@@ -11,8 +11,8 @@ import logging
 
 import pytest
 
-from gateway.settings import ModelRoute
-from tests.fake_upstream import Reply
+from gateway.config.settings import ModelRoute
+from tests.support.fake_upstream import Reply
 from tests.support import bearer, free_port
 
 UPSTREAM_KEY = "sk-upstream-PLANTED-0123456789abcdef"
@@ -22,7 +22,7 @@ FIELDS = {"request_id", "method", "route", "status", "org", "model", "outcome", 
           "prune_ms", "upstream_ms", "duration_ms"}
 
 
-def chat(model: str = "gpt-4o-mini", **extra) -> dict:
+def chat_body(model: str = "gpt-4o-mini", **extra) -> dict:
     return {"model": model, "messages": [{"role": "user", "content": f"hello {SENTINEL}"}], **extra}
 
 
@@ -53,8 +53,8 @@ def gw(start_gateway):
 
 
 def test_a_200_and_a_502_each_log_one_line_with_the_figures(gw, upstream, access) -> None:
-    ok = gw.post("/v1/chat/completions", json=chat(), headers=bearer(ACME))
-    failed = gw.post("/v1/chat/completions", json=chat("down"), headers=bearer(ACME))
+    ok = gw.post("/v1/chat/completions", json=chat_body(), headers=bearer(ACME))
+    failed = gw.post("/v1/chat/completions", json=chat_body("down"), headers=bearer(ACME))
     gw.wait_idle()
     assert (ok.status_code, failed.status_code) == (200, 502)
     line = the_line(access, ok.headers["x-sieve-request-id"])
@@ -76,7 +76,7 @@ def test_a_200_and_a_502_each_log_one_line_with_the_figures(gw, upstream, access
 
 def test_a_stream_logs_one_line_when_it_ends(gw, upstream, access) -> None:
     upstream.default = Reply(chunks=["a", "b", "c"])
-    resp = gw.post("/v1/chat/completions", json=chat(stream=True), headers=bearer(ACME))
+    resp = gw.post("/v1/chat/completions", json=chat_body(stream=True), headers=bearer(ACME))
     assert resp.status_code == 200 and resp.text.endswith("data: [DONE]\n\n")
     gw.wait_idle()
     line = the_line(access, resp.headers["x-sieve-request-id"])
@@ -86,11 +86,11 @@ def test_a_stream_logs_one_line_when_it_ends(gw, upstream, access) -> None:
 
 def test_refused_requests_log_one_line_each(gw, upstream, access) -> None:
     refused = {
-        401: gw.post("/v1/chat/completions", json=chat(), headers=bearer("sk-wrong-0123456789abcdef")),
+        401: gw.post("/v1/chat/completions", json=chat_body(), headers=bearer("sk-wrong-0123456789abcdef")),
         400: gw.post("/v1/chat/completions", json={"model": "gpt-4o-mini", "messages": "x"}, headers=bearer(ACME)),
-        429: gw.post("/v1/chat/completions", json=chat(max_tokens=200_000), headers=bearer(ACME)),
+        429: gw.post("/v1/chat/completions", json=chat_body(max_tokens=200_000), headers=bearer(ACME)),
     }
-    prune = gw.post("/v1/prune", json=chat(), headers=bearer(ACME))
+    prune = gw.post("/v1/prune", json=chat_body(), headers=bearer(ACME))
     assert gw.get("/healthz").status_code == 200  # a probe: no line
     gw.wait_idle()
     for status, resp in refused.items():

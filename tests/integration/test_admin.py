@@ -9,9 +9,9 @@ import httpx
 import openai
 import pytest
 
-from gateway.settings import Settings
-from tests.fake_upstream import FakeUpstream, Reply
-from tests.gateway_server import GatewayServer
+from gateway.config.settings import Settings
+from tests.support.fake_upstream import FakeUpstream, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, MODEL, admin_headers, org_counter
 from tests.support import NO_PRUNING, openai_client
 
@@ -35,7 +35,7 @@ def gateway(module_upstream_server: FakeUpstream) -> Iterator[GatewayServer]:
         yield gw
 
 
-def chat(gw: GatewayServer, key: str) -> openai.types.chat.ChatCompletion:
+def sdk_chat(gw: GatewayServer, key: str) -> openai.types.chat.ChatCompletion:
     llm = openai_client(gw, key, headers=NO_PRUNING)
     return llm.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=10)
 
@@ -64,7 +64,7 @@ def test_admin_routes_do_not_exist_without_an_admin_key(module_upstream: FakeUps
 
 
 def test_budgets_usage_and_savings_of_an_org(gateway: GatewayServer) -> None:
-    chat(gateway, "sk-file-key")
+    sdk_chat(gateway, "sk-file-key")
     gateway.wait_idle()
     budgets = gateway.get("/admin/budgets/acme", headers=admin_headers()).json()
     names = [b["budget"] for b in budgets["budgets"]]
@@ -97,7 +97,7 @@ def test_virtual_key_round_trip(gateway: GatewayServer) -> None:
     assert record["key_sha256"] == hashlib.sha256(key.encode()).hexdigest()
     assert (record["org"], record["team"], record["name"], record["revoked"]) == ("acme", "search", "ci", False)
 
-    assert chat(gateway, key).choices[0].message.content == "fine"
+    assert sdk_chat(gateway, key).choices[0].message.content == "fine"
     gateway.wait_idle()
     usage = gateway.get("/admin/usage/acme", headers=admin_headers()).json()["counters"]
     assert org_counter(usage, "key:acme/ci:month")["settled"] == 25  # the new key's own budget was charged
@@ -110,7 +110,7 @@ def test_virtual_key_round_trip(gateway: GatewayServer) -> None:
     revoked = httpx.delete(f"{gateway.base_url}/admin/keys/{record['key_sha256']}", headers=admin_headers())
     assert revoked.status_code == 200 and revoked.json() == {"key_sha256": record["key_sha256"], "revoked": True}
     with pytest.raises(openai.AuthenticationError) as caught:
-        chat(gateway, key)
+        sdk_chat(gateway, key)
     assert "revoked" in caught.value.body["message"]
 
 
@@ -118,7 +118,7 @@ def test_revoking_a_file_key_masks_it(gateway: GatewayServer) -> None:
     digest = hashlib.sha256(b"sk-file-key").hexdigest()
     assert httpx.delete(f"{gateway.base_url}/admin/keys/{digest}", headers=admin_headers()).status_code == 200
     with pytest.raises(openai.AuthenticationError):
-        chat(gateway, "sk-file-key")
+        sdk_chat(gateway, "sk-file-key")
 
 
 @pytest.mark.parametrize("body, field", [

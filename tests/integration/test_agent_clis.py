@@ -2,7 +2,7 @@
 
 Each CLI does two tasks in one session, as a user does at a terminal: ``claude -p "ALPHA: ..."``
 then ``claude -p --continue "BETA: ..."`` (``codex exec`` then ``codex exec resume --last``). The
-scripted provider (``tests.scripted_provider``) answers the first task with three tool calls (the
+scripted provider (``tests.support.scripted_provider``) answers the first task with three tool calls (the
 CLI's own shell tool reads three bulky files) and a final answer, the second with one tool call and
 its answer. The CLIs execute the calls for real and send the output back, so the provider sees the
 session grow. With a small ``x-sieve-target-tokens`` (set the way each CLI lets a user add a header),
@@ -34,12 +34,12 @@ from typing import Iterator
 import pytest
 
 from gateway.pruning.compression import OMITTED_PREFIX
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.telemetry.metrics import Metrics
-from tests.agent_clis import ClaudeCode, CodexCli, OutboundTrap
-from tests.gateway_server import GatewayServer
-from tests.prefix_checks import PrefixChecks, newly_lost
-from tests.scripted_provider import Script, ScriptedProvider, Task, orphans
+from tests.support.agent_clis import ClaudeCode, CodexCli, OutboundTrap
+from tests.support.gateway_server import GatewayServer
+from tests.support.prefix_checks import PrefixChecks, newly_lost
+from tests.support.scripted_provider import Script, ScriptedProvider, Task, orphans
 
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def project(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def provider() -> Iterator[ScriptedProvider]:
-    """The scripted provider with preserved reasoning on (``tests.prefix_checks``): its answers carry
+    """The scripted provider with preserved reasoning on (``tests.support.prefix_checks``): its answers carry
     thinking blocks / reasoning items bound to their prefix, and it checks every request as the
     providers do (a 400 for a thinking block bound to another prefix, unless drop_block)."""
     with ScriptedProvider(SCRIPT, checks=PrefixChecks()) as server:

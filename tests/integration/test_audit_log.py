@@ -16,8 +16,8 @@ import openai
 import pytest
 
 from gateway.telemetry.pricing import load_litellm_model_cost
-from tests.conversations import GOAL, agent_history
-from tests.fake_upstream import Reply
+from tests.support.conversations import GOAL, agent_history
+from tests.support.fake_upstream import Reply
 from tests.support import openai_client, read_jsonl
 
 ACME_KEY = "sk-sieve-acme-PLANTED-0123456789abcdef"

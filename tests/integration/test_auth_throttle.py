@@ -11,8 +11,8 @@ import time
 import httpx
 import pytest
 
-from gateway.auth_throttle import AuthThrottle
-from gateway.settings import Settings
+from gateway.auth.throttle import AuthThrottle
+from gateway.config.settings import Settings
 from tests.support import bearer, metric_value
 
 ADMIN_KEY = "admin-PLANTED-key-0123456789"

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import orjson
 
-from gateway.big_bodies import THREAD_THRESHOLD_BYTES
-from tests.conversations import agent_history
+from gateway.exchange.big_bodies import THREAD_THRESHOLD_BYTES
+from tests.support.conversations import agent_history
 from tests.support import wait_until
 
 BUDGET = 1_000_000

@@ -3,7 +3,7 @@
 Every request carries what a provider bills besides its messages: tool schemas,
 ``n`` choices, images (inline, whose size Sieve can read, and by URL, whose size
 it cannot), some a ``response_format`` schema. The fake provider bills each as
-OpenAI would (``tests.provider_billing``: prompt with tools and images, ``n`` x
+OpenAI would (``tests.support.provider_billing``: prompt with tools and images, ``n`` x
 ``max_tokens`` of completion), and the sum it billed for the admitted requests
 must not pass the limit by a single token.
 
@@ -21,10 +21,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.fake_upstream import FakeUpstream, Reply
+from tests.support.fake_upstream import FakeUpstream, Reply
 from tests.integration.budget_helpers import GatewayProcess, redis_day_counter, write_yaml
-from tests.provider_billing import openai_usage, png_data_url
-from tests.redis_server import RedisServer
+from tests.support.provider_billing import openai_usage, png_data_url
+from tests.support.redis_server import RedisServer
 from tests.support import NO_PRUNING, bearer, wait_until
 
 pytestmark = pytest.mark.redis

@@ -1,18 +1,18 @@
 """Issue 28: every billed token inside the budget. The adversarial vectors, across two replicas at
-concurrency 16 (``tests.budget_vectors``): what the provider billed each org stays within its
+concurrency 16 (``tests.support.budget_vectors``): what the provider billed each org stays within its
 budget plus one request's reservation, and the budget was charged what was billed.
 
 Before (tree 3f60f4a, a 20,000-token budget): continuations billed 354,816 and were charged
 1,920; URL documents, files by URL and by id 1,921,984 each, charged 2,464-3,008; an unknown
-model's long output 960,044, charged 16,428 (``python -m tests.budget_vectors``).
+model's long output 960,044, charged 16,428 (``python -m tests.support.budget_vectors``).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.budget_vectors import VECTORS, run
-from tests.redis_server import needs_redis
+from tests.support.budget_vectors import VECTORS, run
+from tests.support.redis_server import needs_redis
 
 pytestmark = [pytest.mark.redis, needs_redis]
 

@@ -14,10 +14,10 @@ import httpx
 import openai
 import pytest
 
-from gateway.reservation_estimate import REPLY_PRIMING_TOKENS
-from gateway.settings import Settings
-from tests.fake_upstream import FakeUpstream, Reply
-from tests.gateway_server import GatewayServer
+from gateway.billing.reservation_estimate import REPLY_PRIMING_TOKENS
+from gateway.config.settings import Settings
+from tests.support.fake_upstream import FakeUpstream, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, MODEL, admin_headers, chat_body, org_counter
 from tests.support import NO_PRUNING, openai_client
 

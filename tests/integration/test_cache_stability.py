@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 
 from gateway.pruning.compression import is_omission_marker
-from tests.conversations import agent_history
-from tests.formats_support import chat_to_messages, chat_to_responses
+from tests.support.conversations import agent_history
+from tests.support.formats import chat_to_messages, chat_to_responses
 from tests.support import openai_client
 
 

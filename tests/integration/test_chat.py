@@ -12,8 +12,8 @@ import tiktoken
 
 from gateway.pruning.messages import message_token_text
 from gateway.pruning.normalize import structural_problems
-from tests.conversations import GOAL, agent_history
-from tests.fake_upstream import Reply
+from tests.support.conversations import GOAL, agent_history
+from tests.support.fake_upstream import Reply
 from tests.support import async_openai_client, openai_client
 
 KEY = "sk-client-key"
@@ -261,7 +261,7 @@ def test_readyz_lists_no_problem_without_redis(gateway):
 
 
 def test_models_lists_configured_and_upstream_models(start_gateway, upstream):
-    from gateway.settings import ModelRoute
+    from gateway.config.settings import ModelRoute
     gw = start_gateway(models={"house-model": ModelRoute(name="house-model", api_base=upstream.base_url)})
     ids = [m.id for m in openai_client(gw, KEY).models.list().data]
     assert "house-model" in ids and "gpt-4o-mini" in ids

@@ -18,11 +18,11 @@ import httpx
 import orjson
 import pytest
 
-from tests.fake_upstream import FakeUpstream, Reply
-from tests.gateway_server import GatewayServer
+from tests.support.fake_upstream import FakeUpstream, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import chat_body
 from tests.integration.fault_helpers import AUTH, USAGE, budget, metered_settings, outcomes, settle_down
-from tests.redis_server import RedisServer, needs_redis
+from tests.support.redis_server import RedisServer, needs_redis
 from tests.support import metric_value, wait_until
 
 pytestmark = [pytest.mark.redis, needs_redis, pytest.mark.upstream_default(Reply(content="ok", usage=USAGE))]

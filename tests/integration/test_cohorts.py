@@ -18,15 +18,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.cli import main
-from gateway.pruner import conversation_key
+from gateway.exchange.prune_step import conversation_key
 from gateway.pruning.cohort import control_point
-from gateway.settings import Settings
-from tests.conversations import agent_history
-from tests.fake_scorer import ScorerModel, answer
-from tests.fake_upstream import Reply
-from tests.formats_support import chat_to_messages, chat_to_responses
+from gateway.config.settings import Settings
+from tests.support.conversations import agent_history
+from tests.support.fake_scorer import ScorerModel, answer
+from tests.support.fake_upstream import Reply
+from tests.support.formats import chat_to_messages, chat_to_responses
 from tests.integration.conftest import format_settings
-from tests.gateway_server import GatewayServer
+from tests.support.gateway_server import GatewayServer
 from tests.support import openai_client, read_jsonl
 
 ORG = "anonymous"  # an open gateway's callers

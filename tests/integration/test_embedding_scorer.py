@@ -17,11 +17,11 @@ import pytest
 
 from gateway.embedding.model import EmbeddingModel, ModelUnavailable, check_directory
 from gateway.errors import ConfigError
-from gateway.services import Services
-from gateway.settings import Settings
-from tests.embedding_support import ANSWER, chat_messages, copy_of_model, model_dir
-from tests.gateway_server import GatewayServer
-from tests.redis_server import RedisServer, skip_without_redis
+from gateway.api.services import Services
+from gateway.config.settings import Settings
+from tests.support.embedding import ANSWER, chat_messages, copy_of_model, model_dir
+from tests.support.gateway_server import GatewayServer
+from tests.support.redis_server import RedisServer, skip_without_redis
 from tests.support import metric_value, wait_until
 
 MODEL = "gpt-4o-mini"

@@ -3,7 +3,7 @@ marker, Sieve answers it from the client's history and asks the fake provider ag
 gets the final answer only, budgets and savings count every round, and the exchange stays pinned
 in the conversation's later requests.
 
-The fake provider is a real aiohttp server (tests.fake_providers) scripted with the tool call.
+The fake provider is a real aiohttp server (tests.support.fake_providers) scripted with the tool call.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from gateway.pruning.expansion import NOT_AVAILABLE, TOOL_NAME, ref_of, span_ref
 from gateway.pruning.messages import fingerprint
 from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost, price_usage
 from gateway.telemetry.usage import usage_from_provider
-from tests.conversations import agent_history
-from tests.fake_providers import FakeProviders, Reply
-from tests.formats_support import chat_to_messages, chat_to_responses
-from tests.gateway_server import GatewayServer
+from tests.support.conversations import agent_history
+from tests.support.fake_providers import FakeProviders, Reply
+from tests.support.formats import chat_to_messages, chat_to_responses
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, admin_headers, org_counter
 from tests.integration.conftest import format_settings
 from tests.support import openai_client, read_jsonl

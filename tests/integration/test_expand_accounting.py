@@ -20,13 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.pruning.expansion import TOOL_NAME
 from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost, price_usage
 from gateway.telemetry.usage import usage_from_provider
-from tests.conversations import agent_history
-from tests.fake_providers import FakeProviders, Reply
-from tests.formats_support import chat_to_messages, chat_to_responses
-from tests.gateway_server import GatewayServer
+from tests.support.conversations import agent_history
+from tests.support.fake_providers import FakeProviders, Reply
+from tests.support.formats import chat_to_messages, chat_to_responses
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, admin_headers, org_counter
 from tests.integration.conftest import format_settings
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support import openai_client
 
 pytestmark = [pytest.mark.redis]

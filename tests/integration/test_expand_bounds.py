@@ -17,9 +17,9 @@ import pytest
 
 from gateway.pruning.expansion import TOOL_NAME
 from gateway.wire.expand_filter import MAX_HELD_BYTES
-from tests.conversations import agent_history
-from tests.fake_providers import FakeProviders, Reply
-from tests.gateway_server import GatewayServer
+from tests.support.conversations import agent_history
+from tests.support.fake_providers import FakeProviders, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.conftest import format_settings
 from tests.support import openai_client
 

@@ -18,11 +18,11 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.fake_upstream import FakeUpstream, Reply
-from tests.gateway_server import GatewayServer
+from tests.support.fake_upstream import FakeUpstream, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import admin_headers, chat_body, org_counter, redis_day_counter, write_yaml
 from tests.integration.fault_helpers import AUTH, USAGE, budget_settings, fail_open
-from tests.redis_server import RedisServer, needs_redis
+from tests.support.redis_server import RedisServer, needs_redis
 from tests.support import metric_value, wait_until
 
 pytestmark = [pytest.mark.redis, needs_redis, pytest.mark.upstream_default(Reply(content="ok", usage=USAGE))]

@@ -19,16 +19,16 @@ import httpx
 import openai
 import pytest
 
-from gateway.settings import prepare_offline_environment
+from gateway.config.settings import prepare_offline_environment
 from gateway.state.protocols import StoredResponse
 from gateway.state.redis_registries import RedisResponseRegistry
 from gateway.state.redis_store import RedisStores
 from gateway.telemetry.pricing import PriceBook
-from tests.fake_providers import FakeProviders, Reply
-from tests.gateway_server import GatewayServer
+from tests.support.fake_providers import FakeProviders, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import ADMIN_KEY, admin_headers, org_counter
 from tests.integration.conftest import format_settings
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support import NO_PRUNING, metric_value, openai_client, read_jsonl
 
 pytestmark = [pytest.mark.redis, pytest.mark.usefixtures("clear_of_a_minute_edge")]
@@ -76,7 +76,7 @@ def test_messages_reserve_the_cap_and_settle_on_anthropic_usage(gateway, provide
         model=CLAUDE, max_tokens=500, messages=[{"role": "user", "content": "hello " * 1000}])
     forwarded = int(response.headers["x-sieve-forwarded-tokens"])
     # The reservation covers at least the forwarded prompt and the answer's cap (the estimate
-    # of the native body adds what else can be billed: gateway/reservation_estimate.py).
+    # of the native body adds what else can be billed: gateway/billing/reservation_estimate.py).
     held = 100_000 - int(response.headers["x-sieve-budget-remaining-tokens"])
     assert forwarded + 500 <= held <= 2 * forwarded + 500 + 100
     status = day_counter(gateway, "claude-org")
@@ -98,7 +98,7 @@ def test_responses_reserve_the_cap_and_settle_on_responses_usage(gateway, provid
         model=GPT, input="hello " * 1000, max_output_tokens=300)
     forwarded = int(response.headers["x-sieve-forwarded-tokens"])
     # The reservation covers at least the forwarded prompt and the answer's cap (the estimate
-    # of the native body adds what else can be billed: gateway/reservation_estimate.py).
+    # of the native body adds what else can be billed: gateway/billing/reservation_estimate.py).
     held = 100_000 - int(response.headers["x-sieve-budget-remaining-tokens"])
     assert forwarded + 300 <= held <= 2 * forwarded + 300 + 100
     status = day_counter(gateway, "codex-org")
@@ -144,7 +144,7 @@ def test_savings_are_priced_with_anthropics_cache_rates(gateway, providers):
 
 # -- the pass-through routes ------------------------------------------------------------------------
 # Compaction runs the model (billed: reserved and settled); the others cost nothing at the provider
-# (never refused by a budget). All are counted and audited (docs/architecture.md, Budgets).
+# (never refused by a budget). All are counted and audited (docs/contracts.md, Budgets).
 
 COMPACT_USAGE = {"input_tokens": 1500, "output_tokens": 40}
 

@@ -12,7 +12,7 @@ import socket
 import httpx
 import pytest
 
-from tests.fake_upstream import Reply
+from tests.support.fake_upstream import Reply
 from tests.support import bearer, metric_value
 
 KEY = "sk-sieve-limits-0123456789"

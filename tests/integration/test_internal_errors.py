@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.access import ClientRoute
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.telemetry.metrics import Outcome
-from tests.gateway_server import GatewayServer
+from tests.support.gateway_server import GatewayServer
 from tests.support import bearer, metric_value, openai_client
 
 ACME = "sk-sieve-acme-0123456789abcdef"

@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from gateway.pruning.normalize import structural_problems
-from gateway.settings import ModelRoute, RouteKind
-from tests.conversations import agent_history
-from tests.fake_upstream import Reply
+from gateway.config.settings import ModelRoute, RouteKind
+from tests.support.conversations import agent_history
+from tests.support.fake_upstream import Reply
 from tests.support import openai_client
 
 ROUTED = "house-llm"

@@ -1,5 +1,5 @@
 """The LLM scorer on the request path: the real gateway, the fake main upstream, and a
-second fake OpenAI server as the scripted scorer model (tests/fake_scorer.py).
+second fake OpenAI server as the scripted scorer model (tests/support/fake_scorer.py).
 
 For each scorer behaviour the forwarded request is compared with what the pure
 pipeline yields for the scores the scorer should have ended with (the model's,
@@ -16,7 +16,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from gateway.policies import load_policies
+from gateway.config.policies import load_policies
 from gateway.pruning.expansion import expandable
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
@@ -24,11 +24,11 @@ from gateway.pruning.scoring import LocalScorer, UnitScore
 from gateway.pruning.tokens import TokenCounters
 from gateway.scorers.clients import LiteLLMClient
 from gateway.scorers.llm import CapturingScorer
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.telemetry.pricing import PriceBook
-from tests.fake_scorer import ScorerModel, answer, batch_ids
-from tests.fake_upstream import Reply, estimate_prompt_tokens
-from tests.gateway_server import GatewayServer
+from tests.support.fake_scorer import ScorerModel, answer, batch_ids
+from tests.support.fake_upstream import Reply, estimate_prompt_tokens
+from tests.support.gateway_server import GatewayServer
 from tests.support import metric_value, scorer_failures
 
 MODEL = "gpt-4o-mini"

@@ -19,9 +19,9 @@ import anthropic
 import orjson
 import pytest
 
-from tests.fake_providers import FakeProviders
-from tests.fake_upstream import PromptCache, anthropic_blocks
-from tests.gateway_server import GatewayServer
+from tests.support.fake_providers import FakeProviders
+from tests.support.fake_upstream import PromptCache, anthropic_blocks
+from tests.support.gateway_server import GatewayServer
 from tests.integration.conftest import format_settings
 
 MODEL = "claude-sonnet-4-5"

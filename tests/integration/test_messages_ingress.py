@@ -15,11 +15,11 @@ import httpx
 import pytest
 
 from gateway.pruning.tokens import TokenCounters
-from gateway.wire.formats.messages import MessagesAdapter
-from tests.conversations import agent_history
-from tests.fake_providers import FakeProviders, Reply
-from tests.formats_support import MAX_BREAKPOINTS, chat_to_messages, messages_problems
-from tests.gateway_server import GatewayServer
+from gateway.wire.formats.anthropic_messages import MessagesAdapter
+from tests.support.conversations import agent_history
+from tests.support.fake_providers import FakeProviders, Reply
+from tests.support.formats import MAX_BREAKPOINTS, chat_to_messages, messages_problems
+from tests.support.gateway_server import GatewayServer
 from tests.integration.conftest import format_settings
 from tests.support import metric_value, read_jsonl
 

@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from gateway.errors import ConfigError
-from gateway.settings import Settings
-from tests.gateway_server import GatewayServer
+from gateway.config.settings import Settings
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import GatewayProcess, write_yaml
 from tests.support import openai_client, wait_until
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.pruner import conversation_key
+from gateway.exchange.prune_step import conversation_key
 from gateway.pruning.cohort import control_point
-from gateway.settings import ModelRoute, Settings
-from tests.conversations import agent_history
-from tests.fake_upstream import Reply
-from tests.gateway_server import GatewayServer
-from tests.redis_server import RedisServer, needs_redis
+from gateway.config.settings import ModelRoute, Settings
+from tests.support.conversations import agent_history
+from tests.support.fake_upstream import Reply
+from tests.support.gateway_server import GatewayServer
+from tests.support.redis_server import RedisServer, needs_redis
 from tests.support import bearer, free_port, metric_value, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]

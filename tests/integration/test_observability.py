@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conversations import agent_history
+from tests.support.conversations import agent_history
 from tests.support import bearer, free_port, metric_value, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,14 +10,14 @@ import json
 import orjson
 
 from gateway.pruning.compression import MASKED_PREFIX
-from tests.conversations import agent_history
-from tests.formats_support import chat_to_messages, chat_to_responses, messages_problems, responses_problems
+from tests.support.conversations import agent_history
+from tests.support.formats import chat_to_messages, chat_to_responses, messages_problems, responses_problems
 
 CACHE = {"type": "ephemeral"}
 TARGET = {"x-sieve-target-tokens": "3000"}
 
 
-def claude_code_body(steps: int) -> dict:
+def claude_code_session(steps: int) -> dict:
     body = chat_to_messages({"model": "claude-sonnet-4-5", "messages": agent_history(steps)})
     body["system"] = [{"type": "text", "text": body["system"], "cache_control": CACHE}]
     body["metadata"] = {"user_id": "u-1"}
@@ -43,7 +43,7 @@ def _thinking_bytes(raw: bytes) -> set[bytes]:
 
 
 def test_messages_body_is_pruned_in_its_own_format(gateway, upstream):
-    body = claude_code_body(16)
+    body = claude_code_session(16)
     reply = prune(gateway, body, "messages")
     assert reply.status_code == 200, reply.text
     out = reply.json()
@@ -68,7 +68,7 @@ def test_messages_conversation_forwards_a_stable_prefix(start_gateway, providers
     Each step is dry-run (what it would forward, and how it was decided), then forwarded: the
     forward keeps the conversation's plan, the dry run writes none."""
     gateway = start_gateway(upstream_base_url=providers.base_url, anthropic_base_url=providers.anthropic_base_url)
-    body = claude_code_body(16)
+    body = claude_code_session(16)
     forwards = []
     for step in range(4):
         reply = prune(gateway, body, "messages")

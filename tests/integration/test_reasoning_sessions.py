@@ -1,10 +1,10 @@
 """Long agent sessions with reasoning on, through Sieve, against a provider that binds reasoning to its prefix.
 
-An agent works as Claude Code and Codex CLI do (``tests.reasoning_sessions``): three tasks of
+An agent works as Claude Code and Codex CLI do (``tests.support.reasoning_sessions``): three tasks of
 ten shell commands each, every output bulky, its history append-only with every assistant turn
 sent back as the API returned it, its cache breakpoint moved to the newest turn, one
-conversation id, and a target Sieve must prune to. The provider (``tests.scripted_provider``
-with ``tests.prefix_checks``) binds every thinking block and reasoning item to its prefix and
+conversation id, and a target Sieve must prune to. The provider (``tests.support.scripted_provider``
+with ``tests.support.prefix_checks``) binds every thinking block and reasoning item to its prefix and
 checks each request as the providers' documentation says (Anthropic: a 400 unless drop_block
 and its beta header; OpenAI: dropped without an error); every few steps it calls Sieve's
 ``sieve_expand`` tool first, so Sieve answers it in rounds of its own and pins the exchange.
@@ -28,13 +28,13 @@ from typing import Iterator
 import httpx
 import pytest
 
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.wire.headers import REASONING_HEADER
-from tests.gateway_server import GatewayServer
+from tests.support.gateway_server import GatewayServer
 from tests.integration.test_agent_clis import counter_total
-from tests.prefix_checks import PrefixChecks, newly_lost
-from tests.reasoning_sessions import MessagesAgent, ResponsesAgent
-from tests.scripted_provider import Script, ScriptedProvider, Task
+from tests.support.prefix_checks import PrefixChecks, newly_lost
+from tests.support.reasoning_sessions import MessagesAgent, ResponsesAgent
+from tests.support.scripted_provider import Script, ScriptedProvider, Task
 
 pytestmark = pytest.mark.timeout(600)
 

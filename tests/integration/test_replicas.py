@@ -28,12 +28,12 @@ import aiohttp
 import httpx
 import pytest
 
-from gateway.reservation_estimate import REPLY_PRIMING_TOKENS
-from tests.fake_upstream import FakeUpstream, Reply
+from gateway.billing.reservation_estimate import REPLY_PRIMING_TOKENS
+from tests.support.fake_upstream import FakeUpstream, Reply
 from tests.integration.budget_helpers import (
     ADMIN_KEY, MODEL, GatewayProcess, admin_headers, redis_day_counter, write_yaml,
 )
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support import NO_PRUNING, bearer, wait_until
 
 pytestmark = pytest.mark.redis

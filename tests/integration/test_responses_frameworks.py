@@ -11,8 +11,8 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from tests.fake_providers import FakeProviders, Reply
-from tests.gateway_server import GatewayServer
+from tests.support.fake_providers import FakeProviders, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.conftest import format_settings
 
 MODEL = "gpt-5"

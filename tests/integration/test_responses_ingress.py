@@ -15,10 +15,10 @@ import pytest
 
 from gateway.pruning.tokens import TokenCounters
 from gateway.wire.expand_tool import RESPONSES_TOOL
-from tests.conversations import agent_history
-from tests.fake_providers import FakeProviders, Reply
-from tests.formats_support import chat_to_responses, responses_problems
-from tests.gateway_server import GatewayServer
+from tests.support.conversations import agent_history
+from tests.support.fake_providers import FakeProviders, Reply
+from tests.support.formats import chat_to_responses, responses_problems
+from tests.support.gateway_server import GatewayServer
 from tests.integration.conftest import format_settings
 from tests.support import metric_value, openai_client, read_jsonl
 

@@ -4,7 +4,7 @@ deadline; the failure is counted in ``sieve_scorer_failures_total{reason}``; the
 Redis is settled as for any other request.
 
 Real servers: the gateway under uvicorn, redis-server, the fake main upstream and a second
-fake OpenAI server as the scorer model (``tests/fake_scorer.py``).
+fake OpenAI server as the scorer model (``tests/support/fake_scorer.py``).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Iterator
 
 import pytest
 
-from tests.conversations import agent_history
-from tests.fake_scorer import ScorerModel, answer
-from tests.fake_upstream import FakeUpstream, Reply
-from tests.gateway_server import GatewayServer
+from tests.support.conversations import agent_history
+from tests.support.fake_scorer import ScorerModel, answer
+from tests.support.fake_upstream import FakeUpstream, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import MODEL
 from tests.integration.fault_helpers import USAGE, metered_settings, outcomes, settle_down
-from tests.redis_server import RedisServer, needs_redis
+from tests.support.redis_server import RedisServer, needs_redis
 from tests.support import scorer_failures
 
 pytestmark = [pytest.mark.redis, needs_redis, pytest.mark.upstream_default(Reply(content="ok", usage=USAGE))]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from tests.scripted_provider import Script, ScriptedProvider, Task, orphans
+from tests.support.scripted_provider import Script, ScriptedProvider, Task, orphans
 from tests.support import openai_client
 
 TASK = Task("ALPHA", ("cat a.txt", "cat b.txt"), answer="ANSWER-ALPHA")

@@ -17,14 +17,14 @@ import pytest
 import redis
 
 from gateway.api.access import GuardedRoute
-from gateway.app import create_app
+from gateway.api.app import create_app
 from gateway.errors import ConfigError
-from gateway.settings import OPS_ROUTES, Settings
-from tests.conversations import agent_history
-from tests.fake_scorer import ScorerModel
-from tests.fake_upstream import Reply
-from tests.gateway_server import GatewayServer
-from tests.redis_server import RedisServer, skip_without_redis
+from gateway.config.settings import OPS_ROUTES, Settings
+from tests.support.conversations import agent_history
+from tests.support.fake_scorer import ScorerModel
+from tests.support.fake_upstream import Reply
+from tests.support.gateway_server import GatewayServer
+from tests.support.redis_server import RedisServer, skip_without_redis
 from tests.support import bearer, scorer_failures
 
 UPSTREAM_KEY = "sk-upstream-PLANTED-0123456789abcdef"
@@ -36,7 +36,7 @@ SECRETS = (UPSTREAM_KEY, ADMIN_KEY, METRICS_KEY, ACME, BETA)
 ROUTES = create_app(Settings()).routes  # the route table as the app serves it
 
 
-def chat(content: str = "hello") -> dict:
+def chat_body(content: str = "hello") -> dict:
     return {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": content}]}
 
 
@@ -117,11 +117,11 @@ def test_provider_keys_never_leave_the_gateway(start_gateway, upstream, all_logs
     # A provider that echoes the key it was given, as OpenAI's 401 does.
     upstream.enqueue(Reply(status=401, json_body={"error": {"message": f"Incorrect API key provided: {UPSTREAM_KEY}",
                                                             "type": "invalid_request_error"}}))
-    refused = gw.post("/v1/chat/completions", json=chat(), headers=bearer(ACME))
+    refused = gw.post("/v1/chat/completions", json=chat_body(), headers=bearer(ACME))
     assert refused.status_code == 401
     assert "Incorrect API key provided: [redacted]" in refused.json()["error"]["message"]
     assert upstream.requests[-1].headers["authorization"] == f"Bearer {UPSTREAM_KEY}"  # it was used
-    ok = gw.post("/v1/chat/completions", json=chat(), headers=bearer(ACME))
+    ok = gw.post("/v1/chat/completions", json=chat_body(), headers=bearer(ACME))
     pruned = gw.post("/v1/prune", json=long_chat(), headers={**bearer(ACME), "x-sieve-target-tokens": "800"})
     metrics = gw.get("/metrics")
     gw.post("/v1/chat/completions", json={"model": 1}, headers=bearer(ACME))  # a 400
@@ -277,7 +277,7 @@ def test_allow_overrides_false_refuses_every_steering_header(start_gateway, tmp_
     (folder / "default.yaml").write_text("allow_overrides: false\n")
     gw = start_gateway(virtual_keys=KEYS, policies_dir=folder)
     for header, value in (("x-sieve-target-tokens", "2000"), ("x-sieve-strategy", "window"), ("x-sieve-goal", "g")):
-        resp = gw.post("/v1/prune", json=chat(), headers={**bearer(ACME), header: value})
+        resp = gw.post("/v1/prune", json=chat_body(), headers={**bearer(ACME), header: value})
         assert resp.status_code == 403 and resp.json()["error"]["param"] == header
     # The conversation id is no steering: it only names the caller's own state.
-    assert gw.post("/v1/prune", json=chat(), headers={**bearer(ACME), "x-sieve-conversation-id": "c1"}).status_code == 200
+    assert gw.post("/v1/prune", json=chat_body(), headers={**bearer(ACME), "x-sieve-conversation-id": "c1"}).status_code == 200

@@ -26,10 +26,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fake_upstream import FakeUpstream, Reply
+from tests.support.fake_upstream import FakeUpstream, Reply
 from tests.integration.budget_helpers import GatewayProcess, chat_body, redis_day_counter, write_yaml
 from tests.integration.fault_helpers import budget
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support import NO_PRUNING, bearer, read_jsonl, wait_until
 
 pytestmark = pytest.mark.redis

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fake_upstream import FakeUpstream
+from tests.support.fake_upstream import FakeUpstream
 from tests.integration.budget_helpers import GatewayProcess, write_yaml
 from tests.support import openai_client
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.cli import main
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 from gateway.wire.headers import MAX_CONVERSATION_ID_BYTES
 from tests.support import bearer
 

@@ -14,26 +14,26 @@ import httpx
 import pytest
 import redis as redis_py
 
-from tests.conversations import agent_history
-from tests.fake_upstream import FakeUpstream, Reply
-from tests.gateway_server import GatewayServer
+from tests.support.conversations import agent_history
+from tests.support.fake_upstream import FakeUpstream, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import MODEL, chat_body, write_yaml
 from tests.integration.fault_helpers import (
     AUTH, ORG, USAGE, assert_openai_error, budget, fail_open, metered_settings, outcomes, settle_down,
 )
-from tests.redis_server import RedisServer, needs_redis
+from tests.support.redis_server import RedisServer, needs_redis
 from tests.support import metric_value, wait_until
 
 TOTAL = USAGE["total_tokens"]
 
 
-def chat(gw: GatewayServer, max_tokens: int = 20, **extra: Any) -> httpx.Response:
+def post_chat(gw: GatewayServer, max_tokens: int = 20, **extra: Any) -> httpx.Response:
     return httpx.post(gw.base_url + "/v1/chat/completions", json=chat_body(max_tokens=max_tokens, **extra),
                       headers=AUTH, timeout=10)
 
 
 # A conversation's keys: its frozen plan, and its sieve_expand record (whether it carries the
-# tool, decided on its first request: gateway.expand_record).
+# tool, decided on its first request: gateway.exchange.expand_record).
 KEYS_PER_CONVERSATION = 2
 
 
@@ -54,11 +54,11 @@ def degraded(gw: GatewayServer) -> tuple[float, float, float]:
 def test_redis_goes_away_and_comes_back() -> None:
     with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
             GatewayServer(metered_settings(up, redis, budgets={"orgs": {ORG: {"day": 400}}})) as gw:
-        assert chat(gw).status_code == 200
+        assert post_chat(gw).status_code == 200
         assert settle_down(gw, redis) == (0, TOTAL) and conversation_keys(redis) == 1
 
         redis.kill()
-        served = [chat(gw, user=f"u{i}") for i in range(3)]  # distinct bodies: distinct conversations
+        served = [post_chat(gw, user=f"u{i}") for i in range(3)]  # distinct bodies: distinct conversations
         assert [r.status_code for r in served] == [200] * 3
         assert all("x-sieve-budget-remaining-tokens" not in r.headers for r in served)  # unmetered
         gw.wait_idle()
@@ -66,14 +66,14 @@ def test_redis_goes_away_and_comes_back() -> None:
         assert gw.get("/readyz").status_code == 200  # fail-open: a pod without Redis still serves
 
         redis.start()  # same port, empty
-        back = chat(gw, user="back")
+        back = post_chat(gw, user="back")
         assert back.status_code == 200 and "x-sieve-budget-remaining-tokens" in back.headers
         gw.wait_idle()
         assert degraded(gw) == (3, 3, 3)  # nothing degraded any more
         assert conversation_keys(redis) == 1  # the state store is written again
         # The outage's tokens were charged on return, so the 400-token budget is nearly spent:
         assert settle_down(gw, redis) == (0, 4 * TOTAL)
-        refused = chat(gw, max_tokens=400 - 4 * TOTAL)  # the prompt no longer fits beside it
+        refused = post_chat(gw, max_tokens=400 - 4 * TOTAL)  # the prompt no longer fits beside it
         assert refused.status_code == 429
         assert_openai_error(refused.json(), type="budget_exceeded", code="budget_exceeded",
                             says="Budget exceeded: org 'acme' day budget of 400 tokens")
@@ -91,7 +91,7 @@ def test_redis_out_of_memory_fails_open_and_recovers() -> None:
             GatewayServer(metered_settings(up, redis, upstream_timeout_s=5.0)) as gw, \
             redis_py.Redis.from_url(redis.url) as admin:
         admin.config_set("maxmemory-policy", "noeviction")
-        assert chat(gw).status_code == 200
+        assert post_chat(gw).status_code == 200
         assert settle_down(gw, redis) == (0, TOTAL)
 
         # Reserved before the store filled up, still running when it did: a stream that
@@ -102,12 +102,12 @@ def test_redis_out_of_memory_fails_open_and_recovers() -> None:
                           json=chat_body(max_tokens=20, stream=True, user="in-flight")) as streaming, \
                 ThreadPoolExecutor(1) as pool:
             assert "x-sieve-budget-remaining-tokens" in streaming.headers  # metered
-            failing = pool.submit(chat, gw, user="failing")
+            failing = pool.submit(post_chat, gw, user="failing")
             assert wait_until(lambda: len(up.requests) == 3)
             admin.config_set("maxmemory", 1)
             with pytest.raises(redis_py.exceptions.OutOfMemoryError):
                 admin.set("probe", "x")
-            served = [chat(gw, user=f"oom{i}") for i in range(3)]
+            served = [post_chat(gw, user=f"oom{i}") for i in range(3)]
             streaming.read()
             assert failing.result().status_code == 500
         assert [r.status_code for r in served] == [200] * 3
@@ -117,7 +117,7 @@ def test_redis_out_of_memory_fails_open_and_recovers() -> None:
         assert gw.get("/readyz").status_code == 200
 
         admin.config_set("maxmemory", 0)
-        assert chat(gw, user="after").status_code == 200
+        assert post_chat(gw, user="after").status_code == 200
         gw.wait_idle()
         assert degraded(gw) == (3, 3, 3)
         # On return: the stream settled, the failed request released (both held since before the
@@ -168,13 +168,13 @@ def test_a_hung_redis_costs_one_timeout_not_one_per_call() -> None:
     """SIGSTOP: the port is open, nothing answers. Fail-open must stay fast."""
     with RedisServer() as redis, FakeUpstream(default=Reply(content="ok", usage=USAGE)) as up, \
             GatewayServer(metered_settings(up, redis)) as gw:
-        assert chat(gw).status_code == 200
+        assert post_chat(gw).status_code == 200
         redis.pause()
         try:
             took = []
             for i in range(4):
                 started = time.monotonic()
-                assert chat(gw, user=f"hung{i}").status_code == 200
+                assert post_chat(gw, user=f"hung{i}").status_code == 200
                 took.append(time.monotonic() - started)
             gw.wait_idle()
             assert degraded(gw) == (4, 4, 4)
@@ -183,7 +183,7 @@ def test_a_hung_redis_costs_one_timeout_not_one_per_call() -> None:
         assert took[0] < 5.0  # one store call waits out its timeout (2 s, one retry) ...
         assert max(took[1:]) < 0.5, took  # ... then the store is skipped instead of waited for
         # Once it answers again (within the breaker's cooldown) requests are metered again.
-        assert wait_until(lambda: "x-sieve-budget-remaining-tokens" in chat(gw, user="back").headers, timeout_s=5)
+        assert wait_until(lambda: "x-sieve-budget-remaining-tokens" in post_chat(gw, user="back").headers, timeout_s=5)
         assert settle_down(gw, redis)[0] == 0
 
 
@@ -211,7 +211,7 @@ def test_readiness_answers_within_a_second_while_redis_hangs(tmp_path, fail_open
         try:
             probes = [readiness_took(gw) for _ in range(4)]
             if fail_open:  # requests are served meanwhile, and the probe stays quick under them
-                assert chat(gw, user="during").status_code == 200
+                assert post_chat(gw, user="during").status_code == 200
                 probes.append(readiness_took(gw))
         finally:
             redis.resume()

@@ -1,7 +1,7 @@
 """Stored Responses belong to the org that made them (issue 28): the cross-org probe.
 
 One provider account (the gateway's key), two orgs. The provider
-(:class:`tests.billing_provider.BillingProvider`, a real server) keeps responses and
+(:class:`tests.support.billing_provider.BillingProvider`, a real server) keeps responses and
 serves any of them to whoever holds the id, as a real one does. Through Sieve, org B
 holding org A's ids gets 404 in OpenAI's shape on every id-bearing route and on
 ``previous_response_id`` / ``conversation``, the provider is never asked, and A's data
@@ -19,9 +19,9 @@ import httpx
 import openai
 import pytest
 
-from gateway.settings import Settings
-from tests.billing_provider import BillingProvider
-from tests.gateway_server import GatewayServer
+from gateway.config.settings import Settings
+from tests.support.billing_provider import BillingProvider
+from tests.support.gateway_server import GatewayServer
 from tests.support import openai_client
 
 ACME, GLOBEX, INITECH = "sk-sieve-acme-0123456789abcdef", "sk-sieve-globex-0123456789abcdef", \

@@ -3,7 +3,7 @@ what was streamed (issue 28); so is one whose provider never sends its usage, an
 large to read.
 
 The gateway runs under uvicorn with a budget; the provider
-(:class:`tests.billing_provider.BillingProvider`) bills real token counts and streams the
+(:class:`tests.support.billing_provider.BillingProvider`) bills real token counts and streams the
 answer a few tokens an event, cut where a test says (``x-stainless-fault``). The charge is
 read from the budget's counter (``/admin/usage``). Before: a Messages stream cut before its
 final usage was charged its input and 1 output token; a Chat or Responses stream the upstream
@@ -17,9 +17,9 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from gateway.settings import Settings
-from tests.billing_provider import TOKEN, BillingProvider
-from tests.gateway_server import GatewayServer
+from gateway.config.settings import Settings
+from tests.support.billing_provider import TOKEN, BillingProvider
+from tests.support.gateway_server import GatewayServer
 
 ADMIN = "sieve-admin-stream-charging"
 KEY = "sk-sieve-streams-0123456789abcdef"

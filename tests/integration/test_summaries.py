@@ -7,8 +7,8 @@ import orjson
 import pytest
 
 from gateway.pruning.compression import SUMMARY_PREFIX, is_omission_marker
-from tests.conversations import agent_history
-from tests.fake_upstream import FakeUpstream, Reply
+from tests.support.conversations import agent_history
+from tests.support.fake_upstream import FakeUpstream, Reply
 
 SUMMARY = ("Goal:\n- exchange the lamp in order #W1000001\nConfirmed decisions:\n- none\n"
            "Constraints:\n- never refund to a gift card\nKey tool results:\n- order #W1000002: sku 700201\n"

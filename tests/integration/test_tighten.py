@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gateway.pruning.policy import Policy
-from tests.conversations import agent_history
-from tests.fake_upstream import Reply
+from tests.support.conversations import agent_history
+from tests.support.fake_upstream import Reply
 from tests.support import openai_client
 
 

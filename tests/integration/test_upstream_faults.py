@@ -6,7 +6,7 @@ OpenAI-shaped error, or the provider's own error unchanged), how the request
 is counted in ``sieve_requests_total{outcome}``, and the Redis budget state
 afterwards: nothing left reserved, and only what the provider reported charged.
 
-Stream accounting (``gateway.accounting``): a stream is settled at the usage the
+Stream accounting (``gateway.exchange.accounting``): a stream is settled at the usage the
 provider reported, even when it failed after reporting it; without it, a stream
 the provider started and that ended anyhow (cut by the upstream, by the client,
 or never carrying usage) is settled at its prompt and what it streamed (issue 28:
@@ -23,13 +23,13 @@ import openai
 import orjson
 import pytest
 
-from tests.fake_upstream import FakeUpstream, Reply
-from tests.gateway_server import GatewayServer
+from tests.support.fake_upstream import FakeUpstream, Reply
+from tests.support.gateway_server import GatewayServer
 from tests.integration.budget_helpers import MODEL, chat_body
 from tests.integration.fault_helpers import (
     AUTH, DEAD_MODEL, LIMIT, USAGE, assert_openai_error, metered_settings, outcomes, settle_down,
 )
-from tests.redis_server import RedisServer, needs_redis
+from tests.support.redis_server import RedisServer, needs_redis
 from tests.support import NO_PRUNING, openai_client
 
 pytestmark = [pytest.mark.redis, needs_redis, pytest.mark.upstream_default(Reply(content="ok", usage=USAGE))]

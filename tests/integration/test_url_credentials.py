@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.settings import ModelRoute, Settings
+from gateway.config.settings import ModelRoute, Settings
 from gateway.telemetry.redaction import redact_url
-from tests.gateway_server import GatewayServer
+from tests.support.gateway_server import GatewayServer
 from tests.support import bearer, free_port
 
 PASSWORD = "hunter2-PLANTED-url-password"
@@ -23,7 +23,7 @@ ACME = "sk-sieve-acme-0123456789abcdef"
 KEYS = ({"key": ACME, "org": "acme"},)
 
 
-def chat(model: str = "gpt-4o-mini") -> dict:
+def chat_body(model: str = "gpt-4o-mini") -> dict:
     return {"model": model, "messages": [{"role": "user", "content": "hello"}]}
 
 
@@ -50,8 +50,8 @@ def test_a_password_in_an_api_base_is_not_in_the_502(caplog: pytest.LogCaptureFi
     settings = Settings(upstream_base_url=f"http://alice:{PASSWORD}@127.0.0.1:{dead}/v1", models=models,
                         virtual_keys=KEYS, audit_log=str(audit))
     with GatewayServer(settings) as gw:
-        default = gw.post("/v1/chat/completions", json=chat(), headers=bearer(ACME))
-        configured = gw.post("/v1/chat/completions", json={**chat("private"), "stream": True},
+        default = gw.post("/v1/chat/completions", json=chat_body(), headers=bearer(ACME))
+        configured = gw.post("/v1/chat/completions", json={**chat_body("private"), "stream": True},
                              headers=bearer(ACME))
         gw.wait_idle()
         metrics = gw.get("/metrics").text
@@ -81,7 +81,7 @@ def test_a_store_outage_503_does_not_name_redis(caplog: pytest.LogCaptureFixture
     dead = free_port()
     settings = Settings(redis_url=f"redis://:{PASSWORD}@127.0.0.1:{dead}/0", virtual_keys=KEYS)
     with GatewayServer(settings) as gw:
-        resp = gw.post("/v1/chat/completions", json=chat(), headers=bearer("sk-sieve-unknown-0123456789abcdef"))
+        resp = gw.post("/v1/chat/completions", json=chat_body(), headers=bearer("sk-sieve-unknown-0123456789abcdef"))
     assert resp.status_code == 503, resp.text
     assert resp.json()["error"]["code"] == "store_unavailable"
     assert str(dead) not in resp.text and "127.0.0.1" not in resp.text

@@ -17,6 +17,16 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 MAX_PARAMETERS = 8
 WEB_FRAMEWORKS = ("fastapi", "starlette", "uvicorn")
+# The floors of docs/architecture.md, by package (a module of gateway.wire.formats is in
+# ``wire``): a package imports its own floor or lower, never higher.
+LAYERS = {
+    "pruning": 0, "errors": 0,
+    "wire": 1,
+    "config": 2, "billing": 2, "state": 2, "telemetry": 2, "auth": 2,
+    "upstream": 2, "scorers": 2, "embedding": 2,
+    "exchange": 3,
+    "api": 4, "cli": 4,
+}
 IO_LIBRARIES = ("fastapi", "starlette", "httpx", "aiohttp", "redis", "litellm", "asyncio", "uvicorn", "requests")
 
 
@@ -40,10 +50,12 @@ def _imports(name: str) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            # ``from gateway.pruning import selection``: the submodule is what is imported.
-            found.update(f"{node.module}.{alias.name}" for alias in node.names
-                         if f"{node.module}.{alias.name}" in MODULES)
+            # ``from gateway.pruning import selection``: the submodule is what is imported,
+            # not the package's face.
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & MODULES.keys()
+            found.update(submodules)
+            if len(submodules) < len(node.names):
+                found.add(node.module)
     return found
 
 
@@ -52,8 +64,12 @@ def _gateway_imports(name: str) -> set[str]:
 
 
 def _cycles() -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    graph = {name: _gateway_imports(name) for name in MODULES}
+    return cycles({name: _gateway_imports(name) for name in MODULES})
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan); bench/house_figures.py
+    reads the packages' graph with it too."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -64,7 +80,7 @@ def _cycles() -> list[list[str]]:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for child in sorted(graph[node]):
+        for child in sorted(graph.get(node, ())):
             if child not in index:
                 visit(child)
                 low[node] = min(low[node], low[child])
@@ -91,6 +107,32 @@ def test_no_import_cycles_type_checking_imports_included() -> None:
     assert _cycles() == []
 
 
+def _package(name: str) -> str:
+    return name.split(".")[1]
+
+
+def test_every_package_has_a_floor_and_no_import_goes_up_a_floor() -> None:
+    for name in MODULES:
+        if name == "gateway":
+            continue
+        assert _package(name) in LAYERS, f"{name}: its package has no floor in LAYERS"
+        for target in _gateway_imports(name):
+            if target != "gateway":
+                assert LAYERS[_package(target)] <= LAYERS[_package(name)], f"{name} imports {target} (up a floor)"
+
+
+def test_packages_import_each_other_without_a_cycle() -> None:
+    # A cycle of packages (wire -> state -> wire) is a knot in the map even when no
+    # two modules import each other round.
+    packages = {_package(name) for name in MODULES if name != "gateway"}
+    edges = {p: set() for p in packages}
+    for name in MODULES:
+        if name != "gateway":
+            edges[_package(name)] |= {_package(t) for t in _gateway_imports(name)
+                                      if t != "gateway" and _package(t) != _package(name)}
+    assert cycles(edges) == []
+
+
 def test_the_pure_core_imports_nothing_from_gateway_outside_itself() -> None:
     for name in MODULES:
         if name.startswith("gateway.pruning"):
@@ -101,14 +143,14 @@ def test_the_pure_core_imports_nothing_from_gateway_outside_itself() -> None:
 
 def test_what_a_request_can_be_billed_is_worked_out_without_io() -> None:
     # The reservation estimate and the usage bounds are pure functions of a body and figures.
-    for name in ("gateway.reservation_estimate", "gateway.image_tokens", "gateway.usage_bounds"):
+    for name in ("gateway.billing.reservation_estimate", "gateway.billing.image_tokens", "gateway.telemetry.usage_bounds"):
         io = {m for m in _imports(name) if m.split(".")[0] in IO_LIBRARIES}
         assert not io, f"{name} imports {sorted(io)}"
 
 
 def test_nothing_below_the_routes_imports_them() -> None:
     for name in MODULES:
-        if not name.startswith("gateway.api") and name != "gateway.app":
+        if not name.startswith(("gateway.api", "gateway.cli")):
             assert not any(m.startswith("gateway.api") for m in _gateway_imports(name)), name
 
 
@@ -116,7 +158,7 @@ def test_only_the_routes_know_the_web_framework() -> None:
     # The wire layer, the request path and the services hand bytes, mappings and replies
     # up; api/ turns them into HTTP (and cli.py starts the server).
     for name in MODULES:
-        if not name.startswith("gateway.api") and name not in ("gateway.app", "gateway.cli"):
+        if not name.startswith("gateway.api") and name != "gateway.cli.main":
             framework = {m for m in _imports(name) if m.split(".")[0] in WEB_FRAMEWORKS}
             assert not framework, f"{name} imports {sorted(framework)}"
 

@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from gateway.telemetry.usage import Usage, usage_from_provider
-from tests.fake_upstream import PromptCache, Reply, estimate_prompt_tokens, estimate_tools_tokens
+from tests.support.fake_upstream import PromptCache, Reply, estimate_prompt_tokens, estimate_tools_tokens
 from tests.support import openai_client
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import create_app
+from gateway.api.app import create_app
 from gateway.api.access import Access
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

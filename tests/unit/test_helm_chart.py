@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.settings import Settings
+from gateway.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "sieve"

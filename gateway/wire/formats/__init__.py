@@ -12,6 +12,6 @@ omission markers in the format's own content shape::
     forwarded = adapter.write(body, view, result)  # an Anthropic body again
 """
 
-from gateway.wire.formats.base import FORMAT_HEADER, ChatView, FormatAdapter, WireFormat, adapter_for, parse_format
+from gateway.wire.formats.registry import FORMAT_HEADER, ChatView, FormatAdapter, WireFormat, adapter_for, parse_format
 
 __all__ = ["FORMAT_HEADER", "ChatView", "FormatAdapter", "WireFormat", "adapter_for", "parse_format"]

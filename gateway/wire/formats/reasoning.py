@@ -8,7 +8,7 @@ and block (400, or the block dropped under ``drop_block``); OpenAI drops a
 reasoning: a thinking block (bound to the blocks before it in its message too), or a
 reasoning item.
 
-A conversation's record (``gateway.reasoning``) keeps, per carrier, the prefix it
+A conversation's record (``gateway.exchange.reasoning_guard``) keeps, per carrier, the prefix it
 is bound to (a chain hash, ``chain``), and the bodies Sieve sent upstream since the
 last request: the answer to a body is made under that body whole, and the client
 appends it right after, so a carrier met for the first time is bound to the body

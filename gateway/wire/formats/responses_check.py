@@ -33,7 +33,7 @@ def check_responses_body(body: Mapping[str, Any], limits: WireLimits = WireLimit
     conversation = body.get("conversation")
     if conversation is not None and not isinstance(conversation, str) and \
             not (isinstance(conversation, dict) and isinstance(conversation.get("id"), str)):
-        # Its id is checked to be the caller's (gateway.stored_responses).
+        # Its id is checked to be the caller's (gateway.exchange.stored_responses).
         raise InvalidRequest("'conversation' must be a conversation id, or an object with a string 'id'",
                              param="conversation")
     items = body.get("input")

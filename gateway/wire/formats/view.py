@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Any, Mapping, Protocol, Sequence
 
 from gateway.errors import InvalidRequest
-from gateway.pruning.result import PruneResult
+from gateway.pruning import PruneResult
 
 FORMAT_HEADER = "x-sieve-format"
 

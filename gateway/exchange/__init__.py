@@ -1,0 +1,34 @@
+"""The request path: prune step, reserve, forward, relay, expand rounds, account;
+the pass-through routes and preserved-reasoning guard beside it.
+"""
+
+from gateway.exchange.accounting import Accountant
+from gateway.exchange.big_bodies import BigBodies, THREAD_THRESHOLD_BYTES
+from gateway.exchange.budget_guard import BudgetGuard
+from gateway.exchange.deferred import Deferred
+from gateway.exchange.expander import Expander
+from gateway.exchange.forward import Forwarder, sieve_headers
+from gateway.exchange.relay import Reply
+from gateway.exchange.passthrough import PassThrough, PassThroughCall
+from gateway.exchange.prune_step import Pruner, conversation_key
+from gateway.exchange.reasoning_guard import ReasoningGuard
+from gateway.exchange.stored_responses import RESPONSE_ID_CHARS, StoredResponses
+
+__all__ = [
+    "Accountant",
+    "BigBodies",
+    "BudgetGuard",
+    "Deferred",
+    "Expander",
+    "Forwarder",
+    "PassThrough",
+    "PassThroughCall",
+    "Pruner",
+    "RESPONSE_ID_CHARS",
+    "ReasoningGuard",
+    "Reply",
+    "StoredResponses",
+    "THREAD_THRESHOLD_BYTES",
+    "conversation_key",
+    "sieve_headers",
+]
