@@ -239,7 +239,7 @@ def check(c: dict) -> None:
 
 
 def _check(where: str, messages: list[dict], grounding: list) -> None:
-    text = "\n".join(m.get("content") or "" for m in messages)
+    text = "\n".join(quality.message_token_text(m) for m in messages)  # calls' arguments too, as the evaluators read
     for g in grounding:
         if not any(f in text for f in quality.literal_forms(g)):
             raise SystemExit(f"{where}: grounding {g!r} is not in the shifted request")

@@ -14,6 +14,13 @@ messages whose content held it, and the kinds of those messages; with the
 first example of each kind. The numbers that stand in the request only as a
 numbered listing's line prefixes are counted apart (``gutter_only``), with the
 recall of the rest.
+
+A second table (``--where``) reads each lost literal's newest holder, the message
+that last said it before the step (calls' arguments included: a command names the
+paths and names it acts on): which part of the conversation it is (the task, a
+call's arguments, the assistant's words, a tool output, another user message),
+how many steps (assistant turns) back, what the prune did to it, and its size in
+tokens (what keeping it would have cost; a re-read costs about as much again).
 """
 from __future__ import annotations
 
@@ -30,6 +37,10 @@ import httpx
 # Shapes by characters only: what decides whether a value looks like an id.
 SHAPES = [
     ("iso-date", r"\d{4}-\d{2}-\d{2}([T ][\d:]+)?"),
+    ("path", r"[\w.~-]*(/[\w.-]+)+/?"),
+    ("file-name", r"[\w-]+(\.[\w-]+)*\.(py|pyi|js|ts|tsx|go|rs|java|c|h|cc|cpp|rb|php|json|ya?ml|toml|ini|cfg"
+                  r"|md|rst|txt|csv|html?|css|xml|sql|sh|log)"),
+    ("dotted-name", r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+"),
     ("digits", r"\d+(\.\d+)?"),
     ("upper-code+digit", r"(?=.*\d)[A-Z0-9]{3,12}"),
     ("upper-code", r"[A-Z]{3,12}"),
@@ -37,7 +48,10 @@ SHAPES = [
     ("snake-word", r"[a-z]+(_[a-z]+)+"),
     ("lower-word", r"[a-z]+"),
     ("capitalised-word", r"[A-Z][a-z]+"),
+    ("camel-name", r"[A-Za-z][a-z0-9]*([A-Z][a-z0-9]*)+"),
 ]
+
+AGE_BUCKETS = ((2, "1-2"), (5, "3-5"), (10, "6-10"), (20, "11-20"))
 
 
 def shape(value: Any) -> str:
@@ -94,6 +108,26 @@ def message_text(m: dict) -> str:
     return text
 
 
+def part_of(messages: list[dict], i: int, value: Any) -> str:
+    """Which part of the conversation message ``i`` is, as a holder of ``value``: the task
+    (the first user message), a call's arguments, the assistant's words, a tool output,
+    or another user message."""
+    m = messages[i]
+    if m["role"] == "user":
+        first = next(k for k, n in enumerate(messages) if n["role"] == "user")
+        return "task" if i == first else "user"
+    if m["role"] == "assistant":
+        said = m.get("content") if isinstance(m.get("content"), str) else ""
+        return "said" if any(f in said for f in forms(value)) else "call"
+    return "output" if m["role"] in ("tool", "function") else m["role"]
+
+
+def steps_back(messages: list[dict], i: int) -> str:
+    """How many assistant turns came after message ``i``, bucketed."""
+    n = sum(1 for m in messages[i + 1:] if m["role"] == "assistant") + (messages[i]["role"] != "assistant")
+    return next((label for most, label in AGE_BUCKETS if n <= most), f">{AGE_BUCKETS[-1][0]}")
+
+
 def kind_of(messages: list[dict], i: int) -> str:
     """A message's role; a tool result named by the call it answers."""
     m = messages[i]
@@ -108,6 +142,8 @@ class Tally:
         self.examples: dict[tuple, tuple] = {}
         self.total = self.lost = 0
         self.gutter_total = self.gutter_lost = 0
+        self.where: Counter = Counter()
+        self.where_tokens: Counter = Counter()
 
     def score(self, where: str, request: dict, body: dict, next_call: dict, grounding: list) -> None:
         forwarded = "\n".join(message_text(m) for m in body["request"]["messages"])
@@ -115,7 +151,7 @@ class Tally:
         msgs = request["messages"]
         for value in grounding:
             self.total += 1
-            holders = [i for i, m in enumerate(msgs) if any(f in (m.get("content") or "") for f in forms(value))]
+            holders = [i for i, m in enumerate(msgs) if any(f in message_text(m) for f in forms(value))]
             gutter = gutter_only(value, [msgs[i].get("content") or "" for i in holders])
             self.gutter_total += gutter
             if any(f in forwarded for f in forms(value)):
@@ -127,6 +163,18 @@ class Tally:
                    "+".join(sorted({kind_of(msgs, i) for i in holders})))
             self.kinds[key] += 1
             self.examples.setdefault(key, (where, value, holders[-4:]))
+            if holders:
+                newest = holders[-1]
+                spot = (part_of(msgs, newest, value), steps_back(msgs, newest), actions.get(newest, "?"))
+                self.where[spot] += 1
+                self.where_tokens[spot] += len(message_text(msgs[newest])) // 4
+            else:
+                self.where[("nowhere", "-", "-")] += 1
+
+    def print_where(self, top: int) -> None:
+        print("\ncount | newest holder | steps back | its action | its size (chars/4, mean)")
+        for spot, n in self.where.most_common(top):
+            print(f"{n:5d} | " + " | ".join(spot) + f" | {self.where_tokens[spot] // max(1, n)}")
 
     def print(self, top: int) -> None:
         print(f"{self.lost} of {self.total} grounding literals lost")
@@ -171,6 +219,8 @@ def main() -> int:
     ap.add_argument("--target", type=int, default=4000, help="sessions: target tokens")
     ap.add_argument("--ratio", type=float, default=0.3, help="cases: target ratio of orig_tokens")
     ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--where", action="store_true",
+                    help="also tally each lost literal's newest holder: its part, steps back, action, size")
     args = ap.parse_args()
     records, tally = load(args.fixture), Tally()
     url = args.gateway.rstrip("/") + "/v1/prune"
@@ -180,6 +230,8 @@ def main() -> int:
         else:
             prune_cases(client, url, records, args.ratio, tally)
     tally.print(args.top)
+    if args.where:
+        tally.print_where(args.top)
     return 0
 
 

@@ -58,12 +58,15 @@ def message_tokens(count, m: dict) -> int:
     return count(text) + 4
 
 
-def grounding(call: dict, contents: list[str]) -> list:
-    """Literal argument values of the call (strings >= 3 chars, numbers >= 3 digits) found in the contents."""
+def grounding(call: dict, contents: list[str], computed: tuple[str, ...] = ()) -> list:
+    """Literal argument values of the call (strings >= 3 chars, numbers >= 3 digits) found in the
+    contents, less the ``computed`` arguments: those the agent worked out (a read's end, a start
+    some lines above a hit), which no reading of the context predicts; one found in the contents
+    is there by chance (a number of the same digits in a listing)."""
     text = "\n".join(contents)
     out = []
-    for v in json.loads(call["function"]["arguments"]).values():
-        if isinstance(v, bool):
+    for name, v in json.loads(call["function"]["arguments"]).items():
+        if isinstance(v, bool) or name in computed:
             continue
         if isinstance(v, str) and len(v) >= 3 and v in text:
             out.append(v)
@@ -106,7 +109,7 @@ def plant_bugs(ws: Workspace, rng: random.Random, n: int) -> tuple[list[Bug], di
     return bugs, got, {"bug": reg}, left_out
 
 
-def build_session(tree: Tree, sid: str, rng: random.Random) -> tuple[list[dict], list[Bug]]:
+def build_session(tree: Tree, sid: str, rng: random.Random) -> tuple[list[dict], list[Bug], dict[str, tuple]]:
     ws = Workspace(tree)
     ws.prepare()
     n = rng.choice([2, 3]) if len(tree.files) >= 3 else 2
@@ -125,10 +128,10 @@ def build_session(tree: Tree, sid: str, rng: random.Random) -> tuple[list[dict],
     while sum(m["role"] == "assistant" for m in conv.messages) < 30:  # sessions of 30 steps or more
         explain(conv, rng.choice(bugs))
     shutil.rmtree(ws.root)
-    return conv.messages, bugs
+    return conv.messages, bugs, conv.computed
 
 
-def steps_of(messages: list[dict]) -> list[dict]:
+def steps_of(messages: list[dict], computed: dict[str, tuple[str, ...]]) -> list[dict]:
     steps = []
     for k, m in enumerate(messages):
         if m["role"] != "assistant":
@@ -137,7 +140,8 @@ def steps_of(messages: list[dict]) -> list[dict]:
         if m.get("tool_calls"):
             call = m["tool_calls"][0]
             nc = {"name": call["function"]["name"], "arguments": json.loads(call["function"]["arguments"])}
-            steps.append({"k": k, "next_call": nc, "grounding": grounding(call, contents)})
+            labels = grounding(call, contents, computed.get(call["id"], ()))
+            steps.append({"k": k, "next_call": nc, "grounding": labels})
         else:
             steps.append({"k": k, "next_call": None, "grounding": []})
     return steps
@@ -158,11 +162,11 @@ def _tree_sessions(kind: str, indices: list[int]) -> list[dict]:
         tree = TREES[i % len(TREES)]
         sid = f"coding:{tree.dist.lower()}:{kind}{i:02d}"
         rng = random.Random(f"{SEED}:{kind}:{i}")
-        messages, bugs = build_session(tree, sid, rng)
+        messages, bugs, computed = build_session(tree, sid, rng)
         toks = [message_tokens(count, m) for m in messages]
         out.append({
             "id": sid, "source": "coding", "model": MODEL, "tools": TOOLS, "messages": messages,
-            "steps": steps_of(messages),
+            "steps": steps_of(messages, computed),
             "meta": {"index": i, "tree": tree.dist, "version": tree.version, "licence": tree.licence,
                      "bugs": [{"path": b.path, "line": b.line, "function": b.function,
                                "before": b.before, "after": b.after, "failing": b.failing} for b in bugs],

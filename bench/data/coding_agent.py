@@ -102,6 +102,10 @@ class Conversation:
         self.messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT.format(root=ws.root)}]
         self.calls = 0
         self.read: set[tuple[str, int]] = set()
+        # Per call id, the arguments the agent computed rather than copied from the history (a
+        # read's end, a start some lines above a hit): no reading of the context predicts them,
+        # so they are not grounding labels (build_coding.grounding).
+        self.computed: dict[str, tuple[str, ...]] = {}
 
     def user(self, text: str) -> None:
         self.messages.append({"role": "user", "content": text})
@@ -109,14 +113,22 @@ class Conversation:
     def say(self, text: str) -> None:
         self.messages.append({"role": "assistant", "content": text})
 
-    def call(self, name: str, **args) -> str:
-        return self.parallel([(name, args)])[0]
+    def call(self, name: str, computed: tuple[str, ...] = (), **args) -> str:
+        return self.parallel([(name, args)], [computed])[0]
 
-    def parallel(self, calls: list[tuple[str, dict]]) -> list[str]:
+    def read_file(self, path: str, start_line: int, end_line: int, start_computed: bool = False) -> str:
+        """A read whose end the agent computes (how far to read), and its start too when it is
+        not a line the history names (a hit, a definition, line 1)."""
+        computed = ("start_line", "end_line") if start_computed else ("end_line",)
+        return self.call("read_file", computed=computed, path=path, start_line=start_line, end_line=end_line)
+
+    def parallel(self, calls: list[tuple[str, dict]], computed: list[tuple[str, ...]] | None = None) -> list[str]:
         tool_calls, outputs = [], []
-        for name, args in calls:
+        for n, (name, args) in enumerate(calls):
             self.calls += 1
             cid = "call_" + hashlib.sha256(f"{self.sid}:{self.calls}".encode()).hexdigest()[:24]
+            if computed and computed[n]:
+                self.computed[cid] = computed[n]
             tool_calls.append({"id": cid, "type": "function",
                                "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}})
             outputs.append(self._run(name, args))
@@ -153,11 +165,11 @@ class Conversation:
         rng = self.rng
         span = max(rng.randint(40, 90), focus - first + rng.randint(12, 30))
         if span <= 200:
-            self.call("read_file", path=path, start_line=first, end_line=min(length, first + span))
+            self.read_file(path, first, min(length, first + span))
             return
-        self.call("read_file", path=path, start_line=first, end_line=first + rng.randint(90, 140))
-        self.call("read_file", path=path, start_line=max(1, focus - rng.randint(30, 60)),
-                  end_line=min(length, focus + rng.randint(20, 50)))
+        self.read_file(path, first, first + rng.randint(90, 140))
+        self.read_file(path, max(1, focus - rng.randint(30, 60)), min(length, focus + rng.randint(20, 50)),
+                       start_computed=True)
 
     def find_definition(self, func: str, path: str, pkg: str) -> int | None:
         """grep for `def func`, narrowed to the file when the package has many; returns its line."""

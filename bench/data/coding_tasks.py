@@ -65,7 +65,7 @@ def fix_bug(conv: Conversation, bug: Bug, got: str, want: str, first: bool) -> N
     out = conv.pytest(test_path, rng.choice(["", "-q", "-x"]))
     failed = failing_ids(out) or [f"{test_path}::{bug.failing[0]}"]
     n_test_lines = len(ws.file_lines(test_path))
-    conv.call("read_file", path=test_path, start_line=1, end_line=n_test_lines)
+    conv.read_file(test_path, 1, n_test_lines)
     if rng.random() < 0.5:
         conv.pytest(failed[0], rng.choice(["-vv", "--tb=long", "-x -vv"]))
     follow_call_path(conv, bug, pkg)
@@ -113,17 +113,16 @@ def explore_around(conv: Conversation, bug: Bug, pkg: str) -> None:
                     if not (p == bug.path and int(n) == bug.function_line)]
             if hits:
                 p, n = rng.choice(hits[:8])
-                conv.call("read_file", path=p, start_line=max(1, n - rng.randint(10, 30)),
-                          end_line=min(len(ws.file_lines(p)), n + rng.randint(15, 40)))
+                conv.read_file(p, max(1, n - rng.randint(10, 30)), min(len(ws.file_lines(p)), n + rng.randint(15, 40)),
+                               start_computed=True)
         elif move == "head":
-            conv.call("read_file", path=bug.path, start_line=1, end_line=rng.randint(40, 80))
+            conv.read_file(bug.path, 1, rng.randint(40, 80))
         elif move == "helper":
             name = _called_helper(ws.file_lines(bug.path), bug)
             if name:
                 line = conv.find_definition(name, bug.path, pkg)
                 if line:
-                    conv.call("read_file", path=bug.path, start_line=line,
-                              end_line=min(len(ws.file_lines(bug.path)), line + rng.randint(25, 60)))
+                    conv.read_file(bug.path, line, min(len(ws.file_lines(bug.path)), line + rng.randint(25, 60)))
         elif move == "find":
             conv.call("find_files", pattern="*.py", path=bug.path.rsplit("/", 1)[0])
 
@@ -162,7 +161,7 @@ def add_regression_test(conv: Conversation, bug: Bug, left_out: str) -> None:
         f"Good. Add a test to {test_path} that would have caught this.",
     ]))
     lines = ws.file_lines(test_path)
-    conv.call("read_file", path=test_path, start_line=max(1, len(lines) - rng.randint(15, 30)), end_line=len(lines))
+    conv.read_file(test_path, max(1, len(lines) - rng.randint(15, 30)), len(lines), start_computed=True)
     last = lines[-1]
     expr = dict(tf.tests)[left_out]
     new_test = ws.test_function(tf, left_out, expr)
@@ -191,8 +190,8 @@ def explain(conv: Conversation, bug: Bug) -> None:
     hits = [(p, int(n)) for p, n in _GREP_HIT.findall(out) if not (p == path and int(n) == line)]
     shown = []
     for p, n in hits[:rng.randint(1, 2)]:
-        conv.call("read_file", path=p, start_line=max(1, n - rng.randint(8, 25)),
-                  end_line=min(len(ws.file_lines(p)), n + rng.randint(10, 30)))
+        conv.read_file(p, max(1, n - rng.randint(8, 25)), min(len(ws.file_lines(p)), n + rng.randint(10, 30)),
+                       start_computed=True)
         shown.append(f"{p}:{n}")
     where = ", ".join(f"{p}:{n}" for p, n in hits[:6]) or "nowhere else in the package"
     conv.say(f"`{func}` is defined at {path}:{line}. It is called from {where}"

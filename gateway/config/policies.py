@@ -137,8 +137,8 @@ def _check(path: Path, line: int, key: str, value: Any) -> Any:
         raise ConfigError(f"{path}:{line}: {key} must be positive, got {value!r}")
     if key == "embedding_weight" and not 0 <= value <= 1:
         raise ConfigError(f"{path}:{line}: embedding_weight must be in [0, 1], got {value!r}")
-    if key == "low_water_ratio" and not 0 < value <= 1:
-        raise ConfigError(f"{path}:{line}: low_water_ratio must be in (0, 1], got {value!r}")
+    if key in ("low_water_ratio", "loop_low_water_ratio") and not 0 < value <= 1:
+        raise ConfigError(f"{path}:{line}: {key} must be in (0, 1], got {value!r}")
     if isinstance(value, int) and not isinstance(value, bool) and value < 0:
         raise ConfigError(f"{path}:{line}: {key} must not be negative, got {value!r}")
     return value

@@ -9,26 +9,29 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.ids import field_codes, strong_ids
+from gateway.pruning.ids import field_codes, strong_ids, text_ids
 from gateway.pruning.messages import content_text
 
 MASKED_PREFIX = "[sieve: masked"
 MAX_KEPT_VALUES = 48  # about 200 tokens: a mask stays a fraction of the output it replaces
 MAX_KEPT_CODES = 16   # and after them, a record's codes (``ids.field_codes``)
+MAX_NAMED_VALUES = 120  # a mask with every value (``named_values``): a source file's names, about 500 tokens
 
 
 def masked_message(message: Mapping[str, Any], tokens: int, fingerprint: str, keep_ids: bool = True,
-                   lines: Sequence[str] = ()) -> dict[str, Any]:
+                   lines: Sequence[str] = (), every_value: bool = False) -> dict[str, Any]:
     """The tool message with its bulk replaced; role and tool_call_id stay, so the chain stays valid.
 
     The exact ids of the output survive in the marker: an old order listing
     shrinks to the order, item and payment ids a later call may still need, at
     a fraction of its size. Amounts and plain words do not survive, except in
     ``lines``: the few lines of the output that bear on the current step
-    (``gateway.pruning.key_lines``), verbatim.
+    (``gateway.pruning.key_lines``), verbatim. With ``every_value``, the names of code
+    and codes the output holds stay too (``named_values``).
     """
     masked = dict(message)
-    values = kept_values(content_text(message.get("content"))) if keep_ids else ()
+    text = content_text(message.get("content"))
+    values = (named_values(text) if every_value else kept_values(text)) if keep_ids else ()
     kept = f"; ids: {' '.join(values)}" if values else ""
     if lines and keep_ids:
         kept += "; lines:\n" + "\n".join(lines)
@@ -45,6 +48,16 @@ def kept_values(text: str) -> list[str]:
     step, and there they more often name a kind of thing (USB, a field) than the
     record; omission markers still list them, ranked after."""
     return list(strong_ids(text)[:MAX_KEPT_VALUES]) + list(field_codes(text)[:MAX_KEPT_CODES])
+
+
+def named_values(text: str) -> list[str]:
+    """``kept_values``, then the output's other values (names of code, codes), first
+    occurrence first, up to MAX_NAMED_VALUES in all: what a mask keeps of the last view of
+    a thing the agent works on (the file it edits: the names its next edit copies), where
+    the room allows (``decision._with_key_lines``)."""
+    kept = kept_values(text)
+    seen = set(kept)
+    return (kept + [v for v in text_ids(text) if v not in seen])[:MAX_NAMED_VALUES]
 
 
 OMITTED_PREFIX = "[sieve: some earlier messages omitted"

@@ -20,7 +20,7 @@ from gateway.pruning.messages import (
     SYSTEM_ROLES,
     content_text,
     fingerprint,
-    message_token_text,
+    readable_text,
     tool_call_ids,
     tool_names,
 )
@@ -164,7 +164,7 @@ def _unit(index: int, msgs, toks, start: int, stop: int, kind: str) -> Unit:
     result_tokens = 0
     for j in range(start, stop):
         m = msgs[j]
-        texts.append(message_token_text(m))
+        texts.append(readable_text(m))
         names.extend(tool_names(m))
         if m.get("role") in ("tool", "function"):
             result_tokens += toks[j]

@@ -23,19 +23,22 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gateway.pruning.assembly import Assembled, assemble, count_forwarded
-from gateway.pruning.compression import dropped_marker, goal_reminder, is_marker, is_omission_marker, marker_ids
+from gateway.pruning.compression import dropped_marker, goal_reminder, is_marker, is_omission_marker
 from gateway.pruning.conversation import KIND_USER, Conversation
 from gateway.pruning.epochs import settled_prefix
 from gateway.pruning.expansion import marker_spans, refs_tokens, span_ref, with_ref
 from gateway.pruning.key_lines import KeyLineMasks
-from gateway.pruning.markers import MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids
+from gateway.pruning.markers import (MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids,
+                                     without_carried_ids, without_later_carried)
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.policy import Policy
 from gateway.pruning.protection import Protection, protect
+from gateway.pruning.refill import RefillTask, refill
 from gateway.pruning.request import PruneRequest
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.selection import SelectionRules, select, shrink_to_fit
+from gateway.pruning.working_set import lifted as working_set_lifted, named_masks, working_set
 from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action, Mode, Strategy
 
 
@@ -81,6 +84,7 @@ class _Decision:
     scores: dict[int, UnitScore] = field(default_factory=dict)
     reminder: dict[str, Any] | None = None
     actions: dict[int, Action] = field(default_factory=dict)
+    working: set[int] = field(default_factory=set)  # the working set's units (``working_set``)
 
 
 def decide(task: DecisionTask) -> PruneResult:
@@ -108,7 +112,16 @@ def decide(task: DecisionTask) -> PruneResult:
     # it); only the units after it are decided now.
     d.forced.update(d.settled)
     d.candidates = [i for i in p.candidates if i not in d.settled]
-    d.scores = _scores(d)
+    # The agent's working set (``working_set``): the last views, among the units the room
+    # can hold, of what the recent units' calls name; they rank above what is only on topic,
+    # and their masks keep the names their output holds.
+    free = task.budget - p.tokens(p.hard_pins) - d.marker_reserve - sum(d.carried) - d.ids_reserve
+    last_views = working_set(conv, [i for i in d.candidates + p.soft_pins if i < recent_from(d)
+                                    and p.masked_cost.get(i, p.units[i].tokens) <= free],
+                             range(recent_from(d), len(p.units)))
+    d.working = set(last_views)
+    d.scores = working_set_lifted(conv, _scores(d), last_views)
+    d.protection = p = named_masks(conv, d.working, p, task.prior_masks, counter.count_message)
     d.reminder = _reminder(conv, policy)
     d.actions = _selected(d)
     return _result(d, _forwarded(d))
@@ -162,6 +175,11 @@ def _scores(d: _Decision) -> dict[int, UnitScore]:
     return scores
 
 
+def recent_from(d: _Decision) -> int:
+    """The first of the recent units: the policy's last units, the current step among them."""
+    return max(0, len(d.protection.units) - max(1, d.task.request.policy.protect_last_units))
+
+
 def _selected(d: _Decision) -> dict[int, Action]:
     """Every unit's action within the budget: pins, hard user constraints and the settled
     prefix as they are, the rest selected by score; the protected window shed oldest
@@ -190,10 +208,16 @@ def _selected(d: _Decision) -> dict[int, Action]:
         # step is a hard pin): its first changed position comes as late as the decision allows,
         # so the loop's steps before it keep the prefix their reasoning is bound to
         # (ARCHITECTURE.md 2a). Elsewhere (a first decision, a turn boundary, where no loop runs)
-        # the oldest go first: the newest turns are what the next step reads.
+        # the oldest go first: the newest turns are what the next step reads. Room the shed
+        # frees beyond the excess goes back by score (``refill``).
         late = task.mode == Mode.EPOCH and task.in_loop
         release = sorted(p.soft_pins, reverse=late) + sorted(hard - p.hard_pins)
-        shrink_to_fit(task.conversation, actions, release, p.masked_cost, excess, drop=p.attainable)
+        left = shrink_to_fit(task.conversation, actions, release, p.masked_cost, excess, drop=p.attainable)
+        if left < 0 and p.attainable:
+            d.protection, working = refill(RefillTask(
+                task.conversation, task.scorer, policy, p, d.scores, d.forced, task.prior_masks, d.ids_reserve,
+                task.request.counter.count_message, recent_from(d)), actions, release, -left)
+            d.working |= working
     return actions
 
 
@@ -204,8 +228,10 @@ def _reserve(d: _Decision, pinned_tokens: int) -> int:
     reserve = d.marker_reserve + (task.request.counter.count_message(d.reminder) if d.reminder else 0) + \
         (policy.summary_max_tokens if policy.summaries else 0)
     # Earlier markers stay where the old prefix stays, and with ids they are no longer
-    # tiny; a re-decision (nothing settled) keeps one at most.
-    reserve += sum(d.carried) if d.settled else max(d.carried, default=0)
+    # tiny; a re-decision (nothing settled) keeps those of the spans still omitted, which
+    # earlier epochs' drops are (``markers.place_markers``): all of them, with ids.
+    reserve += sum(d.carried) if d.settled or d.task.request.policy.omitted_ids_tokens > 0 \
+        else max(d.carried, default=0)
     return reserve + min(d.ids_reserve, max(0, task.budget - pinned_tokens - reserve))
 
 
@@ -224,9 +250,10 @@ def _forwarded(d: _Decision) -> Assembled:
                          drop=p.attainable) < over:
             markers, fresh = _markers(d)
             done = _assembled(d, markers)
-    if done.held > request.target_tokens and p.attainable:
-        markers = _without_carried_ids(markers, fresh)
-        done = _assembled(d, markers)
+    for give_up in (without_carried_ids, without_later_carried):
+        if done.held > request.target_tokens and p.attainable:
+            markers = give_up(markers, fresh)
+            done = _assembled(d, markers)
     ids_tokens = request.policy.omitted_ids_tokens
     if fresh and ids_tokens > 0:
         room = min(ids_tokens, _ids_room(d, done)) if p.attainable else ids_tokens
@@ -238,14 +265,6 @@ def _forwarded(d: _Decision) -> Assembled:
     done = _with_key_lines(d, done)
     check_no_new_problems(d.task.conversation.messages, done.forwarded)
     return done
-
-
-def _without_carried_ids(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """Over an attainable target with nothing left to shed, the omission markers carried
-    from an earlier decision give up their ids: the target is the client's limit, an id
-    list a help (the bytes from such a marker on are written to the cache again)."""
-    return {pos: dropped_marker() if pos not in fresh and is_omission_marker(m) and marker_ids(m) else m
-            for pos, m in markers.items()}
 
 
 def _ids_room(d: _Decision, done: Assembled) -> int:

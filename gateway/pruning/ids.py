@@ -189,6 +189,10 @@ def clear_ids_memo() -> None:
     _VALUES.clear()
 
 
+# A value the agent passed to its tools this many times (calls, not mentions) names what it
+# works on: the file it reads, edits and runs again, the record it looks up and then changes.
+WORKED_ON_CALLS = 2
+
 # The newest characters of an omitted span whose ids are considered: a marker holds
 # a few dozen ids, and a 100k-token cold history must not be scanned whole for them.
 OMITTED_SCAN_CHARS = 60_000
@@ -201,8 +205,12 @@ def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int,
 
     ``texts``: the span's texts, newest first, each with whether it is dialogue
     (a user or assistant message, not a tool output) and, optionally, whether the
-    forwarded request repeats one of its values. None the forwarded request
-    already carries (``present``, see :func:`ids_in`). Ranked first by that: a
+    forwarded request repeats one of its values and whether it is the arguments of the
+    agent's calls. None the forwarded request already carries (``present``, see
+    :func:`ids_in`). Ranked first: the values the agent passed to WORKED_ON_CALLS calls or
+    more, the things it works on (a path it read, edited and ran; an order it looked up
+    and changed), which its next calls pass again; they are few. Then by whether the
+    forwarded request repeats a value of the same text: a
     message a kept later one quotes (its order id, its path) is the strongest
     evidence of need, and its other values are what the next call is likely to
     copy; then by how many words
@@ -217,12 +225,12 @@ def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int,
     """
     tally = _Tally(tuple(query))
     budget = OMITTED_SCAN_CHARS
-    for text, dialogue, *referenced in texts:
+    for text, dialogue, *flags in texts:
         if budget <= 0:
             break
         text = text[-budget:]
         budget -= len(text)
-        tally.read(text, dialogue, present, bool(referenced and referenced[0]))
+        tally.read(text, dialogue, present, bool(flags and flags[0]), len(flags) > 1 and flags[1])
     chosen: list[str] = []
     used = 0
     for value in tally.ranked():
@@ -242,14 +250,16 @@ class _Tally:
         self.words = words
         # value -> [in a text the forwarded request quotes, query words around it,
         #           names one record (values.is_strong) or is a record's code
-        #           (field_codes), mentions, first seen]
+        #           (field_codes), mentions, first seen, calls that pass it]
         self.best: dict[str, list[int]] = {}
 
-    def read(self, text: str, dialogue: bool, present: set[str], referenced: bool = False) -> None:
+    def read(self, text: str, dialogue: bool, present: set[str], referenced: bool = False,
+             called: bool = False) -> None:
         """Every value of ``text`` the forwarded request does not carry; a mention counts
         once per text, twice in dialogue (a value the agent or the user repeats is one
         the task turns on). ``referenced``: the forwarded request repeats a value of this
-        text (a kept later message quoted it), so its other values rank first."""
+        text (a kept later message quoted it), so its other values rank first; ``called``:
+        ``text`` is the arguments of the agent's calls."""
         words, best = self.words, self.best
         lowered = text.lower() if words else ""
         yaml = bool(_line_keys(text))
@@ -276,7 +286,7 @@ class _Tally:
                         matches = record_matches[record] = sum(map(record.__contains__, words))
                 entry = best.get(value)
                 if entry is None:
-                    entry = best[value] = [referenced, matches, is_strong(value) or value in codes, 0, len(best)]
+                    entry = best[value] = [referenced, matches, is_strong(value) or value in codes, 0, len(best), 0]
                 else:
                     entry[0] |= referenced
                     entry[2] |= value in codes
@@ -285,10 +295,12 @@ class _Tally:
                 if value not in counted:
                     counted.add(value)
                     entry[3] += 2 if dialogue else 1
+                    entry[5] += called
 
     def ranked(self) -> list[str]:
         best = self.best
-        return sorted(best, key=lambda v: (-best[v][1], -best[v][0], -best[v][2], -best[v][3], best[v][4]))
+        return sorted(best, key=lambda v: (-(best[v][5] >= WORKED_ON_CALLS), -best[v][1], -best[v][0], -best[v][5],
+                                           -best[v][2], -best[v][3], best[v][4]))
 
 
 def _record(text: str, start: int, end: int, opening: str, closing: str) -> str:

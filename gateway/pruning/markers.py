@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.compression import dropped_marker, is_marker
+from gateway.pruning.compression import dropped_marker, is_marker, is_omission_marker, marker_ids
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.expansion import with_ref
 from gateway.pruning.ids import ids_in, omitted_ids, text_ids
-from gateway.pruning.messages import message_token_text
+from gateway.pruning.messages import call_arguments_text, content_text, readable_text
 from gateway.pruning.policy import Policy
 from gateway.pruning.text_features import query_words, stem
 from gateway.pruning.tokens import TokenCounter
@@ -32,12 +32,20 @@ def omitted_ids_reserve(conv: Conversation, policy: Policy, candidates: Sequence
                          masked_forms: Mapping[int, dict[str, Any]], counter: TokenCounter, room: int) -> int:
     """Tokens held back for the ids of what this decision omits: a share of the room
     the pins leave, and no more than the undecided candidates hold in ids (a chat
-    history without tool output holds few; an unused reserve is waste)."""
+    history without tool output holds few; an unused reserve is waste): the ids their
+    masks keep and, where those fall short, the values their calls pass (an agent whose
+    outputs are code or prose holds its paths and names in its calls, not its masks)."""
     if policy.omitted_ids_tokens <= 0 or room <= 0:
         return 0
+    undecided = [i for i in candidates if i not in forced]
     supply = sum(max(0, counter.count_message(masked_forms[j]) - MASK_OVERHEAD)
-                 for i in candidates if i not in forced for j in conv.units[i].indices if j in masked_forms)
-    return min(policy.omitted_ids_tokens, supply, room // OMITTED_IDS_SHARE)
+                 for i in undecided for j in conv.units[i].indices if j in masked_forms)
+    wanted = min(policy.omitted_ids_tokens, room // OMITTED_IDS_SHARE)
+    if supply < wanted:
+        called = dict.fromkeys(v for i in undecided
+                               for v in text_ids(call_arguments_text(conv.messages[conv.units[i].start])))
+        supply += counter.count_text(" ".join(called)) if called else 0
+    return min(wanted, supply)
 
 
 def place_markers(conv: Conversation, actions: dict[int, Action], prior: Sequence[tuple[int, dict[str, Any]]],
@@ -63,9 +71,17 @@ def place_markers(conv: Conversation, actions: dict[int, Action], prior: Sequenc
         # The old marker stays (its bytes may be cached); from the first unit dropped
         # only now, the rest gets a marker of its own.
         newly = [u.start for u in conv.units if actions.get(u.index) == DROPPED and u.index not in earlier_drops]
-        if per_epoch and newly and newly[0] > first:
-            return {first: reused, newly[0]: dropped_marker()}, [newly[0]]
-        return {first: reused}, []
+        if not per_epoch:
+            return {first: reused}, []
+        # So do the markers later epochs put before the units still dropped: each lists
+        # the ids of its own span, which no other marker lists (the decision counted them).
+        end = newly[0] if newly else len(conv.messages)
+        still = set(dropped)
+        markers = {pos: m for pos, m in prior_markers.items() if pos in still and pos < end}
+        if newly and newly[0] > first:
+            markers[newly[0]] = dropped_marker()
+            return markers, [newly[0]]
+        return markers, []
     markers = {pos: m for pos, m in prior_markers.items() if pos < boundary}
     new = [pos for pos in dropped if pos >= boundary]
     fresh = []
@@ -93,7 +109,7 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     def cost(pos: int, marker: dict[str, Any]) -> int:
         return counter.count_message(with_ref(marker, refs[pos]) if pos in refs else marker)
 
-    present = ids_in(message_token_text(m) for m in forwarded)
+    present = ids_in(readable_text(m) for m in forwarded)
     # A tool's name is in the tool definitions every request carries (the model called
     # it from there): listing it again tells the model nothing.
     present.update(name for u in conv.units for name in u.tool_names)
@@ -106,7 +122,7 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
         later = [p for p in positions if p > pos]
         end = later[0] if later else len(conv.messages)
         span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == DROPPED]
-        texts = (_text_and_dialogue(conv.messages[j], present) for u in reversed(span) for j in reversed(u.indices))
+        texts = (t for u in reversed(span) for j in reversed(u.indices) for t in _texts_read(conv.messages[j], present))
         ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
         bare = cost(pos, markers[pos])
         while ids and cost(pos, dropped_marker(ids)) - bare > room:
@@ -121,10 +137,31 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     return out
 
 
-def _text_and_dialogue(message: Mapping[str, Any], present: set[str]) -> tuple[str, bool, bool]:
-    """A message's text, whether someone said it (user or assistant words, not a tool
-    output or a bare call), and whether the forwarded request repeats one of its values
-    (``present``: a kept later message quoted it)."""
-    text = message_token_text(message)
-    return (text, message.get("role") in ("user", "assistant") and bool(message.get("content")),
-            not present.isdisjoint(text_ids(text)))
+def without_carried_ids(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Over an attainable target with nothing left to shed, the omission markers carried
+    from an earlier decision give up their ids: the target is the client's limit, an id
+    list a help (the bytes from such a marker on are written to the cache again)."""
+    return {pos: dropped_marker() if pos not in fresh and is_omission_marker(m) and marker_ids(m) else m
+            for pos, m in markers.items()}
+
+
+def without_later_carried(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Still over, plain carried markers after the first go: it stands for every span."""
+    carried = sorted(pos for pos in markers if pos not in fresh)
+    return {pos: m for pos, m in markers.items() if pos in fresh or pos == carried[0]}
+
+
+def _texts_read(message: Mapping[str, Any], present: set[str]) -> list[tuple[str, bool, bool, bool]]:
+    """What a marker reads of a message (``messages.readable_text``): its calls' arguments,
+    then its words or its output; each with whether someone said it (user or assistant
+    words, not a tool output or a bare call), whether the forwarded request repeats one of
+    its values (``present``: a kept later message quoted it), and whether it is calls."""
+    said = content_text(message.get("content"))
+    dialogue = message.get("role") in ("user", "assistant") and bool(said)
+    texts = []
+    calls = call_arguments_text(message)
+    if calls:
+        texts.append((calls, dialogue, not present.isdisjoint(text_ids(calls)), True))
+    if said:
+        texts.append((said, dialogue, not present.isdisjoint(text_ids(said)), False))
+    return texts

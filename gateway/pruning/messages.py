@@ -56,6 +56,72 @@ def message_token_text(message: Mapping[str, Any]) -> str:
     return text
 
 
+def readable_text(message: Mapping[str, Any]) -> str:
+    """What a message says, as the scorer and the value reader read it: its content, then
+    each call's name and its arguments decoded, each on lines of its own. The counted text
+    (``message_token_text``) runs the content into the call's name and keeps the arguments'
+    JSON escapes, so a sentence's last word would join the name ("files.bash") and a line of
+    a command its escape's letter ("\\nimport" -> "nimport"): values no message holds."""
+    if "tool_calls" not in message and "function_call" not in message:
+        return content_text(message.get("content"))
+    pieces = [content_text(message.get("content"))]
+    calls = message.get("tool_calls") or ()
+    fns = [(call or {}).get("function") or {} for call in calls if isinstance(call, dict)] \
+        if isinstance(calls, list) else []
+    legacy = message.get("function_call")
+    if isinstance(legacy, dict):
+        fns.append(legacy)
+    for fn in fns:
+        if not isinstance(fn, dict):
+            continue
+        pieces.append(str(fn.get("name") or ""))
+        args = fn.get("arguments")
+        pieces.append(_arguments_text(args) if isinstance(args, str) else "\n".join(_value_lines(args)))
+    return "\n".join(pieces)
+
+
+def call_arguments_text(message: Mapping[str, Any]) -> str:
+    """The names and decoded arguments of a message's calls, as ``readable_text`` reads
+    them ('' for a message without calls)."""
+    if not (message.get("tool_calls") or message.get("function_call")):
+        return ""
+    return readable_text({"tool_calls": message.get("tool_calls"), "function_call": message.get("function_call")})
+
+
+# A call's arguments as read (``_arguments_text``), by the arguments string: every step of an
+# agent's loop reads the same calls again. Bounded like the other per-text memos.
+_ARGUMENTS: TextMemo[str] = TextMemo(50_000, 8 * 1024 * 1024)
+
+
+def _arguments_text(arguments: str) -> str:
+    """A call's JSON arguments as lines: each field ``"key": value`` (a key in quotes, as JSON
+    names a field), string values as written, without JSON's escapes; arguments that are not
+    JSON as they came (memoised)."""
+    text = _ARGUMENTS.get(arguments)
+    if text is None:
+        try:
+            text = "\n".join(_value_lines(orjson.loads(arguments)))
+        except orjson.JSONDecodeError:
+            text = arguments
+        _ARGUMENTS.put(arguments, text)
+    return text
+
+
+def _value_lines(value: Any, key: str | None = None) -> list[str]:
+    head = f'"{key}": ' if key is not None else ""
+    if isinstance(value, dict):
+        lines = [f'"{key}":'] if key is not None else []
+        for k, v in value.items():
+            lines.extend(_value_lines(v, str(k)))
+        return lines
+    if isinstance(value, list):
+        lines = [f'"{key}":'] if key is not None else []
+        for v in value:
+            lines.extend(_value_lines(v))
+        return lines
+    return [head + (value if isinstance(value, str) else orjson.dumps(value).decode())]
+
+
 # Fingerprints of the messages seen lately, by their JSON as sent (its keys in their order):
 # an agent resends its whole history every step, and writing it as it is plus one lookup
 # costs less than half the canonical form (keys sorted) and its hash. Bounded in bytes, as
@@ -75,8 +141,9 @@ def fingerprint(message: Mapping[str, Any]) -> str:
 
 
 def clear_fingerprint_memo() -> None:
-    """Forget the fingerprints seen (benchmarks of a cold process)."""
+    """Forget the fingerprints seen and the calls' arguments read (benchmarks of a cold process)."""
     _FINGERPRINTS.clear()
+    _ARGUMENTS.clear()
 
 
 def tool_call_ids(message: Mapping[str, Any]) -> list[str]:

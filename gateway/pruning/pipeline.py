@@ -53,6 +53,10 @@ from gateway.pruning.tokens import TokenCounter
 from gateway.pruning.turns import Turn, epoch_due, turn_of
 from gateway.pruning.vocabulary import KEPT, Mode, Strategy
 
+# An agent that takes more tool steps than this per user message works alone through long
+# loops (a coding agent: one task, then tens of steps): its epochs cut to the loop's mark.
+LOOP_STEPS_PER_USER_MESSAGE = 4
+
 
 def prune(
     body: Mapping[str, Any],
@@ -252,7 +256,7 @@ def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool,
     result = decide(DecisionTask(
         request, conv, scorer, scores=scores, score_memo=retake.scores,
         mode=Mode.EPOCH if continuing else Mode.STATELESS,
-        budget=low_water(conv, target, request.policy.low_water_ratio) if continuing or continued else target,
+        budget=low_water(conv, target, _low_water_ratio(request, turn)) if continuing or continued else target,
         epoch=state.epoch + 1 if state is not None and continuing else 1,
         boundary=_old_prefix(request, state) if usable else 0,
         forced=forced_unit_actions(conv, state.actions if usable else {}),
@@ -263,6 +267,23 @@ def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool,
     if _no_gain(request, result):
         return _unchanged(request, Mode.NO_GAIN, _fresh_plan(request))
     return result
+
+
+def _low_water_ratio(request: PruneRequest, turn: Turn) -> float:
+    """How far a decision cuts: ``policy.loop_low_water_ratio`` inside the tool loop of an
+    agent that takes more than LOOP_STEPS_PER_USER_MESSAGE tool steps per user message (a
+    coding agent's session: one task, then its loop), else ``policy.low_water_ratio``. Such a loop adds an exchange a step and crosses the target
+    again a few steps after each epoch, and each epoch writes again all it kept after its
+    first change (1.25 its tokens on a prompt cache) and breaks the loop's reasoning-bound
+    prefix: a deeper cut spaces the epochs out, and what it drops is the agent's own
+    exploration, which its tools read again when needed. A short loop in a long dialogue
+    crosses the target once, and the dialogue is what its next step reads."""
+    policy = request.policy
+    if turn.task is None or turn.boundary:
+        return policy.low_water_ratio
+    steps = sum(1 for m in request.messages if m.get("role") == "assistant" and m.get("tool_calls"))
+    users = sum(1 for m in request.messages if m.get("role") == "user")
+    return policy.loop_low_water_ratio if steps > LOOP_STEPS_PER_USER_MESSAGE * users else policy.low_water_ratio
 
 
 def _old_prefix(request: PruneRequest, state: FrozenPlan) -> int:

@@ -47,6 +47,10 @@ class Policy:
     # low_water_ratio of the rest, so the next turns share a cached prefix.
     target_tokens: int = 24_000
     low_water_ratio: float = 0.5
+    # The same for an agent working alone through long tool loops (pipeline._low_water_ratio):
+    # a deeper cut, since its steps grow the request fast and its epochs rewrite what they keep
+    # (the default policy's is 0.15).
+    loop_low_water_ratio: float = 0.5
     # Below either minimum nothing is pruned (unless the request names a target):
     # on short requests pruning costs more than it saves.
     min_prompt_tokens: int = 4_000

@@ -137,7 +137,10 @@ def _with_digits(value: str) -> bool:
 
 def _is_path(value: str) -> bool:
     """A file path or route: rooted (/etc/hosts, ./run.sh, ~/x), or two slashes at least,
-    or one slash and a file name (src/app.py); not 'and/or' or a fraction."""
-    if value[0] in "/.~" and len(value) >= 3:
+    or one slash and a file name (src/app.py); not 'and/or' or a fraction. A lone rooted
+    word (/output, /div) is what a closing tag leaves once its brackets split the run
+    (``</output>``, in any markup a tool prints): a path there names one place at most, and a
+    name plus one slash is no record's value."""
+    if value[0] in "/.~" and len(value) >= 3 and (value[0] != "/" or value.count("/") >= 2 or "." in value):
         return True
     return value.count("/") >= 2 or _FILE.search(value) is not None

@@ -36,6 +36,9 @@ def test_bad_policy_value_is_a_start_up_error(tmp_path):
     (tmp_path / "default.yaml").write_text("low_water_ratio: 2\n")
     with pytest.raises(ConfigError, match="low_water_ratio must be in"):
         load_policies(tmp_path)
+    (tmp_path / "default.yaml").write_text("loop_low_water_ratio: 0\n")
+    with pytest.raises(ConfigError, match="loop_low_water_ratio must be in"):
+        load_policies(tmp_path)
 
 
 def test_unknown_config_key_is_an_error(tmp_path):

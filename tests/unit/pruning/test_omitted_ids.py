@@ -47,6 +47,21 @@ def test_ids_are_ranked_by_the_request_words_around_them_and_fit_the_room():
     assert one == ["4760268021"]
 
 
+def test_a_value_the_agents_calls_pass_twice_ranks_first():
+    # An agent read a file, ran a script, edited the file: its path and the script's name
+    # are what its next calls pass again, whatever the outputs say around the request's words.
+    read = ('"command": cat src/app/parser.py', True, False, True)
+    run = ('"command": python check_parser.py', True, False, True)
+    edit = ('"command": sed -i s/a/b/ src/app/parser.py && python check_parser.py', True, False, True)
+    output = ("The laptop order LAPTOP-7431 failed: see error_report_9912 and LAP-5501 for the laptop.", False)
+    words = ("laptop",)
+    ids = omitted_ids([edit, output, run, read], set(), room=12, count_text=COUNTER.count_text, query=words)
+    assert ids[:2] == ["src/app/parser.py", "check_parser.py"]
+    # passed once only, a value ranks as before: by the request's words around it
+    ids = omitted_ids([output, read], set(), room=8, count_text=COUNTER.count_text, query=words)
+    assert ids[0] == "LAPTOP-7431"
+
+
 def test_id_reading_matches_the_mask_and_skips_amounts_and_words():
     text = 'order #W1000001, user noah_ito_3850, total 535.97, qty 2, zip 98187, sku 7000001. See report.'
     assert kept_values(text) == ["#W1000001", "noah_ito_3850", "98187", "7000001"]
@@ -197,3 +212,34 @@ def test_a_current_step_that_breaks_the_target_masks_its_earlier_results():
     tight = run(messages, target_tokens=COUNTER.count_messages(messages[:3]) + newest + 3 * 24)
     assert tight.target_rule_tokens <= COUNTER.count_messages(messages[:3]) + newest + 3 * 24
     assert all("ids:" not in m["content"] for m in tight.request["messages"][-4:-1])
+
+
+def test_an_epoch_that_rewrites_its_prefix_keeps_the_markers_of_the_spans_still_omitted():
+    # Three epochs of a tool loop: the first dropped the units from message 2, the second those
+    # from message 6 (its marker lists that span's ids), the third drops more from message 10.
+    # The second marker's span is still omitted and no other marker lists its ids: it stays
+    # where it stood (the decision counted it), and the newly omitted span gets its own.
+    from gateway.pruning.compression import dropped_marker
+    from gateway.pruning.conversation import build_conversation
+    from gateway.pruning.markers import place_markers
+    from gateway.pruning.vocabulary import DROPPED, KEPT
+
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Fix the parser."}]
+    for step in range(8):
+        cid = f"call_{step}"
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": "bash", "arguments": json.dumps(
+                {"command": f"sed -n '{step * 10},{step * 10 + 10}p' src/app/parser_{step}.py"})}}]})
+        messages.append({"role": "tool", "tool_call_id": cid, "content": f"line {step}"})
+    conv = build_conversation(messages, COUNTER.count_message)
+    start = {u.start: u.index for u in conv.units}
+    actions = {u.index: DROPPED if 2 <= u.start < 14 else KEPT for u in conv.units}
+    earlier = {start[p] for p in (2, 4, 6, 8)}
+    first, second = dropped_marker(["src/app/parser_0.py"]), dropped_marker(["src/app/parser_2.py"])
+    placed, fresh = place_markers(conv, actions, [(2, first), (6, second)], boundary=10, locked=False,
+                                  per_epoch=True, earlier_drops=earlier)
+    assert placed == {2: first, 6: second, 10: dropped_marker()} and fresh == [10]
+    # Plain markers (no ids, no summaries) carry nothing of their own: one stands for all.
+    placed, fresh = place_markers(conv, actions, [(2, first), (6, second)], boundary=10, locked=False,
+                                  per_epoch=False, earlier_drops=earlier)
+    assert placed == {2: first} and fresh == []

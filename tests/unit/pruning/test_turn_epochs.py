@@ -167,3 +167,29 @@ def test_an_epoch_inside_a_loop_keeps_the_earlier_turns_and_sheds_the_loop_newes
             kept.append(same > forwarded.index(history[task_b]) + 1)  # through the loop's first step
         previous = forwarded
     assert len(kept) > 1 and all(kept)  # before: the first of them shed task A's turn
+
+
+def test_an_epoch_inside_a_tool_loop_cuts_to_the_loops_own_low_water_mark():
+    """One task, then a long tool loop (a coding agent's session): the target forces epochs
+    inside the loop, and each cuts to ``loop_low_water_ratio`` of what the system prompt leaves,
+    not to ``low_water_ratio``: the loop grows by an exchange a step, so a shallow cut brings the
+    next epoch (and the rewrite of all it kept) a few steps later. At a turn boundary the
+    dialogue's own mark holds."""
+    system = [{"role": "system", "content": "You work on records."}]
+    history = system + turn("A", 80)[:-1]  # the task, then 80 steps of its loop
+    target = 3000
+    sys_tokens = COUNTER.count_message(system[0])
+    for loop_ratio in (0.2, 0.5):
+        policy = Policy(expand_tool=False, low_water_ratio=0.5, loop_low_water_ratio=loop_ratio)
+        state, epochs = None, []
+        for k in range(4, len(history) + 1, 2):  # every step ends on its results: inside the loop
+            result = prune({"model": "gpt-4o-mini", "messages": history[:k]}, policy, scorer=LocalScorer(),
+                           counter=COUNTER, state=state, steering=Steering(target_tokens=target), continued=True)
+            state = FrozenPlan.from_bytes(result.state.to_bytes())
+            if result.mode == Mode.EPOCH:
+                epochs.append(result.forwarded_tokens)
+        mark = sys_tokens + int((target - sys_tokens) * loop_ratio)
+        assert epochs and all(t <= mark + 60 for t in epochs), (loop_ratio, mark, epochs)  # 60: the marker
+        if loop_ratio == 0.2:
+            deep = len(epochs)
+    assert deep < len(epochs)  # the deeper cut spaces the epochs out

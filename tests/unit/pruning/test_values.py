@@ -14,6 +14,7 @@ import pytest
 
 from gateway.pruning.compression import kept_values
 from gateway.pruning.ids import clear_ids_memo, ids_in, omitted_ids, text_ids
+from gateway.pruning.messages import readable_text
 from gateway.pruning.tokens import TokenCounters
 from gateway.pruning.values import is_strong, values_of
 
@@ -68,6 +69,7 @@ NOTHING = [
     ("prose", "Use e.g. this and/or that, about 1/2 of it."),
     ("prose", "Isabella Johansson lives in Chicago."),                    # names are words by shape
     ("log", "ERROR:root:boom"),
+    ("markup", "<returncode>0</returncode>\n<output>\n</output>"),      # closing tags are no paths
 ]
 
 
@@ -152,3 +154,13 @@ def test_a_run_edge_is_punctuation_not_part_of_the_value():
     assert values_of("#W42.") == ("#W42",)
     assert values_of("order:#W123") == ("#W123",)
     assert values_of("/etc/hosts") == ("/etc/hosts",)
+
+
+def test_a_call_is_read_as_its_decoded_arguments_apart_from_the_words_before_it():
+    args = json.dumps({"command": "cat <<'EOF' > check_fields.py\nimport os\nnew_lines = []\nEOF"})
+    message = {"role": "assistant", "content": "Let me see the structure.",
+               "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": args}}]}
+    values = text_ids(readable_text(message))
+    assert "check_fields.py" in values and "new_lines" in values
+    # the counted text runs the words into the call's name and keeps JSON's escapes
+    assert not {"structure.bash", "nnew_lines", "nimport"} & set(values)
