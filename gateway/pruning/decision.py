@@ -18,6 +18,7 @@ in the retry and in the room the ids take. The plan keeps the plain markers.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -105,8 +106,8 @@ def decide(task: DecisionTask) -> PruneResult:
     # of it is held back for the ids the new markers list.
     room = task.budget - p.tokens(p.protected) - d.marker_reserve - sum(d.carried)
     d.ids_reserve = omitted_ids_reserve(conv, policy, p.candidates, d.forced, p.masked_forms, counter, room)
-    d.settled, d.settled_end = settled_prefix(conv, task.boundary, d.forced, p.masked_cost, p.protected,
-                                              room - d.ids_reserve)
+    d.settled, d.settled_end = _loop_kept(d) or settled_prefix(conv, task.boundary, d.forced, p.masked_cost,
+                                                               p.protected, room - d.ids_reserve)
     # The settled prefix stays exactly as forwarded before (the provider's cache keeps
     # it); only the units after it are decided now.
     d.forced.update(d.settled)
@@ -124,6 +125,31 @@ def decide(task: DecisionTask) -> PruneResult:
     d.reminder = _reminder(conv, policy)
     d.actions = _selected(d)
     return _result(d, _forwarded(d))
+
+
+def _loop_kept(d: _Decision) -> tuple[dict[int, Action], int] | None:
+    """An epoch inside a tool loop keeps the previous forward through the task the loop works on
+    and sheds the loop itself, its newest steps first (``_selected``): the earlier turns and the
+    loop's older steps keep the prefix their reasoning is bound to (ARCHITECTURE.md 2a), where
+    shedding the earlier turns would invalidate every step of the loop. It leaves the loop half
+    the room that prefix and the pins leave under the target (shedding more would invalidate
+    more steps; less, bring the next epoch sooner). None, for the usual epoch: no earlier turn
+    is forwarded (nothing to keep), or the prefix and the pins alone leave no room."""
+    task, conv, p = d.task, d.task.conversation, d.protection
+    if task.mode != Mode.EPOCH or not task.in_loop or conv.task_unit is None:
+        return None
+    loop_start = conv.units[conv.task_unit].stop
+    if task.boundary < loop_start:
+        return None
+    settled, end = settled_prefix(conv, loop_start, d.forced, p.masked_cost, p.protected, task.budget)
+    kept = sum(p.masked_cost.get(i, 0) if a == MASKED else conv.units[i].tokens
+               for i, a in settled.items() if a != DROPPED)
+    fixed = kept + p.tokens(p.hard_pins) + d.marker_reserve + sum(d.carried)
+    target = task.request.target_tokens
+    if end < loop_start or kept == 0 or fixed >= target:
+        return None
+    d.task = dataclasses.replace(task, budget=max(task.budget, fixed + (target - fixed) // 2))
+    return settled, end
 
 
 def _scores(d: _Decision) -> dict[int, UnitScore]:

@@ -13,11 +13,13 @@ reasoning of earlier turns only. Hence (``gateway.pruning.pipeline``):
   target holds them: an epoch there is forced by the target alone;
 * at a turn boundary, an epoch opens before the loop to come would cross the
   target (``epoch_due``): when the request, replayed, leaves less room under the
-  target than the recent loops of the conversation grew by (``expected_growth``:
-  the largest of the last ``RECENT_TURNS``), is well above the low-water mark (an
-  epoch that would free little buys the loop little and costs a rewrite), and the
-  loop fits in what the epoch leaves (else its own epoch comes anyway: two would
-  cost two rewrites).
+  target than the conversation's loops grew by (``expected_growth``: the largest
+  turn so far; a conversation's big loops are few, but they hold most of its steps,
+  so the estimate is sized for them) and is well above the low-water mark (an epoch
+  that would free little buys the loop little and costs a rewrite). The loop then
+  starts from the low-water mark; one larger than what that leaves still meets an
+  epoch of its own, which keeps the turns before the loop and sheds the loop's
+  newest steps (``gateway.pruning.decision``): its older steps keep their reasoning.
 
 The growth is read from the request's own history, turn by turn (what came after
 each user message before the next one), so it needs no state and fits any
@@ -35,7 +37,6 @@ from typing import Any, Mapping, Sequence
 
 from gateway.pruning.conversation import opens_turn
 
-RECENT_TURNS = 3
 # At a boundary, an early epoch needs the request at least this far from the low-water mark to
 # the target: below it, the loop to come is let run (and may force an epoch of its own).
 ABOVE_LOW_WATER = 0.25
@@ -45,7 +46,7 @@ ABOVE_LOW_WATER = 0.25
 class Turn:
     boundary: bool        # the request ends with a user message: a new turn opens, its loop is empty
     task: int | None      # index of the newest user message: the task the current loop works on
-    expected_growth: int  # tokens the coming loop is expected to add (0: no earlier turn to tell)
+    expected_growth: int  # tokens the coming loop is expected to add: the largest earlier turn (0: none)
 
 
 def turn_of(messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> Turn:
@@ -55,7 +56,7 @@ def turn_of(messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> Tur
         return Turn(False, None, 0)
     task = users[-1]
     growths = [sum(tokens[a + 1:b]) for a, b in zip(users, users[1:])]
-    return Turn(task == len(messages) - 1, task, max(growths[-RECENT_TURNS:], default=0))
+    return Turn(task == len(messages) - 1, task, max(growths, default=0))
 
 
 def epoch_due(turn: Turn, tokens: int, target: int, low_water: int) -> bool:
@@ -63,9 +64,7 @@ def epoch_due(turn: Turn, tokens: int, target: int, low_water: int) -> bool:
     boundary, before the loop to come crosses ``target`` (module docstring)."""
     if not turn.boundary or turn.expected_growth <= 0 or tokens + turn.expected_growth <= target:
         return False
-    if low_water + turn.expected_growth > target:
-        return False  # the loop would cross the target from the low-water mark too: its epoch comes anyway
     return tokens > low_water + ABOVE_LOW_WATER * (target - low_water)
 
 
-__all__ = ["ABOVE_LOW_WATER", "RECENT_TURNS", "Turn", "epoch_due", "turn_of"]
+__all__ = ["ABOVE_LOW_WATER", "Turn", "epoch_due", "turn_of"]

@@ -130,6 +130,45 @@ def test_text_beside_tool_results_does_not_open_a_turn():
     assert conv.units[conv.task_unit].start == 1
 
 
+def test_the_coming_loop_is_sized_by_the_largest_turn_so_far():
+    """A conversation's big loops are few but hold most of its steps: small turns after one do
+    not make the next loop look small."""
+    messages = [{"role": "system", "content": "s"}] + turn("A", 6) + turn("C", 0) + turn("D", 0) + \
+        turn("E", 0) + turn("B", 1)[:1]
+    tokens = [COUNTER.count_message(m) for m in messages]
+    assert turn_of(messages, tokens).expected_growth == sum(tokens[2:15])  # task A's loop and its answer
+
+
+def test_a_loop_larger_than_the_low_water_room_still_gets_its_boundary_epoch():
+    """The loop would cross the target from the low-water mark too: starting it from there still
+    puts its own epoch later (fewer of its steps lose their reasoning) than starting it higher."""
+    messages = [{"role": "system", "content": "s"}] + turn("A", 3) + turn("B", 1)[:1]
+    tokens = [COUNTER.count_message(m) for m in messages]
+    t = turn_of(messages, tokens)
+    target, low_water = 4000, 4000 - t.expected_growth // 2
+    assert epoch_due(t, tokens=target - t.expected_growth // 4, target=target, low_water=low_water)
+
+
+def test_an_epoch_inside_a_loop_keeps_the_earlier_turns_and_sheds_the_loop_newest_first():
+    """Earlier turns forwarded before the loop: the epoch the loop forces keeps them (and the
+    task) byte for byte and sheds the loop's newest steps, so the loop's first step keeps the
+    prefix its reasoning is bound to."""
+    system = [{"role": "system", "content": "You look records up."}]
+    history = system + turn("A", 3, size=100) + turn("B", 10, size=80)[:-1]
+    task_b = next(i for i, m in enumerate(history) if "Task B" in str(m.get("content")))
+    target = sum(COUNTER.count_message(m) for m in history[:task_b + 5])
+    state, previous, kept = None, None, []
+    for k in range(2, len(history) + 1):
+        result, state = run(history[:k], state, target)
+        forwarded = result.request["messages"]
+        if result.mode == Mode.EPOCH and k > task_b + 1 and previous is not None and state.epoch > 1:
+            # (the first decision has no earlier decision to keep: it comes in the loop here)
+            same = next((i for i, (a, b) in enumerate(zip(previous, forwarded)) if a != b), len(previous))
+            kept.append(same > forwarded.index(history[task_b]) + 1)  # through the loop's first step
+        previous = forwarded
+    assert len(kept) > 1 and all(kept)  # before: the first of them shed task A's turn
+
+
 def test_an_epoch_inside_a_tool_loop_cuts_to_the_loops_own_low_water_mark():
     """One task, then a long tool loop (a coding agent's session): the target forces epochs
     inside the loop, and each cuts to ``loop_low_water_ratio`` of what the system prompt leaves,
