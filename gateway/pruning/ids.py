@@ -320,5 +320,6 @@ def _record(text: str, start: int, end: int, opening: str, closing: str) -> str:
 
 def ids_in(texts: Iterable[str]) -> set[str]:
     """Every id-like value of some texts (as :func:`kept_values` reads them), in one
-    pass over all their runs: a forwarded request is hundreds of short texts."""
+    pass over all their runs: a forwarded request is hundreds of short texts. Records'
+    field names count too: a value the forward shows as a key is present all the same."""
     return set(_ids_of_runs(chain.from_iterable(map(_runs, texts))))
