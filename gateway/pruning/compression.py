@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from gateway.pruning.conversation import KIND_USER, Conversation
 from gateway.pruning.ids import field_codes, strong_ids, text_ids
 from gateway.pruning.messages import content_text
+from gateway.pruning.policy import Policy
 
 MASKED_PREFIX = "[sieve: masked"
 MAX_KEPT_VALUES = 48  # about 200 tokens: a mask stays a fraction of the output it replaces
@@ -112,3 +114,13 @@ def goal_reminder(goal: str, max_chars: int) -> dict[str, Any]:
 
 def is_maskable(message: Mapping[str, Any]) -> bool:
     return message.get("role") in ("tool", "function") and isinstance(message.get("content"), (str, list))
+
+
+def task_reminder(conv: Conversation, policy: Policy) -> dict[str, Any] | None:
+    """A one-line task reminder: the explicit goal, else the task-defining first user
+    message (the system prompt is long and stays at the top anyway)."""
+    if not policy.goal_reminder:
+        return None
+    first_user = next((u for u in conv.units if u.kind == KIND_USER), None)
+    text = conv.goal_text if conv.goal_explicit else (first_user.text if first_user else "")
+    return goal_reminder(text, policy.goal_reminder_max_chars) if text.strip() else None

@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gateway.pruning.assembly import Assembled, assemble, count_forwarded
-from gateway.pruning.compression import dropped_marker, goal_reminder, is_marker, is_omission_marker
-from gateway.pruning.conversation import KIND_USER, Conversation
+from gateway.pruning.compression import dropped_marker, is_marker, is_omission_marker, task_reminder
+from gateway.pruning.conversation import Conversation
 from gateway.pruning.epochs import settled_prefix
 from gateway.pruning.expansion import marker_spans, refs_tokens, span_ref, with_ref
-from gateway.pruning.key_lines import KeyLineMasks
+from gateway.pruning.key_lines import MIN_KEY_LINE_ROOM, key_line_masks
 from gateway.pruning.markers import (MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids,
                                      without_carried_ids, without_later_carried)
 from gateway.pruning.normalize import check_no_new_problems
-from gateway.pruning.policy import Policy
 from gateway.pruning.protection import Protection, protect
 from gateway.pruning.refill import RefillTask, refill
 from gateway.pruning.request import PruneRequest
@@ -42,8 +41,6 @@ from gateway.pruning.working_set import lifted as working_set_lifted, named_mask
 from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action, Mode, Strategy
 
 
-MIN_KEY_LINE_ROOM = 12  # tokens: less holds no key line (a mask's "; lines:" and one short line)
-MAX_KEY_LINE_MASKS = 24  # the most relevant masks looked at for key lines: each costs a scan of its output
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +119,7 @@ def decide(task: DecisionTask) -> PruneResult:
     d.working = set(last_views)
     d.scores = working_set_lifted(conv, _scores(d), last_views)
     d.protection = p = named_masks(conv, d.working, p, task.prior_masks, counter.count_message)
-    d.reminder = _reminder(conv, policy)
+    d.reminder = task_reminder(conv, policy)
     d.actions = _selected(d)
     return _result(d, _forwarded(d))
 
@@ -299,16 +296,8 @@ def _with_key_lines(d: _Decision, done: Assembled) -> Assembled:
         s = d.scores.get(unit_of[j], top)
         return -s.score, -s.relevance, -j
 
-    order = sorted(fresh, key=rank)[:MAX_KEY_LINE_MASKS]
-    finder, count = KeyLineMasks(task.conversation, order), task.request.counter.count_message
-    chosen: dict[int, dict[str, Any]] = {}
-    for j in order:
-        if room < MIN_KEY_LINE_ROOM:
-            break
-        upgraded = finder.mask(j)
-        extra = count(upgraded) - count(p.masked_forms[j]) if upgraded is not None else 0
-        if 0 < extra <= room:
-            chosen[j], room = upgraded, room - extra
+    chosen, room = key_line_masks(task.conversation, sorted(fresh, key=rank), room,
+                                  task.request.counter.count_message, p.masked_forms)
     if not chosen:
         return done
     # The masks change in place: nothing else moves, so nothing is assembled again.
@@ -408,12 +397,3 @@ def _pin_score(index: int, hard_pins: set[int], window: set[int]) -> UnitScore:
         return UnitScore(5, 1.0, "pinned: recent window")
     return UnitScore(3, 0.0, "kept")
 
-
-def _reminder(conv: Conversation, policy: Policy) -> dict[str, Any] | None:
-    """A one-line task reminder: the explicit goal, else the task-defining first user
-    message (the system prompt is long and stays at the top anyway)."""
-    if not policy.goal_reminder:
-        return None
-    first_user = next((u for u in conv.units if u.kind == KIND_USER), None)
-    text = conv.goal_text if conv.goal_explicit else (first_user.text if first_user else "")
-    return goal_reminder(text, policy.goal_reminder_max_chars) if text.strip() else None

@@ -22,12 +22,15 @@ conversation's outputs names a kind of thing, not the place the step needs::
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from gateway.pruning.compression import masked_message
 from gateway.pruning.conversation import KIND_USER, Conversation
 from gateway.pruning.messages import content_text
 from gateway.pruning.text_features import query_words
+
+MIN_KEY_LINE_ROOM = 12  # tokens: less holds no key line (a mask's "; lines:" and one short line)
+MAX_KEY_LINE_MASKS = 24  # the most relevant masks looked at for key lines: each costs a scan of its output
 
 MAX_FOCUS_WORDS = 48         # the current step's words looked for in each output
 MAX_KEY_LINES = 3            # per mask: a mask repeats on every later step
@@ -164,3 +167,21 @@ def _record_span(lowered: str, pos: int) -> tuple[int, int]:
 
 def _cut(line: str) -> str:
     return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+
+
+def key_line_masks(conversation: Conversation, ranked: Sequence[int], room: int,
+                   count: Callable[[Mapping[str, Any]], int],
+                   masked_forms: Mapping[int, Mapping[str, Any]]) -> tuple[dict[int, dict[str, Any]], int]:
+    """Fresh masks, most relevant first, upgraded with their key lines while ``room`` (tokens)
+    lasts: each upgrade that fits whole; returns the upgraded masks and the room left."""
+    order = list(ranked)[:MAX_KEY_LINE_MASKS]
+    finder = KeyLineMasks(conversation, order)
+    chosen: dict[int, dict[str, Any]] = {}
+    for j in order:
+        if room < MIN_KEY_LINE_ROOM:
+            break
+        upgraded = finder.mask(j)
+        extra = count(upgraded) - count(masked_forms[j]) if upgraded is not None else 0
+        if 0 < extra <= room:
+            chosen[j], room = upgraded, room - extra
+    return chosen, room
