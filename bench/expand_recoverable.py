@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(SHARED / "bench"))
+from bench.shared import SHARED, require, shared_bench  # noqa: E402
+
+sys.path.insert(0, str(require(shared_bench() / "quality.py", "the shared evaluator quality.py").parent))
 
 from gateway.config.settings import prepare_offline_environment  # noqa: E402
 

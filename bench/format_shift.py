@@ -31,7 +31,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT.parent / "shared" / "bench"))
+sys.path.insert(0, str(ROOT))
+from bench.shared import require, shared_bench  # noqa: E402
+
+sys.path.insert(0, str(require(shared_bench() / "quality.py", "the shared evaluator quality.py").parent))
 
 import quality  # noqa: E402  (the evaluator's token count)
 
