@@ -17,12 +17,13 @@ from typing import Any
 
 import aiohttp
 
-from gateway.exchange import (Accountant, BigBodies, BudgetGuard, Deferred, Expander, Forwarder, PassThrough,
+from gateway.exchange import (Accountant, BigBodies, BudgetGuard, Deferred, Forwarder, PassThrough,
     Pruner, ReasoningGuard, StoredResponses)
 from gateway.auth import AuthThrottle, Authenticator, OpenAccess, authenticator_for
 from gateway.billing import BudgetConfig
 from gateway.embedding import Embedder, EmbeddingModel, ModelUnavailable, WorkerLimits
 from gateway.errors import ConfigError, StoreUnavailable
+from gateway.expand import Expander
 from gateway.config import PolicyBook, RouteKind, Settings, prepare_offline_environment
 from gateway.pruning import LocalScorer, TokenCounters
 from gateway.scorers import LLMScorer, Summarizer

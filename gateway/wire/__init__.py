@@ -15,30 +15,7 @@ from gateway.wire.call import ANONYMOUS, Identity, IdentityKind, ModelCall
 from gateway.wire.chat import MAX_COMPLETION_TOKENS, MAX_CHOICES, WireLimits, check_chat_body
 from gateway.wire.continuation import more_steps_follow
 from gateway.wire.error_shapes import anthropic_error_body, anthropic_error_type
-from gateway.wire.expand_codecs import Codec, EventReader, ToolAnswer
-from gateway.wire.expand_filter import (
-    CallFilter,
-    MAX_HELD_BYTES,
-    chat_end,
-    continued_blocks,
-    continued_chunks,
-    continued_items,
-    held_back,
-    message_end,
-    responses_end,
-)
-from gateway.wire.expand_tool import (
-    CODECS,
-    history_of,
-    make_pin,
-    pin_messages,
-    pin_needs,
-    pin_place,
-    tool_definition,
-    with_pins,
-    with_tool,
-)
-from gateway.wire.formats import FORMAT_HEADER, messages_check, responses_check
+from gateway.wire.formats import FORMAT_HEADER, ChatView, messages_check, responses_check
 from gateway.wire.formats.detect import AmbiguousFormat, detect_format
 from gateway.wire.formats.reasoning import (
     Carrier,
@@ -63,16 +40,13 @@ from gateway.wire.headers import (
 )
 from gateway.wire.ingress import INGRESSES, Ingress, chat_answer_chars
 from gateway.wire.keys import client_provider_key, presented_key
-from gateway.wire.sse import SSEUsageTap
+from gateway.wire.sse import SSEUsageTap, event_data, split_events
 
 __all__ = [
     "ANONYMOUS",
     "AmbiguousFormat",
-    "CODECS",
-    "CallFilter",
     "Carrier",
-    "Codec",
-    "EventReader",
+    "ChatView",
     "FORMAT_HEADER",
     "INGRESSES",
     "Identity",
@@ -82,14 +56,12 @@ __all__ = [
     "MAX_COMPLETION_TOKENS",
     "MAX_CONVERSATION_ID_BYTES",
     "MAX_GOAL_CHARS",
-    "MAX_HELD_BYTES",
     "MAX_TARGET_TOKENS",
     "ModelCall",
     "REASONING_HEADER",
     "SSEUsageTap",
     "Scope",
     "SieveHeaders",
-    "ToolAnswer",
     "Verdict",
     "WireFormat",
     "WireLimits",
@@ -99,34 +71,21 @@ __all__ = [
     "carriers",
     "chain",
     "chat_answer_chars",
-    "chat_end",
     "check_chat_body",
     "client_provider_key",
-    "continued_blocks",
-    "continued_chunks",
-    "continued_items",
     "detect_format",
-    "held_back",
-    "history_of",
+    "event_data",
     "input_transformations",
     "judge",
-    "make_pin",
-    "message_end",
     "messages_check",
     "more_steps_follow",
     "parse_body",
     "parse_format",
     "parse_sieve_headers",
-    "pin_messages",
-    "pin_needs",
-    "pin_place",
     "presented_key",
     "read_body",
     "response_headers",
     "responses_check",
-    "responses_end",
+    "split_events",
     "strippable",
-    "tool_definition",
-    "with_pins",
-    "with_tool",
 ]

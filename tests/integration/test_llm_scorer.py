@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from gateway.config.policies import load_policies
-from gateway.pruning.expansion import expandable
+from gateway.expand import expandable
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer, UnitScore
