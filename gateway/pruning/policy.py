@@ -108,7 +108,7 @@ class Policy:
     embedding_weight: float = 0.5     # the model's share of the mix
     embedding_required: bool = False  # no model: a start-up error (true) or the local scorer, logged
     scorer_model: str = "gpt-4o-mini"       # any litellm model string
-    scorer_api_base: str = ""               # OpenAI-compatible base URL: the aiohttp fast path
+    scorer_api_base: str = ""               # OpenAI-compatible base URL: the forward's fast path
     scorer_batch_size: int = 12
     scorer_batch_timeout_s: float = 1.0     # per call to the model
     scorer_deadline_s: float = 1.5          # the whole scoring round
