@@ -10,8 +10,11 @@ the tool or the domain:
   (the file as it last read it, the record as last fetched): its next step edits or
   reruns what that view shows, so it ranks with the units a kept unit quotes.
 * *Superseded*: an exchange whose call a newer exchange repeats exactly (the same tool,
-  the same arguments: the file read again, the test run again) holds the state as it
-  was; the newer result is the state now, so the older one ranks with duplicates.
+  the same arguments: the file read again, the test run again) and whose every output
+  line the newer result repeats tells nothing the newer one does not (an unchanged file
+  read again, a log that only grew), so it ranks with duplicates. An older result that
+  says something the newer one does not (the failure a test run showed before the fix,
+  the lines an edit changed) is the history of what the agent works on: it keeps its score.
 
 Both are read from calls only, not from outputs: an output names many things it does not
 work on (a listing names every file of a folder)::
@@ -28,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 from gateway.pruning.compression import masked_message
 from gateway.pruning.conversation import KIND_TOOL_CHAIN, Conversation
 from gateway.pruning.ids import text_ids
-from gateway.pruning.messages import call_arguments_text
+from gateway.pruning.messages import call_arguments_text, content_text
 from gateway.pruning.protection import Protection
 from gateway.pruning.scoring import UnitScore
 
@@ -70,18 +73,27 @@ def working_set(conv: Conversation, candidates: Sequence[int], window: Sequence[
 
 
 def superseded(conv: Conversation, candidates: Sequence[int]) -> set[int]:
-    """The candidate tool exchanges whose call a newer exchange repeats exactly."""
+    """The candidate tool exchanges whose call a newer exchange repeats exactly and whose
+    output lines the newest such exchange all repeats."""
     wanted = set(candidates)
-    seen: set[str] = set()
+    newest: dict[str, frozenset[str]] = {}  # per call, the output lines of its newest exchange
     stale: set[int] = set()
     for u in reversed(conv.units):
         if u.kind != KIND_TOOL_CHAIN:
             continue
         key = call_arguments_text(conv.messages[u.start])
-        if key in seen and u.index in wanted:
+        lines = _output_lines(conv, u.index)
+        if key in newest and u.index in wanted and lines <= newest[key]:
             stale.add(u.index)
-        seen.add(key)
+        newest.setdefault(key, lines)
     return stale
+
+
+def _output_lines(conv: Conversation, unit: int) -> frozenset[str]:
+    """The non-blank lines of a tool exchange's results, stripped."""
+    u = conv.units[unit]
+    return frozenset(line.strip() for j in u.indices[1:] for line in content_text(conv.messages[j].get("content"))
+                     .splitlines() if line.strip())
 
 
 def lifted(conv: Conversation, scores: Mapping[int, UnitScore], last_views: Mapping[int, int]) -> dict[int, UnitScore]:
