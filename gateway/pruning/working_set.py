@@ -8,7 +8,9 @@ the tool or the domain:
 * *Working set*: for each value a recent call names (the protected window's calls), the
   newest older exchange whose call named it too is the agent's last view of that thing
   (the file as it last read it, the record as last fetched): its next step edits or
-  reruns what that view shows, so it ranks with the units a kept unit quotes.
+  reruns what that view shows, so it ranks with the units a kept unit quotes. An
+  exchange whose output shows nothing (an edit's empty result, a status line) ranks so
+  too, but the search goes on past it to the view before it: what the agent last saw.
 * *Superseded*: an exchange whose call a newer exchange repeats exactly (the same tool,
   the same arguments: the file read again, the test run again) and whose every output
   line the newer result repeats tells nothing the newer one does not (an unchanged file
@@ -39,6 +41,9 @@ from gateway.pruning.scoring import UnitScore
 # tool (a here-document, a file's whole new text): the values it names are its content,
 # not the few things it acts on.
 MAX_CALL_VALUES = 6
+# A result shorter than this shows nothing of the thing its call named (an edit's empty
+# output, a status line): the last view of that thing is further back.
+MIN_VIEW_TOKENS = 24
 WORKING_SET_LIFT = 1.0  # above any relevance the scorer's other signals reach
 
 
@@ -66,7 +71,8 @@ def working_set(conv: Conversation, candidates: Sequence[int], window: Sequence[
         found = named_by_call(conv, i) & left
         if found:
             lifted[i] = len(found)
-            left -= found
+            if conv.units[i].tool_result_tokens >= MIN_VIEW_TOKENS:
+                left -= found
             if not left:
                 break
     return lifted

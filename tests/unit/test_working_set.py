@@ -56,6 +56,17 @@ def test_the_last_view_of_what_a_recent_call_names_is_the_working_set():
     assert working_set(conv, candidates, [5]) == {}             # `ls tests` names nothing viewed before
 
 
+def test_an_edit_with_no_output_is_not_the_last_view_of_the_file_it_edits():
+    # The agent read the file, edited a line of it (no output), and names it again: what
+    # it last saw of the file is the read, which its next edit copies from.
+    messages = session(("", "nl -ba parser/header.py", SOURCE),
+                       ("", "sed -i '52s/strip/rstrip/' parser/header.py", ""),
+                       ("", "python -m pytest tests/test_header.py", "1 failed"),
+                       ("", "grep -n parse_delta_field parser/header.py", "10: def parse_delta_field"))
+    conv = build_conversation(messages, COUNTER.count_message)
+    assert working_set(conv, [2, 3, 4], [5]) == {3: 1, 2: 1}
+
+
 def test_an_exchange_a_newer_one_repeats_exactly_is_superseded():
     # The same file read again, unchanged (and a log read again after it grew): the older
     # result says nothing the newer one does not.
