@@ -8,10 +8,15 @@ the tool or the domain:
 * *Working set*: for each value a recent call names (the protected window's calls), the
   newest older exchange whose call named it too is the agent's last view of that thing
   (the file as it last read it, the record as last fetched): its next step edits or
-  reruns what that view shows, so it ranks with the units a kept unit quotes.
+  reruns what that view shows, so it ranks with the units a kept unit quotes. An
+  exchange whose output shows nothing (an edit's empty result, a status line) ranks so
+  too, but the search goes on past it to the view before it: what the agent last saw.
 * *Superseded*: an exchange whose call a newer exchange repeats exactly (the same tool,
-  the same arguments: the file read again, the test run again) holds the state as it
-  was; the newer result is the state now, so the older one ranks with duplicates.
+  the same arguments: the file read again, the test run again) and whose every output
+  line the newer result repeats tells nothing the newer one does not (an unchanged file
+  read again, a log that only grew), so it ranks with duplicates. An older result that
+  says something the newer one does not (the failure a test run showed before the fix,
+  the lines an edit changed) is the history of what the agent works on: it keeps its score.
 
 Both are read from calls only, not from outputs: an output names many things it does not
 work on (a listing names every file of a folder)::
@@ -28,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 from gateway.pruning.compression import masked_message
 from gateway.pruning.conversation import KIND_TOOL_CHAIN, Conversation
 from gateway.pruning.ids import text_ids
-from gateway.pruning.messages import call_arguments_text
+from gateway.pruning.messages import call_arguments_text, content_text
 from gateway.pruning.protection import Protection
 from gateway.pruning.scoring import UnitScore
 
@@ -36,6 +41,9 @@ from gateway.pruning.scoring import UnitScore
 # tool (a here-document, a file's whole new text): the values it names are its content,
 # not the few things it acts on.
 MAX_CALL_VALUES = 6
+# A result shorter than this shows nothing of the thing its call named (an edit's empty
+# output, a status line): the last view of that thing is further back.
+MIN_VIEW_TOKENS = 24
 WORKING_SET_LIFT = 1.0  # above any relevance the scorer's other signals reach
 
 
@@ -63,25 +71,35 @@ def working_set(conv: Conversation, candidates: Sequence[int], window: Sequence[
         found = named_by_call(conv, i) & left
         if found:
             lifted[i] = len(found)
-            left -= found
+            if conv.units[i].tool_result_tokens >= MIN_VIEW_TOKENS:
+                left -= found
             if not left:
                 break
     return lifted
 
 
 def superseded(conv: Conversation, candidates: Sequence[int]) -> set[int]:
-    """The candidate tool exchanges whose call a newer exchange repeats exactly."""
+    """The candidate tool exchanges whose call a newer exchange repeats exactly and whose
+    output lines the newest such exchange all repeats."""
     wanted = set(candidates)
-    seen: set[str] = set()
+    newest: dict[str, frozenset[str]] = {}  # per call, the output lines of its newest exchange
     stale: set[int] = set()
     for u in reversed(conv.units):
         if u.kind != KIND_TOOL_CHAIN:
             continue
         key = call_arguments_text(conv.messages[u.start])
-        if key in seen and u.index in wanted:
+        lines = _output_lines(conv, u.index)
+        if key in newest and u.index in wanted and lines <= newest[key]:
             stale.add(u.index)
-        seen.add(key)
+        newest.setdefault(key, lines)
     return stale
+
+
+def _output_lines(conv: Conversation, unit: int) -> frozenset[str]:
+    """The non-blank lines of a tool exchange's results, stripped."""
+    u = conv.units[unit]
+    return frozenset(line.strip() for j in u.indices[1:] for line in content_text(conv.messages[j].get("content"))
+                     .splitlines() if line.strip())
 
 
 def lifted(conv: Conversation, scores: Mapping[int, UnitScore], last_views: Mapping[int, int]) -> dict[int, UnitScore]:

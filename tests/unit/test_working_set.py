@@ -56,12 +56,38 @@ def test_the_last_view_of_what_a_recent_call_names_is_the_working_set():
     assert working_set(conv, candidates, [5]) == {}             # `ls tests` names nothing viewed before
 
 
-def test_an_exchange_a_newer_one_repeats_exactly_is_superseded():
-    messages = session(("", "python reproduce.py", "AssertionError"),
-                       ("", "sed -i 's/a/b/' parser/header.py", ""),
-                       ("", "python reproduce.py", "OK"))
+def test_an_edit_with_no_output_is_not_the_last_view_of_the_file_it_edits():
+    # The agent read the file, edited a line of it (no output), and names it again: what
+    # it last saw of the file is the read, which its next edit copies from.
+    messages = session(("", "nl -ba parser/header.py", SOURCE),
+                       ("", "sed -i '52s/strip/rstrip/' parser/header.py", ""),
+                       ("", "python -m pytest tests/test_header.py", "1 failed"),
+                       ("", "grep -n parse_delta_field parser/header.py", "10: def parse_delta_field"))
     conv = build_conversation(messages, COUNTER.count_message)
-    assert superseded(conv, [2, 3]) == {2}
+    assert working_set(conv, [2, 3, 4], [5]) == {3: 1, 2: 1}
+
+
+def test_an_exchange_a_newer_one_repeats_exactly_is_superseded():
+    # The same file read again, unchanged (and a log read again after it grew): the older
+    # result says nothing the newer one does not.
+    messages = session(("", "cat parser/header.py", SOURCE),
+                       ("", "tail logs/run.log", "started\nstep 1 ok"),
+                       ("", "cat parser/header.py", SOURCE),
+                       ("", "tail logs/run.log", "started\nstep 1 ok\nstep 2 ok"))
+    conv = build_conversation(messages, COUNTER.count_message)
+    assert superseded(conv, [2, 3, 4]) == {2, 3}
+
+
+def test_an_older_result_that_says_more_than_the_newer_one_is_not_superseded():
+    # The failure the agent fixed, and the file as it was before the edit: the history of
+    # what it works on, which a re-run that passes does not repeat.
+    messages = session(("", "python reproduce.py", "AssertionError: header lost its last field"),
+                       ("", "cat parser/header.py", SOURCE),
+                       ("", "sed -i 's/strip()/rstrip()/' parser/header.py", ""),
+                       ("", "python reproduce.py", "OK"),
+                       ("", "cat parser/header.py", SOURCE.replace("strip()", "rstrip()")))
+    conv = build_conversation(messages, COUNTER.count_message)
+    assert superseded(conv, [2, 3, 4, 5]) == set()
 
 
 def test_the_masked_last_view_of_a_file_keeps_the_names_of_the_file():
