@@ -1,18 +1,21 @@
 """CPU instructions per request, counted (not timed): this tree against another revision.
 
     python bench/request_instructions.py --against 99e55f9 [--requests 10,60] [--modes none,prune]
+    python bench/request_instructions.py --against main --payload small --route messages --modes none
 
 On a noisy 2-core machine a few percent of CPU per request drown in the noise of
 timed runs; an instruction count does not. Each side runs the real gateway
 (``python -m gateway.cli serve``, uvicorn, real sockets) under valgrind's
-callgrind, with the fake upstream as its own process (not counted). A client
-sends the agent payload of ``bench/overhead.py`` (~20k tokens, 103 messages,
-sequentially) ``N`` times, then stops the server; the count of a run with the
+callgrind, with the route's fake upstream as its own process (not counted). A client
+sends the agent payload of ``bench/overhead.py`` (~20k tokens, 103 messages; ``--payload
+small``: its two-message chat) in the route's format, sequentially, ``N`` times, then stops the server; the count of a run with the
 smaller ``N`` is subtracted from the larger, so start-up and shutdown cancel out
 and what is left, divided by the difference, is the gateway's own instructions
 per request. Modes: ``none`` (``x-sieve-strategy: none``: the framework, wire
 checks, forwarding and accounting) and ``prune`` (a conversation pruned to 8,000
-tokens, warm after its first request: the frozen replay of an agent loop).
+tokens, warm after its first request: the frozen replay of an agent loop). A revision is
+checked out as ``bench/ab.py`` does (``bench/.cache/ab-<commit>``), and each tree runs its own
+default policy with ``sieve_expand`` off where the tree has it.
 
 Needs valgrind (Debian's package). A run takes about a minute per side and mode.
 """
@@ -34,14 +37,16 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.overhead import DATA, against_tree, agent_request  # noqa: E402
+from bench.ab import checkout, policies_of  # noqa: E402
+from bench.overhead import agent_request, small_request  # noqa: E402
+from bench.overhead_routes import ROUTES, Route  # noqa: E402
 from tests.support import free_port, wait_until  # noqa: E402
 
 MODES = {"none": {"x-sieve-strategy": "none"},
          "prune": {"x-sieve-conversation-id": "bench-instructions", "x-sieve-target-tokens": "8000"}}
 
 
-def count(tree: Path, upstream: str, requests: int, headers: dict[str, str], body: bytes) -> int:
+def count(tree: Path, upstream_port: int, route: Route, requests: int, headers: dict[str, str], body: bytes) -> int:
     """Instructions callgrind counted in one gateway process that served ``requests`` requests."""
     python = os.path.realpath(sys.executable)  # the interpreter itself, not a shim valgrind would trace instead
     port = free_port()
@@ -50,12 +55,13 @@ def count(tree: Path, upstream: str, requests: int, headers: dict[str, str], bod
         server = subprocess.Popen(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", python, "-m", "gateway.cli", "serve",
              "--port", str(port)], cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(tree), "SIEVE_UPSTREAM_BASE_URL": upstream})
+            env={**os.environ, **route.sieve_env(upstream_port), "PYTHONPATH": str(tree),
+                 "SIEVE_POLICIES_DIR": str(policies_of(tree))})
         try:
             _wait_ready(port, server)
             with httpx.Client(timeout=120) as client:
                 for _ in range(requests):
-                    response = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", content=body,
+                    response = client.post(f"http://127.0.0.1:{port}{route.path}", content=body,
                                            headers={"content-type": "application/json",
                                                     "authorization": "Bearer sk-bench", **headers})
                     response.raise_for_status()
@@ -87,27 +93,29 @@ def main() -> int:
     ap.add_argument("--against", required=True, help="git revision or tree path to compare with")
     ap.add_argument("--requests", default="10,60", help="the two request counts whose difference is measured")
     ap.add_argument("--modes", default="none,prune", help="comma list of " + ",".join(MODES))
+    ap.add_argument("--payload", choices=("agent", "small"), default="agent")
+    ap.add_argument("--route", choices=tuple(ROUTES), default="chat")
     args = ap.parse_args()
     low, high = (int(n) for n in args.requests.split(","))
-    body = orjson.dumps(agent_request(20_000)[0])
-    assert DATA.exists(), f"{DATA}: the dev sessions are needed for the payload"
+    route = ROUTES[args.route]
+    body = orjson.dumps(route.payload(agent_request(20_000)[0] if args.payload == "agent" else small_request()))
+    other = Path(args.against).resolve() if Path(args.against).is_dir() else checkout(args.against)
     upstream_port = free_port()
-    upstream = subprocess.Popen([sys.executable, "-m", "tests.support.fake_upstream", "--port", str(upstream_port)],
+    upstream = subprocess.Popen([sys.executable, "-m", route.upstream_module, "--port", str(upstream_port)],
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{upstream_port}/v1"
     results: dict[tuple[str, str], float] = {}
     try:
-        with against_tree(args.against) as other:
-            for mode in args.modes.split(","):
-                for name, tree in (("this tree", ROOT), (args.against, other)):
-                    per_request = (count(tree, url, high, MODES[mode], body) -
-                                   count(tree, url, low, MODES[mode], body)) / (high - low)
-                    results[(mode, name)] = per_request
-                    print(f"# {mode:<6} {name}: {per_request / 1e6:.3f} M instructions per request", file=sys.stderr)
+        for mode in args.modes.split(","):
+            for name, tree in (("this tree", ROOT), (args.against, other)):
+                per_request = (count(tree, upstream_port, route, high, MODES[mode], body) -
+                               count(tree, upstream_port, route, low, MODES[mode], body)) / (high - low)
+                results[(mode, name)] = per_request
+                print(f"# {mode:<6} {name}: {per_request / 1e6:.3f} M instructions per request", file=sys.stderr)
     finally:
         upstream.terminate()
         upstream.wait(10)
-    print(f"gateway instructions per chat request (callgrind; the difference of {high} and {low} requests):")
+    print(f"gateway instructions per {args.payload} {route.path} request "
+          f"(callgrind; the difference of {high} and {low} requests):")
     for mode in args.modes.split(","):
         this, base = results[(mode, "this tree")], results[(mode, args.against)]
         print(f"  {mode:<6} this tree {this / 1e6:7.3f} M   {args.against} {base / 1e6:7.3f} M   "

@@ -136,12 +136,45 @@ def _ids_of_runs(runs: Iterable[str]) -> tuple[str, ...]:
 def _without_field_keys(text: str, values: tuple[str, ...]) -> tuple[str, ...]:
     """``values`` of ``text`` less its records' field names (``_field_keys``), which are
     looked for only when some value could be one: a value without a digit, or a
-    numbered word."""
-    if values and (not all(map(_DIGIT, values)) or any(map(_FIELD_NUMBER, values))):
-        keys = _field_keys(text)
-        if keys:
-            return tuple(filterfalse(keys.__contains__, values))
-    return values
+    numbered word. A few such values are looked up in the text one by one
+    (``_keys_among``): collecting every key of a JSON output cost more than reading its
+    values (a Python step per key)."""
+    maybe = [*filterfalse(_DIGIT, values), *filter(_FIELD_NUMBER, values)]
+    if not maybe:
+        return values
+    keys = _keys_among(text, maybe) if len(maybe) * len(text) <= _LOOKUP_CHARS else _field_keys(text)
+    return tuple(filterfalse(keys.__contains__, values)) if keys else values
+
+
+# Values that could be keys are looked for in the text one by one (a few substring
+# searches each, in C) while that scans at most a few times this many characters
+# (values x text); beyond, every key of the text is collected once.
+_LOOKUP_CHARS = 100_000
+
+
+def _keys_among(text: str, values: list[str]) -> frozenset[str]:
+    """``frozenset(values) & _field_keys(text)`` without collecting every key, for values
+    that may be keys (no digit, or a numbered word). A value (which never holds a quote)
+    is a JSON or repr key exactly where it ends a piece of ``text.split('":')`` after the
+    piece's last quote: right after a quote (``"value":``), or as the whole piece (at the
+    text's start, or right after the previous ``":``); else a YAML-like line's key."""
+    keys = set()
+    lines: frozenset[str] | None = None
+    for value in values:
+        if not 0 < len(value) <= 64:
+            continue
+        for quote in ('"', "'"):
+            ends = quote + ":"
+            if ends in text and (quote + value + ends in text or text.startswith(value + ends)
+                                 or ends + value + ends in text):
+                keys.add(value)
+                break
+        else:
+            if lines is None:
+                lines = frozenset(_line_keys(text))
+            if value in lines:
+                keys.add(value)
+    return frozenset(keys)
 
 
 # A YAML-like line's key: the word before its colon (then a space or the line's end), at

@@ -47,6 +47,8 @@ __all__ = ["OTHER", "NOT_FORWARDED", "CohortFigures", "LabelBounds", "RequestFig
            "record_request", "transformation_reasons"]
 
 OTHER = "other"
+_UNIT_ACTION_SET = frozenset(UNIT_ACTIONS)
+_TRANSFORMATION_REASONS = frozenset(r.value for r in InputTransformation)
 NOT_FORWARDED = frozenset({Outcome.CLIENT_ERROR, Outcome.BUDGET_REJECTED, Outcome.FAIL_CLOSED,
                            Outcome.UNAUTHORIZED, Outcome.INTERNAL_ERROR})
 # A request refused before it reached the provider is counted by what refused it.
@@ -167,19 +169,19 @@ def record_request(metrics: Metrics, bounds: LabelBounds, figures: RequestFigure
     """Move every metric one request touches (rules in the module docstring)."""
     if figures.outcome not in OUTCOMES:
         raise ValueError(f"unknown outcome {figures.outcome!r}; expected one of {', '.join(OUTCOMES)}")
-    unknown = sorted(set(figures.unit_actions) - set(UNIT_ACTIONS))
-    if unknown:
+    if not _UNIT_ACTION_SET.issuperset(figures.unit_actions):
+        unknown = sorted(set(figures.unit_actions) - _UNIT_ACTION_SET)
         raise ValueError(f"unknown unit action(s) {', '.join(unknown)}; expected {', '.join(UNIT_ACTIONS)}")
     org, model = bounds.org(figures.org), bounds.model(figures.model)
     metrics.child(metrics.requests, org, model, figures.outcome).inc()
     if figures.route is not None:
         metrics.child(metrics.route_requests, org, figures.route, figures.outcome).inc()
     if figures.outcome not in NOT_FORWARDED:
-        metrics.child(metrics.prompt_tokens_original, org, model).inc(max(figures.original_tokens, 0))
-        metrics.child(metrics.prompt_tokens_forwarded, org, model).inc(max(figures.forwarded_tokens, 0))
-        metrics.child(metrics.completion_tokens, org, model).inc(max(figures.completion_tokens, 0))
+        _add(metrics.child(metrics.prompt_tokens_original, org, model), figures.original_tokens)
+        _add(metrics.child(metrics.prompt_tokens_forwarded, org, model), figures.forwarded_tokens)
+        _add(metrics.child(metrics.completion_tokens, org, model), figures.completion_tokens)
     for action, count in figures.unit_actions.items():
-        metrics.child(metrics.units, org, action).inc(max(count, 0))
+        _add(metrics.child(metrics.units, org, action), count)
     if figures.savings is not None:
         _record_costs(metrics, org, model, figures.savings)
     for histogram, seconds in ((metrics.prune_seconds, figures.prune_s), (metrics.scorer_seconds, figures.scorer_s),
@@ -206,11 +208,10 @@ def _record_reasoning(metrics: Metrics, org: str, figures: RequestFigures) -> No
 def transformation_reasons(entries: Iterable[Any]) -> dict[str, int]:
     """The provider's ``input_transformations`` entries counted by reason (one not in the
     vocabulary as ``other``: the label stays bounded)."""
-    known = {r.value for r in InputTransformation}
     counts: dict[str, int] = {}
     for entry in entries:
         reason = entry.get("reason") if isinstance(entry, dict) else None
-        label = reason if reason in known else InputTransformation.OTHER.value
+        label = reason if reason in _TRANSFORMATION_REASONS else InputTransformation.OTHER.value
         counts[label] = counts.get(label, 0) + 1
     return counts
 
@@ -222,12 +223,12 @@ def _record_cohort(metrics: Metrics, org: str, model: str, figures: RequestFigur
     metrics.child(metrics.cohort_requests, org, cohort, figures.outcome).inc()
     for kind, tokens in (("original", figures.original_tokens), ("forwarded", figures.forwarded_tokens),
                          ("billed", c.billed_prompt_tokens), ("cached", c.cached_tokens)):
-        metrics.child(metrics.cohort_prompt_tokens, org, cohort, kind).inc(max(tokens, 0))
+        _add(metrics.child(metrics.cohort_prompt_tokens, org, cohort, kind), tokens)
     if c.billed_usd is not None:
-        metrics.child(metrics.cohort_cost_usd, org, cohort).inc(max(c.billed_usd, 0.0))
+        _add(metrics.child(metrics.cohort_cost_usd, org, cohort), c.billed_usd)
     metrics.child(metrics.conversation_steps, org, cohort).observe(c.signals.steps)
-    metrics.child(metrics.tool_calls, org, cohort).inc(c.signals.tool_calls)
-    metrics.child(metrics.repeat_tool_calls, org, cohort).inc(c.signals.repeated_tool_calls)
+    _add(metrics.child(metrics.tool_calls, org, cohort), c.signals.tool_calls)
+    _add(metrics.child(metrics.repeat_tool_calls, org, cohort), c.signals.repeated_tool_calls)
     shadow = c.shadow
     if shadow is not None:
         metrics.child(metrics.shadow_prompt_tokens, org, model).inc(max(shadow.forwarded_tokens, 0))
@@ -239,11 +240,19 @@ def _record_cohort(metrics: Metrics, org: str, model: str, figures: RequestFigur
 
 def _record_costs(metrics: Metrics, org: str, model: str, savings: SavingsRecord) -> None:
     if savings.priced:
-        metrics.child(metrics.cost_usd, org, model, "counterfactual").inc(max(savings.counterfactual_usd, 0.0))
-        metrics.child(metrics.cost_usd, org, model, "actual").inc(max(savings.actual_usd, 0.0))
+        _add(metrics.child(metrics.cost_usd, org, model, "counterfactual"), savings.counterfactual_usd)
+        _add(metrics.child(metrics.cost_usd, org, model, "actual"), savings.actual_usd)
     else:
         metrics.child(metrics.unpriced, model).inc()
-    metrics.child(metrics.cost_usd, org, model, "scorer").inc(max(savings.scorer_usd, 0.0))
+    _add(metrics.child(metrics.cost_usd, org, model, "scorer"), savings.scorer_usd)
+
+
+def _add(counter: Any, amount: float) -> None:
+    """``counter.inc(amount)`` for a positive amount: a request moves a dozen counters and most
+    of them by 0, and each ``inc`` takes the child's lock (the child exists all the same: it
+    was looked up, so its series shows, at 0)."""
+    if amount > 0:
+        counter.inc(amount)
 
 
 @dataclass(slots=True)

@@ -146,7 +146,7 @@ def savings_for_request(
     counterfactual = _counterfactual_usage(original, sent, usage, price.has_cached_price) \
         if pruned or sieve_tool_tokens else usage
     actual_usd = price_usage(price, usage).total_usd
-    cf_usd = price_usage(price, counterfactual).total_usd
+    cf_usd = actual_usd if counterfactual is usage else price_usage(price, counterfactual).total_usd
     return SavingsRecord(
         model=model, priced=True, original_tokens=original.tokens, forwarded_tokens=forwarded_tokens,
         overhead_tokens=max(usage.prompt_tokens - sent, 0), actual_prompt_tokens=usage.prompt_tokens,

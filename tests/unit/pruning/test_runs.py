@@ -99,3 +99,24 @@ def test_strong_ids_are_the_ids_that_name_one_record(text):
 def test_ids_in_is_the_union_of_each_texts_ids(texts):
     # Field names included: what a forward shows is present, key or value ('#-a":' drew this).
     assert ids.ids_in(texts) == set().union(*(regex_ids(t, field_keys=True) for t in texts))
+
+
+KEY_PIECES = st.sampled_from([
+    "\"", "'", ":", "\":", "':", " ", "\n", "-", "- ", "{", "}", ",", "a", "b1", "x@y.io", "src/a.py", "line_2",
+    "address1", "14:30", "http://h/p", "#W1", "order_id", "é", "  ", "k: v", "\t",
+])
+KEY_TEXTS = st.lists(KEY_PIECES, max_size=40).map("".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(KEY_TEXTS, st.lists(st.sampled_from(["a", "b1", "x@y.io", "src/a.py", "line_2", "address1", "14:30",
+                                            "http://h/p", "order_id", "k", "v", "a:b", "b"]), max_size=8, unique=True))
+@example('"a":":line_2":', ["line_2"])
+@example("a':b'", ["a"])
+def test_keys_looked_up_one_by_one_are_the_keys_collected(text, values):
+    # A few values that may be field names (no digit, or a numbered word) are looked up in
+    # the text (``_keys_among``); many, every key of the text is collected (``_field_keys``):
+    # the same keys either way.
+    values = [v for v in values if ids._DIGIT(v) is None or ids._FIELD_NUMBER(v)]
+    assert ids._keys_among(text, values) == frozenset(values) & ids._field_keys(text)
+
