@@ -46,7 +46,8 @@ PARTS: list[tuple[str, re.Pattern[str]]] = [(name, re.compile(pattern)) for name
                    r"conversation_signals|signals)\.py"),
     ("budget", r"gateway/(exchange/budget_guard|(billing/)?(budgets|reservation_estimate|image_tokens)|budget_guard)\.py|"
                    r"gateway/state/"),
-    ("prune", r"gateway/(exchange/)?(pruner|prune_step|expander|expand_record|big_bodies)\.py|gateway/pruning/|"
+    ("prune", r"gateway/(exchange/)?(pruner|prune_step|expander|expand_record|big_bodies)\.py|gateway/expand/|"
+                "gateway/pruning/|"
                 "gateway/scorers/"),
     ("relay", r"^_relay |wire/(sse|event_taps)\.py|^stream_response |^_stream |^(body_iterator|_streamed)"),
     ("forward", r"gateway/upstream/|aiohttp/|yarl/|multidict/"),

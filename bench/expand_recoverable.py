@@ -5,7 +5,7 @@
 Replays each session's steps in order through the pure pipeline as the gateway runs
 it (the conversation's frozen plan carried from step to step, the target as an
 ``x-sieve-target-tokens`` would set it), decorates the forward as ``expand_tool: true``
-does (``gateway.pruning.expansion.expandable``), and for every step whose label names
+does (``gateway.expand.expandable``), and for every step whose label names
 facts the next call needs (``grounding``) that were in the client's history but are
 not in the forwarded request, checks that a ref the forward names restores them
 (``restore`` of every ref the request lists, the text the model would get back).
@@ -38,13 +38,12 @@ prepare_offline_environment()
 
 import quality  # noqa: E402
 
-from gateway.pruning.expansion import expandable, restore  # noqa: E402
+from gateway.expand import expandable, restore, tool_definition  # noqa: E402
 from gateway.pruning.frozen import FrozenPlan  # noqa: E402
 from gateway.pruning.pipeline import prune  # noqa: E402
 from gateway.pruning.policy import Policy, Steering  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounters  # noqa: E402
-from gateway.wire.expand_tool import tool_definition  # noqa: E402
 from gateway.wire.formats import WireFormat  # noqa: E402
 
 

@@ -32,7 +32,7 @@ LAYERS = {
     "image_tokens": 2, "usage_bounds": 2,
     "services": 3, "proxy": 3, "pruner": 3, "accounting": 3, "expander": 3,
     "expand_record": 3, "passthrough": 3, "reasoning": 3, "stored_responses": 3, "deferred": 3,
-    "app": 4, "cli_module": 4, "offline": 4, "shadow_report": 4,
+    "app": 5, "cli_module": 5, "offline": 5, "shadow_report": 5,
 }
 
 

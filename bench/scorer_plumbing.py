@@ -37,7 +37,6 @@ from gateway.config.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
 
-import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
 from gateway.pruning.pipeline import prune  # noqa: E402
@@ -49,6 +48,8 @@ from gateway.scorers.prompt import SYSTEM_PROMPT  # noqa: E402
 from gateway.telemetry.metrics import Metrics  # noqa: E402
 from gateway.telemetry.pricing import PriceBook  # noqa: E402
 from gateway.telemetry.usage import Usage  # noqa: E402
+from gateway.config import RouteKind  # noqa: E402
+from gateway.upstream import Http1Client, LiteLLMUpstream, OpenAICompatibleUpstream  # noqa: E402
 from tests.support.fake_scorer import ScorerModel, answer, batch_ids  # noqa: E402
 from tests.support.fake_upstream import Reply  # noqa: E402
 
@@ -80,8 +81,12 @@ async def run_mode(mode: str, cases: list[dict], args, server: ScorerModel, curr
                     scorer_deadline_s=600.0, scorer_batch_timeout_s=600.0, scorer_batch_size=args.batch_size,
                     hybrid_top_k=args.top_k)
     rows = []
-    async with aiohttp.ClientSession(auto_decompress=False) as session:
-        llm = LLMScorer(session=session, cache=None, metrics=Metrics(), prices=prices, counters=counters)
+    # The scorer's calls go through the forward's transport, as in the gateway.
+    http = Http1Client(connect_timeout_s=5.0)
+    upstreams = {RouteKind.OPENAI: OpenAICompatibleUpstream(http, read_timeout_s=600.0),
+                 RouteKind.LITELLM: LiteLLMUpstream(timeout_s=600.0)}
+    try:
+        llm = LLMScorer(upstreams=upstreams, cache=None, metrics=Metrics(), prices=prices, counters=counters)
         for case in cases:
             body = case["request"]
             counter = counters.for_model(body["model"])
@@ -126,6 +131,8 @@ async def run_mode(mode: str, cases: list[dict], args, server: ScorerModel, curr
                 print("--- request parameters ---")
                 print(json.dumps({k: v for k, v in first_request.items() if k != "messages"}))
                 print("=" * 90)
+    finally:
+        await http.close()
     return summarize(mode, rows)
 
 

@@ -1,8 +1,9 @@
 """Sieve's OpenAPI document, generated from the code.
 
 FastAPI describes the route table (paths, admin models, response models); this
-module adds what FastAPI cannot see: the models of :mod:`gateway.api.schemas`
-that no route parses, the ``x-sieve-*`` headers, and what each route's access
+module adds what FastAPI cannot see: the request bodies (the wire layer's declarations,
+:mod:`gateway.wire.shapes`: what checks a body describes it), the models of
+:mod:`gateway.api.schemas` that no route returns itself, the ``x-sieve-*`` headers, and what each route's access
 level implies (its security, and the errors its guard answers). Served at
 ``GET /openapi.json`` (and as a page at ``/docs``)::
 
@@ -21,6 +22,7 @@ from gateway.api.access import Access, GuardedRoute
 from gateway.api.format_schemas import REQUEST_BODIES, AnthropicError
 from gateway.api.schemas import (ERRORS, Error, ServerSentEvent, SieveResponseHeaders, SteeringHeaders,
                                  component_name)
+from gateway.wire import components as shape_components
 
 INFO = {
     "title": "Sieve",
@@ -101,14 +103,15 @@ def describe(app: FastAPI) -> dict[str, Any]:
     # A body or parameter that fails a model is a 400 in OpenAI's shape (gateway.api.rendering), never a 422.
     schemas.pop("HTTPValidationError", None)
     schemas.pop("ValidationError", None)
-    schemas.update(_schemas(*REQUEST_BODIES.values(), Error, AnthropicError, ServerSentEvent))
+    schemas.update(shape_components(*REQUEST_BODIES.values()))
+    schemas.update(_schemas(Error, AnthropicError, ServerSentEvent))
     components["securitySchemes"] = SECURITY_SCHEMES
     components["parameters"] = _header_parameters(SteeringHeaders)
     components["headers"] = _response_headers(SieveResponseHeaders)
     components["requestBodies"] = {name: {
-        "required": True, "description": model.__doc__,
-        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
-        for name, model in REQUEST_BODIES.items()}
+        "required": True, "description": shape.doc,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{shape.name}"}}}}
+        for name, shape in REQUEST_BODIES.items()}
     components["responses"] = _error_responses(components["headers"]["XSieveRequestId"]["schema"])
     for route in app.routes:
         if isinstance(route, GuardedRoute):

@@ -9,7 +9,8 @@ These routes take the raw ``Request`` and answer a ``Response`` themselves
 (:class:`gateway.api.access.RawRoute`): a chat body is checked as plain dicts
 (:mod:`gateway.wire.chat`), far cheaper on a 100k-token history than building
 models of it, and FastAPI's request handling stays off the hot path. What they
-accept and answer is described for OpenAPI in :mod:`gateway.api.schemas`.
+accept is described for OpenAPI by the same declarations that check it
+(:mod:`gateway.wire.shapes`); what they answer, in :mod:`gateway.api.schemas`.
 """
 
 from __future__ import annotations

@@ -1,30 +1,27 @@
-"""What the routes accept and answer, as OpenAPI sees it: models for the document only.
+"""What the routes answer, and the headers they take, as OpenAPI sees it: models for the document only.
 
-The chat routes check plain dicts (:mod:`gateway.wire.chat`) and never build
-these models; a route names them for :mod:`gateway.api.openapi` to generate
-the document from::
+The request bodies are the wire layer's declarations (:mod:`gateway.wire.shapes`: the
+same declaration checks a body and describes it); these models describe what Sieve
+answers, and a route names them for :mod:`gateway.api.openapi` to generate the
+document from::
 
     ClientRoute("/v1/prune", prune, methods=["POST"], response_model=PruneResponse,
                 openapi_extra=steered("InvalidRequest", "Forbidden", "RequestTimeout", "BodyTooLarge"))
 
-The request models are as lenient as the wire: unknown fields are allowed, and
-only what Sieve itself checks is constrained (what the provider checks is
-described, not constrained). A field the wire may omit is written ``= OMITTED``.
+A field the wire may omit is written ``= OMITTED``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from gateway.pruning import Action, Cohort, Mode, STRATEGIES, Strategy
 from gateway.telemetry import FailOpen
-from gateway.wire import (MAX_CHOICES, MAX_COMPLETION_TOKENS, MAX_CONVERSATION_ID_BYTES, MAX_GOAL_CHARS,
-                          MAX_TARGET_TOKENS, WireFormat, WireLimits)
+from gateway.wire import MAX_CONVERSATION_ID_BYTES, MAX_GOAL_CHARS, MAX_TARGET_TOKENS, WireFormat
 
 OMITTED: Any = None  # an optional field that is never null on the wire (no model is ever built)
-LIMITS = WireLimits()
 REQUEST_ID = r"^req_[0-9a-f]{24}$"
 
 
@@ -68,128 +65,6 @@ class Error(Listed):
 
     # Inline, as the object it is in OpenAI's own error schema (it has no name of its own there).
     error: Annotated[ErrorDetail, WithJsonSchema(ErrorDetail.model_json_schema())]
-
-
-# --- the chat-completion request ---------------------------------------------------------------
-
-class ContentPartObject(Wire):
-    type: Any = Field(OMITTED, description="text, image_url, input_audio, file, refusal, ...")
-    text: Any = Field(OMITTED, description="The text of a `text` part.")
-
-
-class ContentPart(RootModel[ContentPartObject | str]):
-    """A content part object, e.g. `{"type": "text", "text": "..."}` or `{"type": "image_url",
-    "image_url": {"url": "..."}}`. Sieve reads the `text` of text parts and passes every part through;
-    the provider decides which types it takes. A bare string part is accepted and read as text."""
-
-    model_config = ConfigDict(json_schema_extra=_plain)
-
-
-class Content(RootModel[str | list[ContentPart]]):
-    """A string, or an array of content parts."""
-
-    model_config = ConfigDict(json_schema_extra=_plain)
-
-
-NAME = Field(OMITTED, description="An optional participant name; forwarded as sent.")
-NO_TOOL_CALLS = Field(OMITTED, description="Tool calls belong to assistant messages only.")
-
-
-class SystemMessage(Wire):
-    role: Literal["system"]
-    content: Content
-    name: Any = NAME
-    tool_calls: None = NO_TOOL_CALLS
-
-
-# A schema of its own, though it checks the same: the discriminator's mapping stays one-to-one
-# (tools read a schema named by two roles as one role's only).
-class DeveloperMessage(SystemMessage):
-    """A system message under its newer name."""
-
-    role: Literal["developer"]  # type: ignore[assignment]
-
-
-class UserMessage(Wire):
-    role: Literal["user"]
-    content: Content
-    name: Any = NAME
-    tool_calls: None = NO_TOOL_CALLS
-
-
-class FunctionCall(Wire):
-    name: str
-    arguments: str = Field(description="The arguments as JSON text (a string, not an object).")
-
-
-class ToolCall(Wire):
-    id: str
-    type: Any = Field(OMITTED, description="`function`; forwarded as sent.")
-    function: FunctionCall
-
-
-class AssistantMessage(Wire):
-    role: Literal["assistant"]
-    content: Content | None = OMITTED
-    tool_calls: list[ToolCall] | None = OMITTED
-    function_call: Any = Field(OMITTED, description="The legacy single call, answered by a `function` message.")
-    refusal: Any = Field(OMITTED, description="Forwarded as sent.")
-    name: Any = NAME
-
-
-class ToolMessage(Wire):
-    role: Literal["tool"]
-    tool_call_id: str = Field(description="The id of the call of the assistant message just before that this "
-                                          "answers.")
-    content: Content | None = OMITTED
-    tool_calls: None = NO_TOOL_CALLS
-
-
-class FunctionMessage(Wire):
-    role: Literal["function"]
-    name: Any = NAME
-    content: Content | None = OMITTED
-    tool_calls: None = NO_TOOL_CALLS
-
-
-AnyMessage = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage
-
-
-class Message(RootModel[AnyMessage]):
-    """One chat message; which fields apply depends on its role."""
-
-    model_config = ConfigDict(json_schema_extra=_plain)
-
-    root: AnyMessage = Field(discriminator="role")
-
-
-class StreamOptions(Wire):
-    include_usage: Any = Field(OMITTED, description="Sieve always asks the provider for usage when streaming, "
-                                                    "and strips it again unless the client asked for it.")
-
-
-TOKEN_COUNT = Field(OMITTED, ge=1, le=MAX_COMPLETION_TOKENS)
-
-
-class ChatCompletionRequest(Wire):
-    """An OpenAI chat-completion request; every field Sieve does not check passes through."""
-
-    model: str = Field(pattern=r"\S", description="A model this gateway routes (any name goes to the default "
-                                                  "upstream when one is set; `/v1/prune` takes any).")
-    messages: list[Message] = Field(min_length=1, description=(
-        f"At most {LIMITS.max_messages:,} messages (`SIEVE_MAX_MESSAGES`), each with at most "
-        f"{LIMITS.max_content_parts:,} content parts (`SIEVE_MAX_CONTENT_PARTS`) and {LIMITS.max_message_chars:,} "
-        "characters of text, tool-call arguments included (`SIEVE_MAX_MESSAGE_CHARS`); the body nests at most "
-        f"{LIMITS.max_json_depth} levels deep (`SIEVE_MAX_JSON_DEPTH`). These are the defaults; past them, a 400."))
-    stream: bool | None = OMITTED
-    stream_options: StreamOptions | None = OMITTED
-    max_tokens: int | None = TOKEN_COUNT
-    max_completion_tokens: int | None = TOKEN_COUNT
-    n: int | None = Field(OMITTED, ge=1, le=MAX_CHOICES, description="Answers to make; a budget reserves for each.")
-    metadata: Any = Field(OMITTED, description="`metadata.sieve_goal` (a string) sets the goal like "
-                                               "`x-sieve-goal`; forwarded as sent.")
-    tools: Any = Field(OMITTED, description="Tool schemas; forwarded as sent, not counted against the target.")
-    tool_choice: Any = Field(OMITTED, description="Forwarded as sent.")
 
 
 # --- answers -------------------------------------------------------------------------------------

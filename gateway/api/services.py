@@ -13,16 +13,16 @@ from __future__ import annotations
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
-import aiohttp
 
-from gateway.exchange import (Accountant, BigBodies, BudgetGuard, Deferred, Expander, Forwarder, PassThrough,
+from gateway.exchange import (Accountant, BigBodies, BudgetGuard, Deferred, Forwarder, PassThrough,
     Pruner, ReasoningGuard, StoredResponses)
 from gateway.auth import AuthThrottle, Authenticator, OpenAccess, authenticator_for
 from gateway.billing import BudgetConfig
 from gateway.embedding import Embedder, EmbeddingModel, ModelUnavailable, WorkerLimits
 from gateway.errors import ConfigError, StoreUnavailable
+from gateway.expand import Expander
 from gateway.config import PolicyBook, RouteKind, Settings, prepare_offline_environment
 from gateway.pruning import LocalScorer, TokenCounters
 from gateway.scorers import LLMScorer, Summarizer
@@ -30,7 +30,7 @@ from gateway.state import (AuthFailureLog, BudgetStore, ConversationStore, KeySt
     MemoryBudgetStore, MemoryConversationStore, MemoryKeyStore, MemoryResponseRegistry, MemoryScoreCache,
     ResponseRegistry, ScoreCache)
 from gateway.telemetry import AuditLog, LabelBounds, Metrics, PriceBook, RequestRecorder, protect_logs, redact_url
-from gateway.upstream import (Http1Client, LiteLLMUpstream, ModelCatalog, ModelRouter, OpenAICompatibleUpstream,
+from gateway.upstream import (Http1Client, LiteLLMUpstream, ModelCatalog, ModelRouter, OpenAICompatibleUpstream, Upstream,
     check_url_credentials)
 from gateway.wire import WireLimits
 
@@ -84,12 +84,12 @@ class Services:
     recorder: RequestRecorder
     budget_guard: BudgetGuard
     deferred: Deferred
-    session: aiohttp.ClientSession
     audit: AuditLog
     limits: WireLimits
     auth_throttle: AuthThrottle
     big_bodies: BigBodies   # the bound on big prunes in flight, and the heap trim after them
-    forwarding: Http1Client | None = None  # the forward's client (the session serves models, scorers)
+    # The one HTTP client to providers: forwards, pass-through, model listing, the scorer's calls.
+    forwarding: Http1Client | None = None
     embedder: Embedder | None = None  # the embedding scorer's model and worker, when a policy uses it
 
     @property
@@ -119,17 +119,17 @@ class Services:
         budgets = BudgetGuard(stores.budgets, budget_config, metrics, recorder.bounds.org, counters=counters,
                               output_limit=prices.max_output_tokens, ceiling=settings.max_billed_tokens)
         audit = AuditLog.open(settings.audit_log, secrets=configured_secrets(settings))
-        session = _http_session()
         deferred = Deferred()
         big_bodies = BigBodies(settings.max_prune_bytes_in_flight)
         embedder = _embedder(settings, policies, stores, metrics)
         if embedder is not None:
             await embedder.start()
-        pruner = _pruner(counters, settings, stores, session, metrics, prices, big_bodies, embedder)
-        pruner.cohort_secret = await cohort_secret(settings, stores.conversations)
         forwarding = Http1Client(connect_timeout_s=settings.upstream_connect_timeout_s)
         fast_path = OpenAICompatibleUpstream(forwarding, settings.upstream_timeout_s, settings.max_upstream_body_bytes)
-        router = _router(settings, fast_path)
+        upstreams = _upstreams(settings, fast_path)
+        router = ModelRouter(settings, upstreams)
+        pruner = _pruner(counters, settings, stores, upstreams, metrics, prices, big_bodies, embedder)
+        pruner.cohort_secret = await cohort_secret(settings, stores.conversations)
         stored = StoredResponses(stores.responses)
         proxy = Forwarder(router=router, pruner=pruner,
                           accountant=Accountant(recorder, prices, budgets, audit, counters, stored), budgets=budgets,
@@ -138,7 +138,7 @@ class Services:
                                                                   settings.preserved_thinking_models))
         passthrough = PassThrough(router, fast_path, budgets, recorder, audit, deferred, stored)
         return cls(settings, policies, authenticator, stores, proxy, passthrough,
-                   ModelCatalog(settings, fast_path), recorder, budgets, deferred, session, audit,
+                   ModelCatalog(settings, fast_path), recorder, budgets, deferred, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
                               settings.max_json_depth, settings.max_request_chars),
                    AuthThrottle(settings.auth_failure_limit, settings.auth_failure_window_s, stores.auth_failures),
@@ -153,7 +153,6 @@ class Services:
         await self.proxy.close(timeout_s=5.0)
         await self.deferred.drain(timeout_s=10.0)
         await self.budget_guard.flush()
-        await self.session.close()
         if self.forwarding is not None:
             await self.forwarding.close()
         if self.embedder is not None:
@@ -191,21 +190,15 @@ def in_use(settings: Settings, policies: PolicyBook) -> list[str]:
             f"state: {'redis' if settings.redis_url else 'in memory'}"]
 
 
-def _http_session() -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60)
-    # Decompress whatever arrives compressed anyway (content-encoding is never relayed).
-    return aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
+def _upstreams(settings: Settings, fast_path: OpenAICompatibleUpstream) -> dict[RouteKind, Upstream]:
+    """The transports to providers, by kind: the router's for forwards, the scorer's for its calls."""
+    return {RouteKind.OPENAI: fast_path,
+            RouteKind.LITELLM: LiteLLMUpstream(settings.upstream_timeout_s, settings.max_upstream_body_bytes)}
 
 
-def _router(settings: Settings, fast_path: OpenAICompatibleUpstream) -> ModelRouter:
-    return ModelRouter(settings, {RouteKind.OPENAI: fast_path,
-                                  RouteKind.LITELLM: LiteLLMUpstream(settings.upstream_timeout_s,
-                                                                  settings.max_upstream_body_bytes)})
-
-
-def _pruner(counters: TokenCounters, settings: Settings, stores: Stores, session: aiohttp.ClientSession,
+def _pruner(counters: TokenCounters, settings: Settings, stores: Stores, upstreams: Mapping[RouteKind, Upstream],
             metrics: Metrics, prices: PriceBook, big_bodies: BigBodies, embedder: Embedder | None) -> Pruner:
-    llm = LLMScorer(session=session, cache=stores.scores, metrics=metrics, prices=prices, counters=counters,
+    llm = LLMScorer(upstreams=upstreams, cache=stores.scores, metrics=metrics, prices=prices, counters=counters,
                     api_key=settings.scorer_api_key)
     return Pruner(counters, LocalScorer(), stores.conversations, metrics, llm=llm,
                   summarizer=Summarizer(llm, prices, metrics), big=big_bodies, embedder=embedder)

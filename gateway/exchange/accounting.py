@@ -70,7 +70,7 @@ class RequestRecord:
     shadow_decision: "asyncio.Task[PruneOutcome | None] | None" = None
     shadow: PruneOutcome | None = None
     ended: float | None = None
-    # sieve_expand rounds (gateway.exchange.expander): the usage of every round before the final
+    # sieve_expand rounds (gateway.expand): the usage of every round before the final
     # one (each settled on its own reservation; ``hold`` is the final round's), and the
     # refs the model asked for.
     expand_usage: list[dict[str, Any]] = field(default_factory=list)
@@ -284,7 +284,7 @@ def _reasoning_audit(record: RequestRecord) -> dict[str, Any] | None:
 
 def _earlier_rounds(record: RequestRecord) -> list[Usage]:
     """The usage of the request's sieve_expand rounds before its last answer (each settled on
-    its own reservation by gateway.exchange.expander)."""
+    its own reservation by gateway.expand)."""
     return [u for u in map(usage_from_provider, record.expand_usage) if u is not None]
 
 

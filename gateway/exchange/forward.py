@@ -36,8 +36,7 @@ from gateway.exchange.accounting import Accountant, RequestRecord, chain_tokens
 from gateway.exchange.budget_guard import BudgetGuard, Hold
 from gateway.exchange.deferred import Deferred
 from gateway.errors import SieveError, UpstreamTooLarge, UpstreamUnavailable
-from gateway.exchange.expand_record import ExpandRecord
-from gateway.exchange.expander import Expander, Session
+from gateway.exchange.extra_rounds import ExtraRounds, Pinned
 from gateway.exchange.prune_step import PruneOutcome, Pruner
 from gateway.pruning import Cohort, PolicyMode, PruneResult, shown_with_refs, target_in_force
 from gateway.exchange.reasoning_guard import Guarded, ReasoningGuard
@@ -56,7 +55,7 @@ SHADOW = "shadow mode: forwarded as sent; the decision is measured, not applied"
 
 class Forwarder:
     def __init__(self, *, router: ModelRouter, pruner: Pruner, accountant: Accountant, budgets: BudgetGuard,
-                 deferred: Deferred, expander: Expander | None = None, stored: StoredResponses | None = None,
+                 deferred: Deferred, expander: ExtraRounds | None = None, stored: StoredResponses | None = None,
                  reasoning: ReasoningGuard | None = None) -> None:
         self._router = router
         self._stored = stored
@@ -145,9 +144,9 @@ class Forwarder:
         await self._stored.record(record.call.identity.org, response_id, chain_tokens(record, self._budgets.ceiling),
                                   record.call.sent_body.get("conversation"))
 
-    async def _expand(self, expansion: Session, record: RequestRecord, forwarded: dict[str, Any],
+    async def _expand(self, expansion: Any, record: RequestRecord, forwarded: dict[str, Any],
                       response: UpstreamResponse, headers: Mapping[str, str]) -> UpstreamResponse:
-        """Sieve's own sieve_expand rounds (gateway.exchange.expander); the client gets the last answer."""
+        """Sieve's own sieve_expand rounds (gateway.expand); the client gets the last answer."""
         assert self._expander is not None
         try:
             return await self._expander.answer(expansion, record, forwarded, response,
@@ -180,7 +179,7 @@ class Forwarder:
             await self._reasoning.round_sent(record.reasoning, body, record.call.policy.state_ttl_s)
         return await self._forward(record, body, headers)
 
-    async def _prune(self, call: ModelCall, ingress: Ingress) -> tuple[PruneOutcome, ExpandRecord | None]:
+    async def _prune(self, call: ModelCall, ingress: Ingress) -> tuple[PruneOutcome, Pinned | None]:
         """The request's prune, and its conversation's sieve_expand record when it is pruned
         with the tool on (read first: the pruner holds the pinned exchanges under the target)."""
         reason = ingress.unpruned_reason(call.sent_body)

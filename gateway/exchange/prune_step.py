@@ -76,7 +76,7 @@ class Pruner:
         """Prune ``call``'s body under its conversation's frozen plan. ``target_tokens``,
         when given, is a target Sieve itself imposes (a budget running low): it replaces
         the request's own and is no client override. ``pinned``: the conversation's pinned
-        sieve_expand exchanges (``gateway.exchange.expander``), held under the target.
+        sieve_expand exchanges (``gateway.expand``), held under the target.
 
         ``dry_run`` (``/v1/prune``): the decision a pruned conversation would get, and its
         cohort neither applied nor told (a client must not learn which conversations go

@@ -31,13 +31,12 @@ from typing import Any, Mapping
 from gateway.errors import StoreUnavailable, UnknownStoredResponse
 from gateway.pruning import Policy
 from gateway.state import ResponseRegistry, StoredResponse
-from gateway.wire import Identity
+from gateway.wire import RESPONSE_ID_CHARS, Identity
 
 __all__ = ["RESPONSE_ID_CHARS", "RETENTION_S", "StoredResponses", "conversation_id"]
 
 log = logging.getLogger("sieve.stored_responses")
-# The alphabet of the providers' ids (resp_..., conv_..., msg_...): one path segment, never a dot.
-RESPONSE_ID_CHARS = r"[A-Za-z0-9_-]{1,256}"
+# The alphabet of the providers' ids (resp_..., conv_..., msg_...; gateway.wire): one path segment, never a dot.
 _RESPONSE_ID = re.compile(RESPONSE_ID_CHARS)
 RETENTION_S = 30 * 86_400
 

@@ -9,25 +9,16 @@ the modules behind it are the package's own.
 from gateway.pruning.cohort import cohort_of
 from gateway.pruning.compression import (
     DROPPED_MARKER,
+    MASKED_PREFIX,
     dropped_marker,
     is_omission_marker,
     marker_ids,
     summary_message,
 )
 from gateway.pruning.conversation import Conversation, KIND_BROKEN, KIND_SYSTEM, KIND_TOOL_CHAIN
-from gateway.pruning.expansion import (
-    Expandable,
-    REF_CHARS,
-    TOOL_DESCRIPTION,
-    TOOL_NAME,
-    TOOL_PARAMETERS,
-    expandable,
-    refs_of_call,
-    restore,
-    shown_with_refs,
-    with_ref,
-)
 from gateway.pruning.frozen import FrozenPlan
+from gateway.pruning.marker_refs import REF_CHARS, REF_HINT, marker_spans, ref_of, shown_with_refs, span_ref, with_ref, \
+    with_refs
 from gateway.pruning.messages import content_text, fingerprint, message_token_text, tool_call_text
 from gateway.pruning.pins import PinnedRoom
 from gateway.pruning.pipeline import prune
@@ -54,12 +45,12 @@ __all__ = [
     "Conversation",
     "DROPPED_MARKER",
     "ENGINES",
-    "Expandable",
     "FrozenPlan",
     "KIND_BROKEN",
     "KIND_SYSTEM",
     "KIND_TOOL_CHAIN",
     "LocalScorer",
+    "MASKED_PREFIX",
     "Mode",
     "OVERRIDES",
     "POLICY_FIELDS",
@@ -69,6 +60,7 @@ __all__ = [
     "PolicyMode",
     "PruneResult",
     "REF_CHARS",
+    "REF_HINT",
     "SCORERS",
     "SCORER_FALLBACKS",
     "STRATEGIES",
@@ -77,26 +69,24 @@ __all__ = [
     "SemanticScorer",
     "Steering",
     "Strategy",
-    "TOOL_DESCRIPTION",
-    "TOOL_NAME",
-    "TOOL_PARAMETERS",
     "TokenCounter",
     "TokenCounters",
     "UnitScore",
     "cohort_of",
     "content_text",
     "dropped_marker",
-    "expandable",
     "fingerprint",
     "is_omission_marker",
     "marker_ids",
+    "marker_spans",
     "message_token_text",
     "prune",
-    "refs_of_call",
-    "restore",
+    "ref_of",
     "shown_with_refs",
+    "span_ref",
     "summary_message",
     "target_in_force",
     "tool_call_text",
     "with_ref",
+    "with_refs",
 ]

@@ -30,7 +30,7 @@ class Assembled:
     plan: FrozenPlan
     target_rule_tokens: int  # of the forwarded messages
     # What the refs add that the expander puts in the markers (policy ``expand_tool``;
-    # ``gateway.pruning.expansion``): not in the messages, held under the target all the same.
+    # ``gateway.pruning.marker_refs``): not in the messages, held under the target all the same.
     refs_tokens: int = 0
 
     @property

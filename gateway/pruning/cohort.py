@@ -6,7 +6,7 @@ measured under a shadow policy (``mode: shadow``)::
 
     cohort_of(policy, "acme:5f0c…")   # Cohort.CONTROL for about control_share of keys
 
-The assignment hashes the conversation key (``gateway.pruner.conversation_key``:
+The assignment hashes the conversation key (``gateway.exchange.conversation_key``:
 the org and the client's conversation id, or the task's first messages), so a
 conversation stays in one cohort for all its requests, on every replica, with
 no state, and the split is independent of anything the requests contain beyond

@@ -12,7 +12,7 @@ Each phase reads what the earlier ones left in a :class:`_Decision` and
 returns its own product; :func:`decide` shows the order and what flows where.
 
 With the policy's ``expand_tool`` on, the markers are counted as the expander
-forwards them, each naming its ref (``gateway.pruning.expansion``): in the reserve,
+forwards them, each naming its ref (``gateway.pruning.marker_refs``): in the reserve,
 in the retry and in the room the ids take. The plan keeps the plain markers.
 """
 
@@ -26,7 +26,7 @@ from gateway.pruning.assembly import Assembled, assemble, count_forwarded
 from gateway.pruning.compression import dropped_marker, is_marker, is_omission_marker, task_reminder
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.epochs import settled_prefix
-from gateway.pruning.expansion import marker_spans, refs_tokens, span_ref, with_ref
+from gateway.pruning.marker_refs import marker_spans, refs_tokens, span_ref, with_ref
 from gateway.pruning.key_lines import MIN_KEY_LINE_ROOM, key_line_masks
 from gateway.pruning.markers import (MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids,
                                      without_carried_ids, without_later_carried)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from gateway.pruning.compression import dropped_marker, is_marker, is_omission_marker, marker_ids
 from gateway.pruning.conversation import Conversation
-from gateway.pruning.expansion import with_ref
+from gateway.pruning.marker_refs import with_ref
 from gateway.pruning.ids import ids_in, omitted_ids, text_ids
 from gateway.pruning.messages import call_arguments_text, content_text, readable_text
 from gateway.pruning.policy import Policy
@@ -102,7 +102,7 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     without ids goes when an older one is there to stand for its span.
 
     ``refs``: with the policy's ``expand_tool`` on, the ref the marker at each position
-    will name (``gateway.pruning.expansion``): the ids are counted in the marker as
+    will name (``gateway.pruning.marker_refs``): the ids are counted in the marker as
     forwarded, so the room is exact there too."""
     refs = refs or {}
 

@@ -1,7 +1,7 @@
 """Pinned expansion exchanges as the pipeline sees them: which go back, held under the target.
 
 With the policy's ``expand_tool`` on, a ``sieve_expand`` call Sieve answered stays in the
-conversation's later requests (``gateway.expander``): the call and its result go back
+conversation's later requests (``gateway.expand``): the call and its result go back
 after the client turn they followed. They are message text the provider reads, so the
 target holds them like the markers' refs, and the pipeline says which go back with each
 decision (``PruneResult.pinned``); the expander puts back those, and no others.

@@ -41,7 +41,7 @@ from gateway.pruning.conversation import Conversation, build_conversation
 from gateway.pruning.decision import DecisionTask, decide
 from gateway.pruning.epochs import forced_unit_actions, low_water, low_water_mark
 from gateway.pruning.messages import SYSTEM_ROLES
-from gateway.pruning.expansion import marker_spans, refs_tokens
+from gateway.pruning.marker_refs import marker_spans, refs_tokens
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.pins import pin_budget, placed
 from gateway.pruning.policy import Policy, Steering
@@ -129,7 +129,7 @@ def _turn_epoch_due(request: PruneRequest, turn: Turn, tokens: int) -> bool:
 
 def _as_forwarded(request: PruneRequest, result: PruneResult) -> PruneResult:
     """With the policy's ``expand_tool`` on, ``result`` counted as the expander forwards it:
-    each omission marker naming its ref (``gateway.pruning.expansion``, applied after the
+    each omission marker naming its ref (``gateway.pruning.marker_refs``, applied after the
     decision; the plan keeps the plain markers, so a policy without the tool forwards them
     byte for byte), and the conversation's pinned exchanges that go back with this decision
     in the room it leaves (``gateway.pruning.pins``; ``result.pinned``). Both are message

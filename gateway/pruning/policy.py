@@ -1,7 +1,7 @@
 """A pruning policy: the knobs an org sets, as one frozen value; and the steering of one request.
 
 Loaded from ``policies/*.yaml`` (strictly: unknown keys are start-up errors,
-see ``gateway.policies``); the pure pipeline only reads it. A request may
+see ``gateway.config.policies``); the pure pipeline only reads it. A request may
 steer its own prune within what the policy allows (the ``x-sieve-*`` headers)::
 
     prune(body, policy, scorer=scorer, counter=counter,
@@ -84,7 +84,7 @@ class Policy:
     store_fail_open: bool = True
     # The output a budget reserves for a model whose own limit is unknown (not in litellm's map)
     # when the body sets no cap; under a budget it is also sent as the cap, so the provider
-    # cannot bill past what was reserved (gateway.budget_guard).
+    # cannot bill past what was reserved (gateway.exchange.budget_guard).
     default_max_completion_tokens: int = 4_096
     # What a budget reserves for each piece of content a request only names and the provider
     # adds: a file or document by id or URL, a built-in tool's results (web search, code
@@ -108,7 +108,7 @@ class Policy:
     embedding_weight: float = 0.5     # the model's share of the mix
     embedding_required: bool = False  # no model: a start-up error (true) or the local scorer, logged
     scorer_model: str = "gpt-4o-mini"       # any litellm model string
-    scorer_api_base: str = ""               # OpenAI-compatible base URL: the aiohttp fast path
+    scorer_api_base: str = ""               # OpenAI-compatible base URL: the forward's fast path
     scorer_batch_size: int = 12
     scorer_batch_timeout_s: float = 1.0     # per call to the model
     scorer_deadline_s: float = 1.5          # the whole scoring round
@@ -132,9 +132,9 @@ class Policy:
     # baseline the pruned (or shadow) cohort is compared with.
     mode: PolicyMode = PolicyMode.PRUNE
     control_share: float = 0.0
-    # Reversible pruning (gateway.pruning.expansion): a forward that masks or omits
-    # anything carries the sieve_expand tool, its markers name refs, and Sieve answers
-    # the model's calls itself, asking the provider again up to expand_max_rounds times.
+    # Reversible pruning (gateway.expand; the markers' refs: gateway.pruning.marker_refs): a
+    # forward that masks or omits anything carries the sieve_expand tool, its markers name refs,
+    # and Sieve answers the model's calls itself, asking again up to expand_max_rounds times.
     expand_tool: bool = True
     expand_max_rounds: int = 2
 

@@ -31,7 +31,7 @@ installed (it has wheels for Linux x86-64 and arm64 only), tiktoken counts;
 
 tiktoken must never download its vocabularies: the process points it at the
 files litellm ships before anything counts
-(``gateway.settings.prepare_offline_environment``: the CLI, the tests' conftest
+(``gateway.config.prepare_offline_environment``: the CLI, the tests' conftest
 and the bench scripts call it first). This module stays pure and does not.
 """
 

@@ -34,23 +34,18 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-import aiohttp
 import orjson
 
 from gateway.pruning import Conversation, Policy, Scorer, TokenCounters, UnitScore
-from gateway.scorers.clients import (
-    REASON_TIMEOUT,
-    LiteLLMClient,
-    OpenAICompatibleClient,
-    ScorerCallError,
-    ScorerClient,
-)
+from gateway.config import RouteKind
+from gateway.scorers.clients import REASON_TIMEOUT, ScorerCallError, ScorerClient
 from gateway.scorers.parsing import ScoreParseError, parse_scores
 from gateway.scorers.prompt import UnitView, batch_messages, context_key
 from gateway.state import ScoreCache
 from gateway.telemetry import Metrics, PriceBook, Usage
+from gateway.upstream import Upstream
 
 log = logging.getLogger("sieve.scorer")
 
@@ -119,10 +114,11 @@ class _Batch:
 
 
 class LLMScorer:
-    def __init__(self, *, session: aiohttp.ClientSession | None, cache: ScoreCache | None, metrics: Metrics,
+    def __init__(self, *, upstreams: Mapping[RouteKind, Upstream], cache: ScoreCache | None, metrics: Metrics,
                  prices: PriceBook | None, counters: TokenCounters, api_key: str | None = None,
                  clients: dict[str, ScorerClient] | None = None) -> None:
-        self._session = session
+        # The forward's transports (gateway.upstream): a scoring call is a request like a forward.
+        self._upstreams = upstreams
         self._cache = cache
         self._metrics = metrics
         self._prices = prices
@@ -135,13 +131,11 @@ class LLMScorer:
         base = policy.scorer_api_base
         client = self._clients.get(base)
         if client is None:
-            if base and self._session is not None:
-                client = OpenAICompatibleClient(self._session, base, self._api_key)
-            else:
-                client = LiteLLMClient(base or None, self._api_key)
+            kind = RouteKind.OPENAI if base and RouteKind.OPENAI in self._upstreams else RouteKind.LITELLM
+            client = ScorerClient(self._upstreams[kind], kind, base or None, self._api_key)
             self._clients[base] = client
         model = policy.scorer_model
-        if base and isinstance(client, OpenAICompatibleClient) and model.startswith("openai/"):
+        if client.kind is RouteKind.OPENAI and model.startswith("openai/"):
             model = model[len("openai/"):]
         return client, model
 

@@ -113,7 +113,7 @@ class AuditEntry:
     cohort: str | None = None
     shadow: ShadowSavings | None = None
     shadow_mode: str | None = None  # the shadow decision's prune mode (epoch, frozen, ...)
-    expand_refs: Sequence[str] = ()  # the refs the model asked sieve_expand for (gateway.exchange.expander)
+    expand_refs: Sequence[str] = ()  # the refs the model asked sieve_expand for (gateway.expand)
     expand_rounds: int = 0           # the provider calls Sieve made for them
     target_tokens: int | None = None  # the target in force (None: strategy none, no target)
     charge: Charge | None = None     # what the budget was charged, and a usage figure it refused

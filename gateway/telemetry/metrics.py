@@ -59,7 +59,7 @@ class UsageAnomaly(StrEnum):
 
 class ExpandOutcome(StrEnum):
     """The ``outcome`` label of ``sieve_expand_total``: one ``sieve_expand`` call the model made
-    (``gateway.exchange.expander``)."""
+    (``gateway.expand``)."""
 
     EXPANDED = "expanded"            # every ref it asked for was restored, and the provider asked again
     NOT_AVAILABLE = "not_available"  # some ref was unknown or expired: answered "not available"

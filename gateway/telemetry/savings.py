@@ -161,7 +161,7 @@ def savings_for_request(
 
 def with_expand_rounds(savings: SavingsRecord, prices: PriceBook, first: Usage, earlier: Sequence[Usage],
                        original: OriginalPrompt, usage: Usage) -> SavingsRecord:
-    """A request that took ``sieve_expand`` rounds (``gateway.exchange.expander``): the unpruned request
+    """A request that took ``sieve_expand`` rounds (``gateway.expand``): the unpruned request
     would have been asked once, so its counterfactual is the first round's prompt (before any
     expansion) with the final answer's completion; the actual cost, and the tokens billed, are
     every round's. ``savings`` is the record computed on the final round's usage; ``earlier``

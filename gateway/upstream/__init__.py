@@ -2,7 +2,7 @@
 HTTP/1.1 path and litellm, the router that picks one per model.
 """
 
-from gateway.upstream.base import ResolvedRoute, UpstreamResponse
+from gateway.upstream.base import ResolvedRoute, Upstream, UpstreamResponse
 from gateway.upstream.credentials import check_url_credentials
 from gateway.upstream.http1 import Http1Client
 from gateway.upstream.litellm_route import LiteLLMUpstream
@@ -17,6 +17,7 @@ __all__ = [
     "ModelRouter",
     "OpenAICompatibleUpstream",
     "ResolvedRoute",
+    "Upstream",
     "UpstreamResponse",
     "check_url_credentials",
     "provider_headers",

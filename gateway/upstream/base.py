@@ -9,13 +9,17 @@ per URL::
     response.body           # a whole answer, or
     response.chunks         # a stream of SSE bytes, relayed as they come
 
-* :class:`gateway.upstream.openai_compat.OpenAICompatibleUpstream`: the aiohttp
-  fast path, byte-transparent to an OpenAI-compatible API;
+* :class:`gateway.upstream.openai_compat.OpenAICompatibleUpstream`: the HTTP/1.1
+  fast path (:class:`gateway.upstream.http1.Http1Client`), byte-transparent to an
+  OpenAI-compatible API;
 * :class:`gateway.upstream.litellm_route.LiteLLMUpstream`: every other provider
   through litellm, its answers re-encoded as OpenAI JSON / SSE.
 
 A transport raises ``UpstreamTimeout`` / ``UpstreamUnavailable`` when it gets
 no answer; a provider's own error comes back as a response with its status.
+Every exchange with a provider goes through it: forwards, the pass-through routes
+and the model listing (``OpenAICompatibleUpstream.relay``), and the LLM scorer's
+calls (``gateway.scorers.clients.ScorerClient``: a ``ModelCall`` of Sieve's own).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 * :mod:`gateway.wire.body`    reading and parsing a request body
 * :mod:`gateway.wire.chat`    the Chat Completions body, checked where Sieve relies on it
+* :mod:`gateway.wire.shapes` body shapes declared once: the run-time check and the OpenAPI schema
 * :mod:`gateway.wire.headers` the ``x-sieve-*`` request and response headers
 * :mod:`gateway.wire.sse`     the server-sent-events relay that reads usage on the way
 * :mod:`gateway.wire.call`    one parsed, authorized request (``ModelCall``) and its ``Identity``
@@ -12,33 +13,12 @@ Nothing here knows the web framework or does I/O of its own: the routes in
 
 from gateway.wire.body import parse_body, read_body
 from gateway.wire.call import ANONYMOUS, Identity, IdentityKind, ModelCall
-from gateway.wire.chat import MAX_COMPLETION_TOKENS, MAX_CHOICES, WireLimits, check_chat_body
+from gateway.wire.chat import CHAT_BODY, MAX_COMPLETION_TOKENS, MAX_CHOICES, WireLimits, check_chat_body
 from gateway.wire.continuation import more_steps_follow
 from gateway.wire.error_shapes import anthropic_error_body, anthropic_error_type
-from gateway.wire.expand_codecs import Codec, EventReader, ToolAnswer
-from gateway.wire.expand_filter import (
-    CallFilter,
-    MAX_HELD_BYTES,
-    chat_end,
-    continued_blocks,
-    continued_chunks,
-    continued_items,
-    held_back,
-    message_end,
-    responses_end,
-)
-from gateway.wire.expand_tool import (
-    CODECS,
-    history_of,
-    make_pin,
-    pin_messages,
-    pin_needs,
-    pin_place,
-    tool_definition,
-    with_pins,
-    with_tool,
-)
-from gateway.wire.formats import FORMAT_HEADER, messages_check, responses_check
+from gateway.wire.formats import FORMAT_HEADER, ChatView, messages_check, responses_check
+from gateway.wire.formats.messages_check import MESSAGES_BODY
+from gateway.wire.formats.responses_check import RESPONSES_BODY, RESPONSE_ID_CHARS
 from gateway.wire.formats.detect import AmbiguousFormat, detect_format
 from gateway.wire.formats.reasoning import (
     Carrier,
@@ -63,16 +43,15 @@ from gateway.wire.headers import (
 )
 from gateway.wire.ingress import INGRESSES, Ingress, chat_answer_chars
 from gateway.wire.keys import client_provider_key, presented_key
-from gateway.wire.sse import SSEUsageTap
+from gateway.wire.shapes import components
+from gateway.wire.sse import SSEUsageTap, event_data, split_events
 
 __all__ = [
     "ANONYMOUS",
     "AmbiguousFormat",
-    "CODECS",
-    "CallFilter",
+    "CHAT_BODY",
     "Carrier",
-    "Codec",
-    "EventReader",
+    "ChatView",
     "FORMAT_HEADER",
     "INGRESSES",
     "Identity",
@@ -82,14 +61,15 @@ __all__ = [
     "MAX_COMPLETION_TOKENS",
     "MAX_CONVERSATION_ID_BYTES",
     "MAX_GOAL_CHARS",
-    "MAX_HELD_BYTES",
     "MAX_TARGET_TOKENS",
+    "MESSAGES_BODY",
     "ModelCall",
     "REASONING_HEADER",
+    "RESPONSES_BODY",
+    "RESPONSE_ID_CHARS",
     "SSEUsageTap",
     "Scope",
     "SieveHeaders",
-    "ToolAnswer",
     "Verdict",
     "WireFormat",
     "WireLimits",
@@ -99,34 +79,22 @@ __all__ = [
     "carriers",
     "chain",
     "chat_answer_chars",
-    "chat_end",
     "check_chat_body",
     "client_provider_key",
-    "continued_blocks",
-    "continued_chunks",
-    "continued_items",
+    "components",
     "detect_format",
-    "held_back",
-    "history_of",
+    "event_data",
     "input_transformations",
     "judge",
-    "make_pin",
-    "message_end",
     "messages_check",
     "more_steps_follow",
     "parse_body",
     "parse_format",
     "parse_sieve_headers",
-    "pin_messages",
-    "pin_needs",
-    "pin_place",
     "presented_key",
     "read_body",
     "response_headers",
     "responses_check",
-    "responses_end",
+    "split_events",
     "strippable",
-    "tool_definition",
-    "with_pins",
-    "with_tool",
 ]

@@ -4,8 +4,10 @@ Unknown fields pass through untouched (the provider decides about them).
 What Sieve itself relies on — ``model``, ``messages`` and the shape of each
 message, tool calls included — is checked, and a violation is a 400 that
 names the field: ``messages[3].tool_calls[0].function.arguments must be a
-string``. Checking plain dicts is far cheaper than building pydantic models of
-a 100k-token history on every request::
+string``. The shape is declared once (``CHAT_BODY``, :mod:`gateway.wire.shapes`): the
+check below and the OpenAPI document's ``ChatCompletionRequest`` both come from it.
+Checking plain dicts is far cheaper than building pydantic models of a 100k-token
+history on every request::
 
     body = parse_body(raw)                 # gateway.wire.body
     check_chat_body(body, WireLimits())    # or InvalidRequest (400) naming the field
@@ -13,63 +15,107 @@ a 100k-token history on every request::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 from gateway.errors import InvalidRequest
+from gateway.wire.limits import WireLimits
+from gateway.wire.shapes import Anything, Const, Flag, Null, Text, Whole, compiled, is_whole_in
+from gateway.wire.structures import Either, Field, Many, Record, Tagged
 
-ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # Far above any model's output limit, and it keeps a budget reservation (prompt + this) a
 # 64-bit number: 2**64 - 1 here reached the 429's body and failed to render (a 500).
 MAX_COMPLETION_TOKENS = 2**31 - 1
 MAX_CHOICES = 128  # answers per chat request (OpenAI's own bound)
 
 
-@dataclass(frozen=True, slots=True)
-class WireLimits:
-    """Bounds on one request, so no single body can take the pruner's time or memory hostage.
-    The defaults let through anything a real agent sends: the largest context windows hold
-    1-2M tokens, about 4 characters each, so ``max_request_chars`` (the text of all messages
-    together) lets a 2M-token history through, and refuses the 30 MB history no model would
-    accept, which took over half a minute of one core to prune."""
+LIMITS = WireLimits()  # the defaults, as the document states them
+NAME = Anything("An optional participant name; forwarded as sent.")
+NO_TOOL_CALLS = Null("must be an array on an assistant message", "Tool calls belong to assistant messages only.")
+CONTENT_PART = Either(
+    (Text(counts=True),
+     Record("ContentPartObject", (Field("type", Anything("text, image_url, input_audio, file, refusal, ...")),
+                                  Field("text", Anything("The text of a `text` part.", counts=True))))),
+    says="must be a content part object", name="ContentPart",
+    doc="A content part object, e.g. `{\"type\": \"text\", \"text\": \"...\"}` or `{\"type\": \"image_url\", "
+        "\"image_url\": {\"url\": \"...\"}}`. Sieve reads the `text` of text parts and passes every part through; "
+        "the provider decides which types it takes. A bare string part is accepted and read as text.")
+CONTENT = Either((Text(counts=True), Many(CONTENT_PART, limit="max_content_parts", noun="parts",
+                                          code="too_many_content_parts")),
+                 says="must be a string, an array of content parts or null", name="Content",
+                 doc="A string, or an array of content parts.")
+FUNCTION = Record("FunctionCall", (
+    Field("name", Text(), required=True, missing="must be a string"),
+    Field("arguments", Text(counts=True, says="must be a string (JSON text)"), required=True,
+          missing="must be a string (JSON text)", doc="The arguments as JSON text (a string, not an object).")))
+TOOL_CALL = Record("ToolCall", (Field("id", Text(), required=True, missing="must be a string"),
+                                Field("type", Anything("`function`; forwarded as sent.")),
+                                Field("function", FUNCTION, required=True)))
 
-    max_messages: int = 20_000
-    max_content_parts: int = 1_024
-    max_message_chars: int = 4_000_000
-    max_json_depth: int = 64
-    max_request_chars: int = 8_000_000
+
+def _message(role: str, *fields: Field, name: str | None = None, doc: str = "") -> Record:
+    return Record(name or f"{role.capitalize()}Message", (Field("role", Const(role), required=True), *fields),
+                  doc=doc, char_limit=True)
 
 
-def check_chat_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
-    check_model(body)
-    messages = body.get("messages")
-    if messages is None:
-        raise InvalidRequest("'messages' is required", param="messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("'messages' must be a non-empty array of message objects", param="messages")
-    if len(messages) > limits.max_messages:
-        raise InvalidRequest(f"'messages' has {len(messages)} messages; the limit is {limits.max_messages}",
-                             param="messages", code="too_many_messages")
-    chars = 0
-    for i, message in enumerate(messages):
-        chars += _check_message(i, message, limits)
-    check_request_chars("messages", chars, limits)
-    check_stream(body)
+def _spoken(role: str, doc: str = "") -> Record:
+    """A message whose content is required (system, developer, user)."""
+    return _message(role, Field("content", CONTENT, required=True, missing=f"is required for role {role!r}"),
+                    Field("name", NAME), Field("tool_calls", NO_TOOL_CALLS), doc=doc)
+
+
+MESSAGE = Tagged("role", {
+    "system": _spoken("system"),
+    # A schema of its own, though it checks the same: the discriminator's mapping stays one-to-one
+    # (tools read a schema named by two roles as one role's only).
+    "developer": _spoken("developer", "A system message under its newer name."),
+    "user": _spoken("user"),
+    "assistant": _message("assistant", Field("content", CONTENT),
+                          Field("tool_calls", Many(TOOL_CALL, says="must be an array on an assistant message")),
+                          Field("function_call", Anything("The legacy single call, answered by a `function` message.")),
+                          Field("refusal", Anything("Forwarded as sent.")), Field("name", NAME)),
+    "tool": _message("tool", Field("content", CONTENT), Field("tool_calls", NO_TOOL_CALLS),
+                     Field("tool_call_id", Text(says="is required on a tool message (a string)"), required=True,
+                           missing="is required on a tool message (a string)",
+                           doc="The id of the call of the assistant message just before that this answers.")),
+    "function": _message("function", Field("name", NAME), Field("content", CONTENT), Field("tool_calls", NO_TOOL_CALLS)),
+}, name="Message", doc="One chat message; which fields apply depends on its role.")
+ROLES = tuple(MESSAGE.variants)
+TOKEN_COUNT = Whole(1, MAX_COMPLETION_TOKENS, f"must be a positive integer (at most {MAX_COMPLETION_TOKENS})")
+MODEL = Field("model", Text(nonblank=True, says="is required and must be a non-empty string"), required=True,
+              missing="is required and must be a non-empty string",
+              doc="A model this gateway routes (any name goes to the default upstream when one is set; "
+                  "`/v1/prune` takes any).")
+STREAM = Field("stream", Flag())
+CHAT_BODY = Record("ChatCompletionRequest", (
+    MODEL,
+    Field("messages", Many(MESSAGE, says="must be a non-empty array of message objects", nonempty=True,
+                           limit="max_messages", noun="messages", code="too_many_messages", total=True),
+          required=True, doc=(
+              f"At most {LIMITS.max_messages:,} messages (`SIEVE_MAX_MESSAGES`), each with at most "
+              f"{LIMITS.max_content_parts:,} content parts (`SIEVE_MAX_CONTENT_PARTS`) and "
+              f"{LIMITS.max_message_chars:,} characters of text, tool-call arguments included "
+              f"(`SIEVE_MAX_MESSAGE_CHARS`); the body nests at most {LIMITS.max_json_depth} levels deep "
+              "(`SIEVE_MAX_JSON_DEPTH`). These are the defaults; past them, a 400.")),
+    STREAM,
     # Sieve merges include_usage into it when streaming, so its shape is Sieve's concern too.
-    stream_options = body.get("stream_options")
-    if stream_options is not None and not isinstance(stream_options, dict):
-        raise InvalidRequest("'stream_options' must be an object", param="stream_options")
-    for name in ("max_tokens", "max_completion_tokens"):
-        check_token_count(body, name)
-    check_choices(body)
+    Field("stream_options", Record("StreamOptions", (Field("include_usage", Anything(
+        "Sieve always asks the provider for usage when streaming, and strips it again unless the client asked "
+        "for it.")),))),
+    Field("max_tokens", TOKEN_COUNT),
+    Field("max_completion_tokens", TOKEN_COUNT),
+    # The number of answers: a budget reserves once per answer (OpenAI's own bound is 128).
+    Field("n", Whole(1, MAX_CHOICES, f"must be an integer from 1 to {MAX_CHOICES}"),
+          doc="Answers to make; a budget reserves for each."),
+    Field("metadata", Anything("`metadata.sieve_goal` (a string) sets the goal like `x-sieve-goal`; "
+                               "forwarded as sent.")),
+    Field("tools", Anything("Tool schemas; forwarded as sent, not counted against the target.")),
+    Field("tool_choice", Anything("Forwarded as sent.")),
+), doc="An OpenAI chat-completion request; every field Sieve does not check passes through.",
+    says="the request body must be a JSON object")
 
 
-def check_choices(body: Mapping[str, Any]) -> None:
-    """``n``, the number of answers: a budget reserves once per answer, so its shape is Sieve's
-    concern (OpenAI's own bound is 128)."""
-    n = body.get("n")
-    if n is not None and not _is_whole_in(n, 1, MAX_CHOICES):
-        raise InvalidRequest(f"'n' must be an integer from 1 to {MAX_CHOICES}", param="n")
+def check_chat_body(body: Mapping[str, Any], limits: WireLimits = LIMITS) -> None:
+    compiled(CHAT_BODY, limits)(body)
 
 
 def check_model(body: Any) -> None:
@@ -109,73 +155,4 @@ def check_token_count(body: Mapping[str, Any], name: str) -> None:
 
 
 def _is_token_count(value: Any) -> bool:
-    return _is_whole_in(value, 1, MAX_COMPLETION_TOKENS)
-
-
-def _is_whole_in(value: Any, low: int, high: int) -> bool:
-    # JSON has one number type: 100.0 is the integer 100 (JSON Schema agrees), so it is
-    # accepted and forwarded as sent; 100.5 is not.
-    if isinstance(value, float):
-        return value.is_integer() and low <= value <= high
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
-def _check_message(i: int, message: Any, limits: WireLimits) -> int:
-    """Checks one message; returns the characters of its text (content, text parts, tool arguments)."""
-    where = f"messages[{i}]"
-    if not isinstance(message, dict):
-        raise InvalidRequest(f"{where} must be an object", param=where)
-    role = message.get("role")
-    if role not in ROLES:
-        raise InvalidRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {role!r}", param=f"{where}.role")
-    content = message.get("content")
-    if content is not None and not isinstance(content, (str, list)):
-        raise InvalidRequest(f"{where}.content must be a string, an array of content parts or null",
-                             param=f"{where}.content")
-    chars = 0
-    if isinstance(content, str):
-        chars = len(content)
-    elif isinstance(content, list):
-        if len(content) > limits.max_content_parts:
-            raise InvalidRequest(f"{where}.content has {len(content)} parts; the limit is {limits.max_content_parts}",
-                                 param=f"{where}.content", code="too_many_content_parts")
-        for j, part in enumerate(content):
-            if isinstance(part, str):
-                chars += len(part)
-            elif isinstance(part, dict):
-                text = part.get("text")
-                chars += len(text) if isinstance(text, str) else 0
-            else:
-                raise InvalidRequest(f"{where}.content[{j}] must be a content part object",
-                                     param=f"{where}.content[{j}]")
-    if content is None and role not in ("assistant", "tool", "function"):
-        raise InvalidRequest(f"{where}.content is required for role {role!r}", param=f"{where}.content")
-    calls = message.get("tool_calls")
-    if calls is not None:
-        if role != "assistant" or not isinstance(calls, list):
-            raise InvalidRequest(f"{where}.tool_calls must be an array on an assistant message",
-                                 param=f"{where}.tool_calls")
-        for j, call in enumerate(calls):
-            chars += _check_tool_call(f"{where}.tool_calls[{j}]", call)
-    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
-        raise InvalidRequest(f"{where}.tool_call_id is required on a tool message (a string)",
-                             param=f"{where}.tool_call_id")
-    if chars > limits.max_message_chars:
-        raise InvalidRequest(f"{where} has {chars} characters of text; the limit is {limits.max_message_chars}",
-                             param=where, code="message_too_large")
-    return chars
-
-
-def _check_tool_call(where: str, call: Any) -> int:
-    """Checks one tool call; returns the characters of its arguments."""
-    if not isinstance(call, dict):
-        raise InvalidRequest(f"{where} must be an object", param=where)
-    if not isinstance(call.get("id"), str):
-        raise InvalidRequest(f"{where}.id must be a string", param=f"{where}.id")
-    fn = call.get("function")
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise InvalidRequest(f"{where}.function.name must be a string", param=f"{where}.function.name")
-    if not isinstance(fn.get("arguments"), str):
-        raise InvalidRequest(f"{where}.function.arguments must be a string (JSON text)",
-                             param=f"{where}.function.arguments")
-    return len(fn["arguments"])
+    return is_whole_in(value, 1, MAX_COMPLETION_TOKENS)

@@ -19,7 +19,8 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.pruning.expansion import NOT_AVAILABLE, TOOL_NAME, ref_of, span_ref
+from gateway.expand import NOT_AVAILABLE, TOOL_NAME
+from gateway.pruning import ref_of, span_ref
 from gateway.pruning.messages import fingerprint
 from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost, price_usage
 from gateway.telemetry.usage import usage_from_provider

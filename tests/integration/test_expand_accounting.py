@@ -17,7 +17,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.pruning.expansion import TOOL_NAME
+from gateway.expand import TOOL_NAME
 from gateway.telemetry.pricing import PriceBook, load_litellm_model_cost, price_usage
 from gateway.telemetry.usage import usage_from_provider
 from tests.support.conversations import agent_history

@@ -2,7 +2,7 @@
 streaming sieve_expand arguments for 45 s held about 93 MB in one replica).
 
 A round whose first telling event names Sieve's tool is read to its end, never relayed; past
-1 MiB (``gateway.wire.expand_filter.MAX_HELD_BYTES``) it is cut: the client gets a 502 that
+1 MiB (``gateway.expand.MAX_HELD_BYTES``) it is cut: the client gets a 502 that
 says so, no further round is asked, and the provider's connection is closed.
 """
 
@@ -15,8 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.pruning.expansion import TOOL_NAME
-from gateway.wire.expand_filter import MAX_HELD_BYTES
+from gateway.expand import MAX_HELD_BYTES, TOOL_NAME
 from tests.support.conversations import agent_history
 from tests.support.fake_providers import FakeProviders, Reply
 from tests.support.gateway_server import GatewayServer

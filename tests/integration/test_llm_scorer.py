@@ -17,15 +17,17 @@ import httpx
 import pytest
 
 from gateway.config.policies import load_policies
-from gateway.pruning.expansion import expandable
+from gateway.expand import expandable
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer, UnitScore
 from gateway.pruning.tokens import TokenCounters
-from gateway.scorers.clients import LiteLLMClient
+from gateway.config import RouteKind
+from gateway.scorers.clients import REASON_CONNECTION, ScorerCallError, ScorerClient
 from gateway.scorers.llm import CapturingScorer
 from gateway.config.settings import Settings
 from gateway.telemetry.pricing import PriceBook
+from gateway.upstream import Http1Client, LiteLLMUpstream, OpenAICompatibleUpstream
 from tests.support.fake_scorer import ScorerModel, answer, batch_ids
 from tests.support.fake_upstream import Reply, estimate_prompt_tokens
 from tests.support.gateway_server import GatewayServer
@@ -377,7 +379,7 @@ def test_without_the_cache_a_fresh_decision_asks_again(policy_gateway, upstream,
 async def test_litellm_transport_reaches_an_openai_compatible_base(model):
     """The path for non-OpenAI-compatible model strings, exercised against the fake with
     litellm's ``openai/`` provider (offline: local price map, no network)."""
-    client = LiteLLMClient(model.base_url, "sk-test")
+    client = ScorerClient(LiteLLMUpstream(timeout_s=30), RouteKind.LITELLM, model.base_url, "sk-test")
     messages = [{"role": "system", "content": "s"},
                 {"role": "user", "content": "MESSAGES TO SCORE:\n[4] (user/message) hi"}]
     got = await client.complete("openai/gpt-4o-mini", messages, max_tokens=64, json_mode=True, timeout_s=30)
@@ -385,3 +387,28 @@ async def test_litellm_transport_reaches_an_openai_compatible_base(model):
     assert got.prompt_tokens and got.completion_tokens
     assert model.requests[-1].json["temperature"] == 0
     assert model.requests[-1].headers["authorization"] == "Bearer sk-test"
+
+
+SCORING_MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "MESSAGES TO SCORE:\n[4] (user/message) hi"}]
+
+
+async def test_a_scoring_call_is_a_forward_through_the_fast_path(model):
+    """The scorer's call goes through the forward's transport (``Upstream.send``): the same
+    HTTP/1.1 client, key scheme and body limit as a forwarded request."""
+    http = Http1Client(connect_timeout_s=5)
+    try:
+        client = ScorerClient(OpenAICompatibleUpstream(http, read_timeout_s=30), RouteKind.OPENAI, model.base_url,
+                              "sk-scorer")
+        got = await client.complete("gpt-4o-mini", SCORING_MESSAGES, max_tokens=64, json_mode=True, timeout_s=30)
+        assert json.loads(got.text) == {"scores": [{"id": 4, "score": 1, "reason": "fake"}]}
+        sent = model.requests[-1]
+        assert sent.headers["authorization"] == "Bearer sk-scorer" and sent.json["stream"] is False
+        assert sent.json["response_format"] == {"type": "json_object"} and sent.json["temperature"] == 0
+        # The forward's body limit holds for the scorer's answer too: over it, a connection failure.
+        bounded = ScorerClient(OpenAICompatibleUpstream(http, read_timeout_s=30, max_body_bytes=16), RouteKind.OPENAI,
+                               model.base_url, None)
+        with pytest.raises(ScorerCallError) as failed:
+            await bounded.complete("gpt-4o-mini", SCORING_MESSAGES, max_tokens=64, json_mode=False, timeout_s=30)
+        assert failed.value.reason == REASON_CONNECTION and "UpstreamTooLarge" in str(failed.value)
+    finally:
+        await http.close()

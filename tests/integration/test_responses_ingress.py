@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from gateway.pruning.tokens import TokenCounters
-from gateway.wire.expand_tool import RESPONSES_TOOL
+from gateway.expand import RESPONSES_TOOL
 from tests.support.conversations import agent_history
 from tests.support.fake_providers import FakeProviders, Reply
 from tests.support.formats import chat_to_responses, responses_problems

@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.pruning.tokens import TokenCounters
 from gateway.config.settings import Settings
 from gateway.telemetry.pricing import load_litellm_model_cost
-from gateway.wire.expand_tool import tool_definition
+from gateway.expand import tool_definition
 from gateway.wire.formats import WireFormat
 from tests.support.conversations import agent_history
 from tests.support.fake_scorer import ScorerModel, answer
@@ -268,7 +268,7 @@ def test_prune_that_breaks_the_cached_prefix(gateway, cached_upstream, shape, mo
         assert previous is not None, "the first steps fit under the cap"
         prefix = sum(counter.count_message(m) for m in messages[:len(previous)])
         # The conversation came to Sieve with answers in it already: Sieve never adds its
-        # sieve_expand tool to it (``tools`` stays as the conversation began, gateway.exchange.expander).
+        # sieve_expand tool to it (``tools`` stays as the conversation began, gateway.expand).
         sent = forwarded
         expected = _counterfactual(model, usage.prompt_tokens, usage.completion_tokens, read, write,
                                    original, sent, prefix)

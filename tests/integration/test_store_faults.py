@@ -33,7 +33,7 @@ def post_chat(gw: GatewayServer, max_tokens: int = 20, **extra: Any) -> httpx.Re
 
 
 # A conversation's keys: its frozen plan, and its sieve_expand record (whether it carries the
-# tool, decided on its first request: gateway.exchange.expand_record).
+# tool, decided on its first request: gateway.expand.record).
 KEYS_PER_CONVERSATION = 2
 
 

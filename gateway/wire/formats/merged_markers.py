@@ -11,7 +11,7 @@ listing every id either listed, so the model reads one notice and loses no id::
     # ["[sieve: ... omitted; ids: a b c]", "hi"]
 
 With ``sieve_expand`` on, each marker names the ref of its span
-(``gateway.pruning.expansion.with_ref``); the merged one names both, so the model
+(``gateway.pruning.marker_refs.with_ref``); the merged one names both, so the model
 can still ask for either span (the expander's ref index is the chat view's, where
 both markers are)::
 

@@ -4,7 +4,9 @@ Sieve reads ``model``, ``instructions`` and ``input`` (a string or a list of
 items), and in the items what makes tool chains: messages' roles and content,
 ``function_call`` / ``custom_tool_call`` and their outputs by ``call_id``. A
 violation is a 400 naming the field (``input[4].call_id must be a string``);
-every other field and item type passes through untouched::
+every other field and item type passes through untouched. Declared once
+(``RESPONSES_BODY``, :mod:`gateway.wire.shapes`): the check and the OpenAPI
+document's ``OpenAIResponsesRequest`` both come from it::
 
     check_responses_body(body, WireLimits())   # or InvalidRequest (400) naming the field
 """
@@ -13,95 +15,80 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from gateway.errors import InvalidRequest
-from gateway.wire.chat import (WireLimits, check_model, check_request_chars, check_stream, check_token_count,
-                               require_str)
+from gateway.wire.chat import LIMITS, MODEL, STREAM, TOKEN_COUNT
+from gateway.wire.limits import WireLimits
+from gateway.wire.shapes import Anything, Choice, Const, Text, compiled
+from gateway.wire.structures import Either, Field, Many, Record, Tagged
 
 ROLES = ("user", "assistant", "system", "developer")
 CALLS = ("function_call", "custom_tool_call")
 OUTPUTS = ("function_call_output", "custom_tool_call_output")
+# A stored response's or conversation's id, as the provider makes them (gateway.exchange.stored_responses).
+RESPONSE_ID_CHARS = r"[A-Za-z0-9_-]{1,256}"
+STORED_ID = "^" + RESPONSE_ID_CHARS + "$"
+PART_LIST = "must be a string or an array of content parts"
+PARTS = Many(Record(fields=(Field("type", Text(), null_checked=True), Field("text", Anything(counts=True))),
+                    says="must be a content part object"),
+             says=PART_LIST, limit="max_content_parts", noun="parts", code="too_many_content_parts")
+CONTENT = Either((Text(counts=True), PARTS), says=PART_LIST)
+A_STRING = {"required": True, "missing": "must be a string"}
+CALL_ID = Field("call_id", Text(), **A_STRING, doc="The call it answers: the two are pruned together.")
 
 
-def check_responses_body(body: Mapping[str, Any], limits: WireLimits = WireLimits()) -> None:
-    check_model(body)
-    instructions = body.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise InvalidRequest("'instructions' must be a string", param="instructions")
-    previous = body.get("previous_response_id")
-    if previous is not None and not isinstance(previous, str):  # it decides whether Sieve prunes at all
-        raise InvalidRequest("'previous_response_id' must be a string", param="previous_response_id")
-    conversation = body.get("conversation")
-    if conversation is not None and not isinstance(conversation, str) and \
-            not (isinstance(conversation, dict) and isinstance(conversation.get("id"), str)):
-        # Its id is checked to be the caller's (gateway.exchange.stored_responses).
-        raise InvalidRequest("'conversation' must be a conversation id, or an object with a string 'id'",
-                             param="conversation")
-    items = body.get("input")
-    if items is None and body.get("previous_response_id") is None and body.get("conversation") is None:
-        # Without input the history must be the provider's (a previous response or a conversation).
-        raise InvalidRequest("'input' is required (unless previous_response_id or conversation names the history)",
-                             param="input")
-    if items is not None and not isinstance(items, (str, list)):
-        raise InvalidRequest("'input' must be a string or an array of input items", param="input")
-    if isinstance(items, list):
-        if len(items) > limits.max_messages:
-            raise InvalidRequest(f"'input' has {len(items)} items; the limit is {limits.max_messages}",
-                                 param="input", code="too_many_messages")
-        chars = 0
-        for i, item in enumerate(items):
-            chars += _check_item(f"input[{i}]", item, limits)
-        check_request_chars("input", chars, limits)
-    elif isinstance(items, str):
-        check_request_chars("input", len(items), limits)
-    check_stream(body)
-    check_token_count(body, "max_output_tokens")
+def _call(kind: str, name: str, said: str, doc: str = "") -> Record:
+    return Record(name, (Field("type", Const(kind), required=True), Field("call_id", Text(), **A_STRING),
+                         Field("name", Text(), **A_STRING), Field(said, Text(counts=True), **A_STRING, doc=doc)), char_limit=True)
 
 
-def _check_item(where: str, item: Any, limits: WireLimits) -> int:
-    """Checks one item; returns the characters of its text."""
-    if not isinstance(item, dict):
-        raise InvalidRequest(f"{where} must be an object", param=where)
-    kind = item.get("type")
-    if "type" in item and not isinstance(kind, str):  # left out, it means a message; null means nothing
-        raise InvalidRequest(f"{where}.type must be a string", param=f"{where}.type")
-    chars = 0
-    if kind == "message" or (kind is None and "role" in item):
-        if item.get("role") not in ROLES:
-            raise InvalidRequest(f"{where}.role must be one of {', '.join(ROLES)}; got {item.get('role')!r}",
-                                 param=f"{where}.role")
-        chars = _check_content(f"{where}.content", item.get("content"), limits)
-    elif kind is None:
-        raise InvalidRequest(f"{where} needs a 'type' (or a 'role', for a message)", param=f"{where}.type")
-    elif kind in CALLS:
-        require_str(where, item, "call_id")
-        require_str(where, item, "name")
-        field = "arguments" if kind == "function_call" else "input"
-        require_str(where, item, field)
-        chars = len(item[field])
-    elif kind in OUTPUTS:
-        require_str(where, item, "call_id")
-        chars = _check_content(f"{where}.output", item.get("output"), limits)
-    if chars > limits.max_message_chars:
-        raise InvalidRequest(f"{where} has {chars} characters of text; the limit is {limits.max_message_chars}",
-                             param=where, code="message_too_large")
-    return chars
+def _output(kind: str) -> Record:
+    return Record(f"{''.join(p.capitalize() for p in kind.split('_'))}Item", (
+        Field("type", Const(kind), required=True), CALL_ID,
+        Field("output", CONTENT, required=True, missing=PART_LIST)), char_limit=True)
 
 
-def _check_content(where: str, content: Any, limits: WireLimits) -> int:
-    """Checks a string or a list of content parts; returns the characters of its text."""
-    if isinstance(content, str):
-        return len(content)
-    if not isinstance(content, list):
-        raise InvalidRequest(f"{where} must be a string or an array of content parts", param=where)
-    if len(content) > limits.max_content_parts:
-        raise InvalidRequest(f"{where} has {len(content)} parts; the limit is {limits.max_content_parts}",
-                             param=where, code="too_many_content_parts")
-    chars = 0
-    for j, part in enumerate(content):
-        if not isinstance(part, dict):
-            raise InvalidRequest(f"{where}[{j}] must be a content part object", param=f"{where}[{j}]")
-        if "type" in part and not isinstance(part["type"], str):  # it picks how the part is read
-            raise InvalidRequest(f"{where}[{j}].type must be a string", param=f"{where}[{j}].type")
-        text = part.get("text")
-        chars += len(text) if isinstance(text, str) else 0
-    return chars
+ITEM = Tagged("type", {
+    "message": Record("MessageItem", (
+        Field("type", Const("message"), null_checked=True, doc="Optional: an item with a `role` is a message."),
+        Field("role", Choice(ROLES), required=True, missing=f"must be one of {', '.join(ROLES)}; got None"),
+        Field("content", CONTENT, required=True, missing=PART_LIST,
+              doc="A string or content parts (`input_text`, `output_text`, `input_image`, ...).")), char_limit=True),
+    "function_call": _call("function_call", "FunctionCallItem", "arguments", "The arguments as JSON text."),
+    "custom_tool_call": _call("custom_tool_call", "CustomToolCallItem", "input"),
+    **{kind: _output(kind) for kind in OUTPUTS},
+}, name="InputItem", tag_says="must be a string", other="OtherItem",
+    other_doc="Any other item (`reasoning`, `compaction`, `web_search_call`, `item_reference`, ...): passed "
+              "through as sent; `reasoning` items are never edited.",
+    untagged=lambda item: "message" if "role" in item else None, needs="needs a 'type' (or a 'role', for a message)")
+STORED = Text(pattern=STORED_ID)
+RESPONSES_BODY = Record("OpenAIResponsesRequest", (
+    MODEL,
+    Field("instructions", Text(), doc="The system prompt: never pruned."),
+    # It decides whether Sieve prunes at all; whose it is, gateway.exchange.stored_responses checks (404).
+    Field("previous_response_id", STORED, doc=(
+        "The history is kept at the provider: the request is forwarded unpruned. A response the caller's org made "
+        "through Sieve (else 404, unless its policy sets `allow_unmanaged_response_ids`); its stored size is "
+        "reserved on the budget.")),
+    Field("conversation", Either((STORED, Record(fields=(Field("id", STORED, **A_STRING),))),
+                                 says="must be a conversation id, or an object with a string 'id'"),
+          doc="A conversation the provider keeps (its id, or an object with its `id`): the caller's org's only, "
+              "as `previous_response_id`."),
+    # Without input the history must be the provider's (a previous response or a conversation).
+    Field("input", Either((Text(counts=True, total=True),
+                           Many(ITEM, limit="max_messages", noun="items", code="too_many_messages", total=True)),
+                          says="must be a string or an array of input items"),
+          required=True, unless=("previous_response_id", "conversation"),
+          missing="is required (unless previous_response_id or conversation names the history)", doc=(
+              "A string, or items: a `function_call` and its `function_call_output` (by `call_id`) are pruned "
+              "together, `reasoning` items are never edited and stay with the call they precede.")),
+    STREAM,
+    Field("max_output_tokens", TOKEN_COUNT),
+), doc="An OpenAI Responses request; every field Sieve does not check passes through (`prompt_cache_key`, `store`, "
+       "`include`, `reasoning`, `tools`, ...).", says="the request body must be a JSON object")
+
+
+def check_responses_body(body: Mapping[str, Any], limits: WireLimits = LIMITS) -> None:
+    compiled(RESPONSES_BODY, limits)(body)
+
+
+__all__ = ["CALLS", "ITEM", "OUTPUTS", "RESPONSES_BODY", "RESPONSE_ID_CHARS", "ROLES", "STORED_ID",
+           "check_responses_body"]

@@ -216,3 +216,99 @@ def test_a_prune_answer_is_what_the_document_says(served, gateway) -> None:
     _validator(served, "PruneResponse").validate(response.json())
     documented = set(served["components"]["schemas"]["PruneReport"]["properties"])
     assert set(response.json()["report"]) == documented
+
+
+# --- every request body: the document accepts exactly what the checks accept --------------------------
+
+def _drawn(rng, depth: int = 0):
+    """A JSON value near the shapes the checks read: right and wrong types, tags, ids and texts."""
+    roll = rng.random()
+    if depth < 4 and roll < 0.35:
+        keys = ["role", "content", "type", "text", "id", "name", "input", "arguments", "call_id", "output",
+                "tool_calls", "tool_call_id", "tool_use_id", "function"]
+        return {rng.choice(keys): _drawn(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+    if depth < 4 and roll < 0.6:
+        return [_drawn(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    return rng.choice([None, "", " ", "x", "user", "assistant", "system", "tool", "developer", "text", "tool_use",
+                       "tool_result", "message", "function_call", "function_call_output", "custom_tool_call",
+                       "reasoning", "thinking", 0, 1, 1.0, 1.5, True, {}, [], {"id": "c1"}, {"name": "f", "arguments": "{}"}])
+
+
+# Bodies each check accepts; the drawing below mutates them, a value at a time.
+VALID = {
+    "chat": [{"role": "system", "content": "be brief"}, {"role": "user", "content": ["a", {"type": "text", "text": "b"}]},
+             {"role": "assistant", "content": None, "tool_calls": [CALL]},
+             {"role": "tool", "tool_call_id": "c1", "content": "ok"}, {"role": "developer", "content": "x"}],
+    "messages": [{"role": "user", "content": "hi"},
+                 {"role": "assistant", "content": [{"type": "text", "text": "t"},
+                                                   {"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                               "content": [{"type": "text", "text": "a"}]}, {"type": "image"}]}],
+    "responses": [{"role": "user", "content": "hi"}, {"type": "message", "role": "developer",
+                                                      "content": [{"type": "input_text", "text": "x"}]},
+                  {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": "c1", "output": "a"},
+                  {"type": "custom_tool_call", "call_id": "c2", "name": "p", "input": "x"},
+                  {"type": "custom_tool_call_output", "call_id": "c2", "output": [{"type": "input_text"}]},
+                  {"type": "reasoning", "summary": []}],
+}
+HISTORY = {"chat": "messages", "messages": "messages", "responses": "input"}
+EXTRA = {"chat": {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": 5,
+                  "max_completion_tokens": 5.0, "n": 2},
+         "messages": {"system": [{"type": "text", "text": "s"}], "stream": False, "max_tokens": 10},
+         "responses": {"instructions": "s", "previous_response_id": "resp_1", "conversation": {"id": "conv_1"},
+                       "stream": True, "max_output_tokens": 3}}
+
+
+def _mutated(rng, value, depth: int = 0):
+    """``value`` with, now and then, one part of it drawn anew (or dropped, in an object)."""
+    if rng.random() < 0.08 or depth > 5:
+        return _drawn(rng, depth) if rng.random() < 0.5 else value
+    if isinstance(value, dict):
+        out = {k: _mutated(rng, v, depth + 1) for k, v in value.items()}
+        if out and rng.random() < 0.1:
+            out.pop(rng.choice(list(out)))
+        return out
+    if isinstance(value, list):
+        return [_mutated(rng, v, depth + 1) for v in value]
+    return value
+
+
+def _bodies(fmt: str, count: int):
+    import random
+
+    rng = random.Random(f"openapi-{fmt}")
+    for _ in range(count):
+        body = {"model": "m", HISTORY[fmt]: rng.sample(VALID[fmt], rng.randint(1, len(VALID[fmt])))}
+        body.update({k: v for k, v in EXTRA[fmt].items() if rng.random() < 0.3})
+        yield _mutated(rng, body)
+
+
+def _stored_ids_fit(body: dict) -> bool:
+    """The one rule the document states beyond the check: a stored response's or conversation's id is
+    of the providers' alphabet (the check lets any string by, and the exchange answers 404 for it)."""
+    import re
+
+    from gateway.wire import RESPONSE_ID_CHARS
+
+    conversation = body.get("conversation")
+    ids = [body.get("previous_response_id"), conversation.get("id") if isinstance(conversation, dict) else conversation]
+    return all(not isinstance(i, str) or re.fullmatch(RESPONSE_ID_CHARS, i) for i in ids)
+
+
+@pytest.mark.parametrize("fmt,schema", [("chat", "ChatCompletionRequest"), ("messages", "AnthropicMessagesRequest"),
+                                        ("responses", "OpenAIResponsesRequest")])
+def test_each_request_schema_accepts_exactly_what_its_check_accepts(served, fmt, schema) -> None:
+    from gateway.wire import WireFormat, adapter_for
+
+    validator, adapter = _validator(served, schema), adapter_for(WireFormat(fmt))
+    accepted = 0
+    for body in _bodies(fmt, 1500):
+        try:
+            adapter.read(body)
+            ok = fmt != "responses" or _stored_ids_fit(body)
+        except InvalidRequest:
+            ok = False
+        accepted += ok
+        assert validator.is_valid(body) == ok, body
+    assert 300 < accepted < 1200  # the drawing reaches both sides

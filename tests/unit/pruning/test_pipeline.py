@@ -12,7 +12,7 @@ from gateway.pruning.assembly import count_forwarded
 from gateway.pruning.compression import is_omission_marker, marker_ids
 from gateway.pruning.conversation import KIND_BROKEN, KIND_TOOL_CHAIN, build_conversation
 from gateway.pruning.decision import DecisionTask, decide
-from gateway.pruning.expansion import expandable
+from gateway.expand import expandable
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.normalize import structural_problems
 from gateway.pruning.pipeline import prune

@@ -7,7 +7,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.pruning.expansion import expandable
+from gateway.expand import expandable
 from gateway.pruning.normalize import structural_problems
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.errors import InvalidRequest
 from gateway.pruning.compression import MASKED_PREFIX, OMITTED_PREFIX, marker_ids
-from gateway.pruning.expansion import REF_HINT, with_ref
+from gateway.pruning import REF_HINT, with_ref
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer

@@ -1,24 +1,12 @@
-"""The ``sieve_expand`` tool in each wire format: its definition, its calls in an answer,
-the round Sieve appends, and an answer without the tool's calls.
+"""A conversation's ``sieve_expand`` exchanges, put back where they were made.
 
-The definition is fixed text placed after the client's own tools (their cached
-prefix stays whole). What the tool does is ``gateway.pruning.expansion``; the rounds
-are ``gateway.exchange.expander``. One :class:`Codec` per format (``gateway.wire.expand_codecs``;
-``gateway.wire.expand_filter`` takes the calls out of a stream already relayed):
-
-==============  ======================  ============================  ===========================
-                Chat Completions        Anthropic Messages            OpenAI Responses
-==============  ======================  ============================  ===========================
-a call          ``message.tool_calls``  a ``tool_use`` block          a ``function_call`` item
-a stream names  ``delta.tool_calls[]``  ``content_block_start`` of     ``response.output_item``
-it              ``.function.name``      a ``tool_use``                ``.added`` (function_call)
-the round       assistant turn + tool   assistant turn + user turn    the output items +
-appended        messages                of ``tool_result`` blocks     ``function_call_output``
-==============  ======================  ============================  ===========================
-
-A stream is decided by its first event that names a tool or carries text: Sieve's
-tool first, and the stream is held back (read whole, assembled into the answer a
-non-stream call would have given); anything else is relayed as it came.
+A pin is the exchange one request's rounds appended (``make_pin``): Sieve's calls and
+their results, placed after the client turn that request ended with. On later
+requests it goes back after that turn (``with_pins``), when the forward kept that turn
+and the one after it as they are: the model asked for that content, and the provider's
+cached prefix of that round grows rather than breaks. The conversation's pins are kept
+in its record (``gateway.expand.record``); the pruner holds their room under the target
+(``gateway.pruning.pins``).
 """
 
 from __future__ import annotations
@@ -28,43 +16,10 @@ from typing import Any, Mapping
 
 import orjson
 
-from gateway.pruning import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETERS
-from gateway.wire.expand_codecs import CODECS, Codec, EventReader, ToolAnswer
-from gateway.wire.expand_filter import CallFilter, chat_end, continued_blocks, continued_chunks, continued_items, \
-    message_end, responses_end
 from gateway.errors import InvalidRequest
-from gateway.wire.formats import ChatView, WireFormat, adapter_for
+from gateway.expand.restore import TOOL_NAME
+from gateway.wire import ChatView, WireFormat, adapter_for
 
-CHAT_TOOL: dict[str, Any] = {"type": "function", "function": {
-    "name": TOOL_NAME, "description": TOOL_DESCRIPTION, "parameters": TOOL_PARAMETERS}}
-MESSAGES_TOOL: dict[str, Any] = {"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "input_schema": TOOL_PARAMETERS}
-RESPONSES_TOOL: dict[str, Any] = {"type": "function", "name": TOOL_NAME, "description": TOOL_DESCRIPTION,
-                                  "parameters": TOOL_PARAMETERS, "strict": False}
-_TOOLS = {WireFormat.CHAT: CHAT_TOOL, WireFormat.MESSAGES: MESSAGES_TOOL, WireFormat.RESPONSES: RESPONSES_TOOL}
-
-
-def tool_definition(fmt: WireFormat) -> dict[str, Any]:
-    return _TOOLS[fmt]
-
-
-def with_tool(body: Mapping[str, Any], fmt: WireFormat) -> dict[str, Any]:
-    """``body`` with the tool after the client's own (once: a body that has it keeps it as is)."""
-    tools = body.get("tools") or []
-    if not isinstance(tools, list):
-        return dict(body)  # not a list of tools: the provider answers it in its own words
-    if any(_tool_name(t) == TOOL_NAME for t in tools) or body.get("functions") is not None:
-        return dict(body)  # (legacy ``functions`` cannot go beside ``tools``: no tool then)
-    return {**body, "tools": [*tools, tool_definition(fmt)]}
-
-
-def _tool_name(tool: Any) -> Any:
-    if not isinstance(tool, dict):
-        return None
-    function = tool.get("function")
-    return function.get("name") if isinstance(function, dict) else tool.get("name")
-
-
-# -- pins: a conversation's expansion exchanges, back where they were made ----------------------------
 
 def history_of(body: Mapping[str, Any], fmt: WireFormat) -> list[Any] | None:
     """The body's list of turns or items (None: a Responses ``input`` given as one string)."""
@@ -185,7 +140,7 @@ def pin_messages(pin: Mapping[str, Any], fmt: WireFormat, model: str) -> list[di
 def _comparable(turn: Any) -> Any:
     """A turn as a pin's place is found by: breakpoints aside (``plain``), a string content as the
     text block it stands for, and without the omission markers Sieve put in it (an epoch's marker
-    goes into the user turn after the kept turn that follows its span: ``formats.messages``)."""
+    goes into the user turn after the kept turn that follows its span: ``gateway.wire.formats.anthropic_messages``)."""
     turn = plain(turn)
     content = turn.get("content") if isinstance(turn, dict) else None
     if isinstance(content, str):
@@ -212,7 +167,4 @@ def _kept_at(turns: list[Any], history: list[Any], index: int) -> int | None:
     return None
 
 
-__all__ = ["CODECS", "CallFilter", "Codec", "EventReader", "ToolAnswer", "chat_end", "continued_blocks",
-           "continued_chunks", "continued_items", "digest", "history_of", "make_pin", "message_end",
-           "pin_messages", "pin_needs", "pin_place", "plain", "responses_end", "tool_definition", "with_pins",
-           "with_tool"]
+__all__ = ["digest", "history_of", "make_pin", "pin_messages", "pin_needs", "pin_place", "plain", "with_pins"]

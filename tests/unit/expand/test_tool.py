@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.pruning.expansion import TOOL_NAME
-from gateway.wire.expand_tool import with_tool
+from gateway.expand import TOOL_NAME, with_tool
 from gateway.wire.formats import WireFormat
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gateway.pruning.compression import dropped_marker, is_omission_marker, marker_ids
-from gateway.pruning.expansion import MAX_REFS_PER_CALL, NOT_AVAILABLE, expandable, refs_of_call, restore, \
-    span_ref, with_ref
+from gateway.expand import MAX_REFS_PER_CALL, NOT_AVAILABLE, expandable, refs_of_call, restore
+from gateway.pruning import span_ref, with_ref
 from gateway.pruning.messages import fingerprint
 from gateway.pruning.pins import PinnedRoom, pin_budget, placed
 from gateway.pruning.pipeline import prune
@@ -92,7 +92,7 @@ def test_the_pipeline_holds_pinned_exchanges_under_the_target():
 
 def test_two_plain_markers_each_name_their_own_span():
     """With no ids listed, two markers have the same text: each names the ref of its own span."""
-    from gateway.pruning.expansion import marker_spans, with_refs
+    from gateway.pruning import marker_spans, with_refs
     from gateway.pruning.vocabulary import KEPT
 
     plain = dropped_marker()
@@ -111,7 +111,7 @@ def test_two_plain_markers_each_name_their_own_span():
 def test_two_spans_that_open_alike_have_refs_of_their_own():
     """An agent opens every task with the same line: two omitted spans starting at equal
     messages still name different refs, and each restores its own messages."""
-    from gateway.pruning.expansion import marker_spans, restore
+    from gateway.pruning import marker_spans
 
     greeting = {"role": "assistant", "content": "Hi! How can I help you today?"}
     history = [{"role": "system", "content": "You help customers."}, {"role": "user", "content": "task one"},

@@ -7,7 +7,7 @@ expiring with the plan (the policy's ``state_ttl_s``). Read before the prune: th
 holds the pins' room under the target (``gateway.pruning.pins``), so the record is what
 the request's decision and its forward both go by.
 
-A pin is the exchange one request's rounds appended (``gateway.wire.expand_tool``
+A pin is the exchange one request's rounds appended (``gateway.expand.pinning``
 ``make_pin``), placed after the client turn that request ended with; its room is its
 messages counted in the chat view, as the forwarded count counts messages.
 """
@@ -20,10 +20,11 @@ from typing import Any
 
 import orjson
 
-from gateway.exchange.prune_step import conversation_key
+from gateway.exchange import conversation_key
+from gateway.expand.pinning import make_pin, pin_messages, pin_needs, pin_place
 from gateway.pruning import PinnedRoom, PruneResult, TokenCounters
 from gateway.state import ConversationStore
-from gateway.wire import ModelCall, WireFormat, make_pin, more_steps_follow, pin_messages, pin_needs, pin_place
+from gateway.wire import ModelCall, WireFormat, more_steps_follow
 
 log = logging.getLogger("sieve.expander")
 KEY_SUFFIX = "|expand"

@@ -1,14 +1,15 @@
 """Reversible pruning on the request path: the ``sieve_expand`` tool and Sieve's own rounds.
 
-The proxy calls this at three points of one request:
+The forward calls this at three points of one request (``gateway.exchange.ExtraRounds``,
+the seam it declares; wired in ``gateway.api.services``):
 
-* ``pinned`` before the prune: the conversation's record (``gateway.exchange.expand_record``),
+* ``pinned`` before the prune: the conversation's record (``gateway.expand.record``),
   with the room each pinned exchange takes; the pruner holds it under the target and
   says which pins go back (``gateway.pruning.pins``, ``PruneResult.pinned``).
 * ``open`` after the prune: with the policy's ``expand_tool`` on, for a conversation
   that carries the tool (decided on its first request, for its whole life: a tool added or
   removed rewrites the prefix a provider binds reasoning and its cache to;
-  ``expand_record.offered``), the omission markers name their refs (``gateway.pruning.expansion``);
+  ``record.offered``), the omission markers name their refs (``gateway.pruning.marker_refs``);
   ``body_for`` then puts the pins the decision chose back where they were made,
   after the client turn they followed (pinned: the model asked for that content, and
   the provider's cached prefix of that round grows rather than breaks), and the tool
@@ -28,7 +29,7 @@ just answered is settled at its usage and the next round reserved
 (``record.hold`` is then the new round's, settled by the accounting as usual);
 ``record.expand_usage`` keeps the earlier rounds' usage, which the accounting counts
 in the billed tokens, the metrics and the savings' cost. Every format
-(``gateway.wire.expand_tool``: Chat Completions, Anthropic Messages, OpenAI
+(``gateway.expand.tool``: Chat Completions, Anthropic Messages, OpenAI
 Responses), stream and not.
 
 Streams: the first event that names a tool or carries text decides. Sieve's tool
@@ -46,26 +47,27 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Callable
 
 import orjson
 
-from gateway.exchange.accounting import RequestRecord
-from gateway.exchange.budget_guard import BudgetGuard
 from gateway.errors import BudgetExceeded
-from gateway.exchange.expand_record import ExpandRecord, ExpandRecords
-from gateway.exchange.prune_step import PruneOutcome
-from gateway.pruning import Expandable, PruneResult, TokenCounters, expandable, refs_of_call, restore
+from gateway.exchange import BudgetGuard, PruneOutcome, RequestRecord, Send
+from gateway.expand.call_filter import (CallFilter, MAX_HELD_BYTES, chat_end, continued_blocks, continued_chunks,
+    continued_items, held_back, message_end, responses_end)
+from gateway.expand.codecs import CODECS, Codec, EventReader, ToolAnswer
+from gateway.expand.pinning import history_of, with_pins
+from gateway.expand.record import ExpandRecord, ExpandRecords
+from gateway.expand.restore import Expandable, expandable, refs_of_call, restore
+from gateway.expand.tool import tool_definition, with_tool
+from gateway.pruning import PruneResult, TokenCounters
 from gateway.state import ConversationStore
 from gateway.telemetry import ExpandOutcome, Metrics, usage_from_provider, usage_is_readable
 from gateway.upstream import UpstreamResponse
-from gateway.wire import (CODECS, CallFilter, Codec, EventReader, MAX_HELD_BYTES, ModelCall, ToolAnswer, WireFormat,
-    chat_end, continued_blocks, continued_chunks, continued_items, held_back, history_of, input_transformations,
-    message_end, responses_end, tool_definition, with_pins, with_tool)
+from gateway.wire import ModelCall, WireFormat, input_transformations
 
 log = logging.getLogger("sieve.expander")
 
-Send = Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]
 # The formats whose relayed stream goes on with the next round when it names Sieve's tool after
 # text: how Sieve ends such a stream itself, and how the next round's stream continues it.
 # The closing events carry the round's own usage (the tap reads it as the answer's).

@@ -1,6 +1,6 @@
 """The ``sieve_expand`` calls in each wire format's answers, and the round Sieve appends.
 
-One :class:`Codec` per format (the table in ``gateway.wire.expand_tool``): a whole
+One :class:`Codec` per format (the table in ``gateway.expand.tool``): a whole
 answer's calls, the round appended, the answer without Sieve's calls, that answer as
 a stream's events, and a stream reader that decides on the first event naming a
 tool or carrying text, then assembles the held stream into the answer a non-stream
@@ -14,9 +14,8 @@ from typing import Any, Callable, Mapping
 
 import orjson
 
-from gateway.pruning import TOOL_NAME
-from gateway.wire.formats import WireFormat
-from gateway.wire.sse import event_data, split_events
+from gateway.expand.restore import TOOL_NAME
+from gateway.wire import WireFormat, event_data, split_events
 
 
 @dataclass(slots=True)

@@ -7,10 +7,9 @@ from typing import Any, AsyncIterator
 import orjson
 
 from gateway.errors import UpstreamUnavailable
-from gateway.pruning import TOOL_NAME
-from gateway.wire.expand_codecs import _is_mine, responses_without
-from gateway.wire.formats import WireFormat
-from gateway.wire.sse import event_data, split_events
+from gateway.expand.codecs import _is_mine, responses_without
+from gateway.expand.restore import TOOL_NAME
+from gateway.wire import WireFormat, event_data, split_events
 
 
 # The most of a round Sieve holds back (read, not relayed) or keeps to splice the next one in:
