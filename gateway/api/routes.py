@@ -58,7 +58,7 @@ async def _read_json(request: Request, required: bool = True) -> tuple[bytes, di
 
 
 async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ModelCall:
-    """The request as the proxy takes it: in a format other than chat, ``body`` is its view."""
+    """The request as the forwarder takes it: in a format other than chat, ``body`` is its view."""
     services: Services = request.app.state.services
     identity = request.state.identity
     raw, body = await _read_json(request)
@@ -74,17 +74,17 @@ async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ModelCal
 
 async def chat_completions(request: Request) -> Response:
     call = await _call(request)
-    return reply_response(await request.app.state.services.proxy.complete(call))
+    return reply_response(await request.app.state.services.forwarder.complete(call))
 
 
 async def messages(request: Request) -> Response:
     call = await _call(request, WireFormat.MESSAGES)
-    return reply_response(await request.app.state.services.proxy.complete(call))
+    return reply_response(await request.app.state.services.forwarder.complete(call))
 
 
 async def responses(request: Request) -> Response:
     call = await _call(request, WireFormat.RESPONSES)
-    return reply_response(await request.app.state.services.proxy.complete(call))
+    return reply_response(await request.app.state.services.forwarder.complete(call))
 
 
 async def _pass_on(request: Request, fmt: WireFormat, suffix: str, billed: bool = False) -> Response:
@@ -127,7 +127,7 @@ async def response_input_items(request: Request) -> Response:
 async def prune(request: Request) -> Response:
     fmt = parse_format(request.headers.get(FORMAT_HEADER))
     call = await _call(request, fmt)
-    outcome = await request.app.state.services.proxy.prune_only(call)
+    outcome = await request.app.state.services.forwarder.prune_only(call)
     report = outcome.result.report()
     report["request_id"] = call.request_id
     report["fail_open"] = outcome.failed

@@ -2,7 +2,7 @@
 
 ``Services.start(settings)`` runs in the app's lifespan: it creates the shared
 HTTP client and the stores (in-memory, or Redis when ``SIEVE_REDIS_URL`` is
-set), loads policies and keys, and wires the proxy. Routes reach it through
+set), loads policies and keys, and wires the forwarder. Routes reach it through
 ``request.app.state.services``. Nothing here serves a request: each part
 answers for its own concern (``PolicyBook``, the authenticator, ``Forwarder``,
 ``ModelCatalog``, ``RequestRecorder``).
@@ -78,7 +78,7 @@ class Services:
     policies: PolicyBook
     authenticator: Authenticator | OpenAccess
     stores: Stores
-    proxy: Forwarder
+    forwarder: Forwarder
     passthrough: PassThrough
     models: ModelCatalog
     recorder: RequestRecorder
@@ -131,13 +131,13 @@ class Services:
         pruner = _pruner(counters, settings, stores, upstreams, metrics, prices, big_bodies, embedder)
         pruner.cohort_secret = await cohort_secret(settings, stores.conversations)
         stored = StoredResponses(stores.responses)
-        proxy = Forwarder(router=router, pruner=pruner,
+        forwarder = Forwarder(router=router, pruner=pruner,
                           accountant=Accountant(recorder, prices, budgets, audit, counters, stored), budgets=budgets,
                           deferred=deferred, expander=Expander(stores.conversations, budgets, metrics, counters),
                           stored=stored, reasoning=ReasoningGuard(stores.conversations,
                                                                   settings.preserved_thinking_models))
         passthrough = PassThrough(router, fast_path, budgets, recorder, audit, deferred, stored)
-        return cls(settings, policies, authenticator, stores, proxy, passthrough,
+        return cls(settings, policies, authenticator, stores, forwarder, passthrough,
                    ModelCatalog(settings, fast_path), recorder, budgets, deferred, audit,
                    WireLimits(settings.max_messages, settings.max_content_parts, settings.max_message_chars,
                               settings.max_json_depth, settings.max_request_chars),
@@ -150,7 +150,7 @@ class Services:
         open request is accounted, the deferred accounting runs to its end (settles,
         metrics, audit lines), unmetered tokens are charged, and only then are the
         clients it used closed."""
-        await self.proxy.close(timeout_s=5.0)
+        await self.forwarder.close(timeout_s=5.0)
         await self.deferred.drain(timeout_s=10.0)
         await self.budget_guard.flush()
         if self.forwarding is not None:

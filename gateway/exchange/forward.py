@@ -46,7 +46,7 @@ from gateway.telemetry import FailOpen, Outcome, without_secrets
 from gateway.upstream import ModelRouter, ResolvedRoute, UpstreamResponse
 from gateway.wire import INGRESSES, Ingress, ModelCall, REASONING_HEADER, SSEUsageTap, WireFormat, response_headers
 
-log = logging.getLogger("sieve.proxy")
+log = logging.getLogger("sieve.forward")
 WRITE_FAILED = "the pruned body could not be written back in its format: forwarded as sent"
 # Far below any provider's time to answer, above the loop turns a request takes to be written.
 SHADOW_HEAD_START_S = 0.002
