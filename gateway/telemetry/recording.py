@@ -231,9 +231,9 @@ def _record_cohort(metrics: Metrics, org: str, model: str, figures: RequestFigur
     _add(metrics.child(metrics.repeat_tool_calls, org, cohort), c.signals.repeated_tool_calls)
     shadow = c.shadow
     if shadow is not None:
-        metrics.child(metrics.shadow_prompt_tokens, org, model).inc(max(shadow.forwarded_tokens, 0))
+        _add(metrics.child(metrics.shadow_prompt_tokens, org, model), shadow.forwarded_tokens)
         if shadow.priced:
-            metrics.child(metrics.shadow_cost_usd, org, model).inc(max(shadow.would_be_usd, 0.0))
+            _add(metrics.child(metrics.shadow_cost_usd, org, model), shadow.would_be_usd)
         if shadow.prefix_changed:
             metrics.child(metrics.shadow_prefix_changes, org).inc()
 

@@ -22,6 +22,7 @@ descriptions say so) and the configured ones at run time.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
@@ -52,7 +53,7 @@ def fail(path: Path, says: str, code: str | None = None) -> None:
     raise InvalidRequest(f"{shown} {says}", param=where, code=code)
 
 
-class Shape:
+class Shape(ABC):
     """A JSON value Sieve checks; ``kind``: the Python types it takes (what ``Either`` picks it by)."""
 
     kind: Any = object
@@ -73,12 +74,13 @@ class Shape:
         defs[self.name] = own
         return {"$ref": f"#/components/schemas/{self.name}"}
 
+    @abstractmethod
     def own_schema(self, defs: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
+        """The schema of this shape itself, before its name and description are applied."""
 
+    @abstractmethod
     def compile(self, limits: WireLimits) -> Check | None:
         """The check (None: nothing to check)."""
-        raise NotImplementedError
 
     def inline(self, at: str, env: dict[str, Any], limits: WireLimits) -> list[str] | None:
         """Lines that check ``x`` in place, in the code an object's check is built from

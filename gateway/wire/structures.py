@@ -23,8 +23,8 @@ class Later(Shape):
     target: Callable[[], Shape]
     kind: Any = object
 
-    def schema(self, defs: dict[str, Any]) -> dict[str, Any]:
-        return self.target().schema(defs)
+    def own_schema(self, defs: dict[str, Any]) -> dict[str, Any]:
+        return self.target().schema(defs)  # unnamed and undescribed: the target's schema as it is
 
     def compile(self, limits: WireLimits) -> Check | None:
         target, resolved = self.target, []
