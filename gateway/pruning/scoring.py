@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress
 from typing import Mapping, Protocol, Sequence
 
 from gateway.pruning import rubric, text_features as tf
@@ -271,6 +271,10 @@ class LocalScorer:
         feats, idf, avg_len = corpus.feats, corpus.idf, corpus.avg_len
         out: dict[int, float] = {}
         weighted = [(term, w * idf.get(term, 0.0) * (k1 + 1)) for term, w in query.items() if w]
+        # The query's terms and weights apart: a unit's counts of them are looked up in C
+        # (``map``), and only the terms it holds (a few of the query's) reach the loop.
+        query_terms = [term for term, _ in weighted]
+        query_weights = [wi for _, wi in weighted]
         # w * idf, as the unit-side walk multiplies first (the same bits as inline).
         query_idf = {term: w * idf[term] for term, w in query.items() if w and term in idf}
         if earlier is not None:
@@ -286,16 +290,16 @@ class LocalScorer:
             norm = k1 * (1 - b + b * f.length / (avg_len or 1.0))
             s = 0.0
             counts = f.counts
-            if len(weighted) < len(counts):  # walk the smaller side: usually the query
-                for term, wi in weighted:
-                    count = counts.get(term)
-                    if count:
-                        s += wi * count / (count + norm)
+            # Walk the smaller side (usually the query), in its order: the float sum is the same
+            # bit for bit. ``compress`` and ``filter`` keep the pairs where the other side has it.
+            if len(weighted) < len(counts):
+                held = list(map(counts.get, query_terms))
+                for wi, count in zip(compress(query_weights, held), filter(None, held)):
+                    s += wi * count / (count + norm)
             else:
-                for term, count in counts.items():
-                    wi = query_idf.get(term)
-                    if wi:
-                        s += wi * count * (k1 + 1) / (count + norm)
+                held = list(map(query_idf.get, counts))
+                for wi, count in zip(filter(None, held), compress(counts.values(), held)):
+                    s += wi * count * (k1 + 1) / (count + norm)
             if f.speaker and f.speaker in request.entities:
                 s *= self.SPEAKER_BOOST
             out[i] = s
