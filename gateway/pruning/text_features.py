@@ -7,7 +7,7 @@ every older unit of a conversation at each pruning epoch.
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, _count_elements
 from dataclasses import dataclass
 from itertools import chain
 
@@ -220,8 +220,11 @@ def analyse(text: str) -> TextInfo:
     known = _TOKEN_INFO
     # Count tokens first (in C): JSON keys and common words repeat a lot, so the
     # per-token work below runs once per distinct token. Plain dict arithmetic:
-    # Counter's __missing__ is a Python call per new key.
-    for tok, n in Counter(tokens(text)).items():
+    # Counter's __missing__ is a Python call per new key (and its constructor, Python
+    # code with an ABC check, costs more than the count of a short text).
+    distinct: dict[str, int] = {}
+    _count_elements(distinct, tokens(text))
+    for tok, n in distinct.items():
         t, e, f = known[tok]
         for term in t:
             counts[term] = counts.get(term, 0) + n
@@ -229,7 +232,9 @@ def analyse(text: str) -> TextInfo:
             found.update(e)
         flags |= f
     if "@" in text:
-        found.update(map(_ENTITY_FORMS.__getitem__, _EMAIL.findall(text)))
+        # An e-mail holds no whitespace: only the words with an '@' are scanned (the pattern
+        # backtracks over every word it starts at, a few hundred instructions a character).
+        found.update(map(_ENTITY_FORMS.__getitem__, _EMAIL.findall(" ".join(w for w in text.split() if "@" in w))))
     if '"' in text:
         found.update(map(_ENTITY_FORMS.__getitem__, _QUOTED.findall(text)))
     if _FILE_GATE.search(text):
