@@ -33,6 +33,29 @@ _ID_RUNS = RunSplitter(RUN_CHARS)
 # between them instead of trying every branch at each.
 _MAY_HOLD = re.compile(r"[0-9_@/$#]|\.(?<=\w\.)(?=\w)|[A-Z](?<=[a-z][A-Z])|[A-Z]\w*[A-Z]").search
 _VALUES = ValueMemo()
+_RUN_TEST_CHARS = 64
+
+
+class _RunTest(dict):
+    """``memo[run]``: whether a pattern finds something in a run, searched once per distinct
+    run (``filter(memo.__getitem__, runs)`` runs in C for runs seen before). A search costs
+    a thousand instructions and more, a lookup a tenth of that, and the texts of one
+    conversation share most of their runs (its words, its field names). Bounded in
+    entries, and runs over _RUN_TEST_CHARS are searched each time."""
+
+    def __init__(self, search: Callable[[str], object], max_entries: int = 500_000) -> None:
+        super().__init__()
+        self._search = search
+        self._max_entries = max_entries
+
+    def __missing__(self, run: str) -> bool:
+        found = self._search(run) is not None
+        if len(run) <= _RUN_TEST_CHARS and len(self) < self._max_entries:  # a long run is rare: not kept
+            self[run] = found
+        return found
+
+
+_HOLDS = _RunTest(_MAY_HOLD)
 # A JSON object's keys ("order_id":) name fields, they are not values; a key with a digit
 # is a record's id ({"6805564527": {...}}) and stays one. Read once per text.
 _DIGIT = re.compile(r"[0-9]").search
@@ -59,6 +82,7 @@ def text_ids(text: str) -> tuple[str, ...]:
 # split run, in C. Masks keep only such values, and most runs of a tool output cannot
 # hold one: a masked text need not read its codes and names of code.
 _MAY_BE_STRONG = re.compile(r"[0-9@/]").search
+_HOLDS_STRONG = _RunTest(_MAY_BE_STRONG)
 _STRONG_IDS: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
 
 
@@ -71,7 +95,7 @@ def strong_ids(text: str) -> tuple[str, ...]:
         return tuple(filter(is_strong, ids))
     strong = _STRONG_IDS.get(text)
     if strong is None:
-        runs = filter(_MAY_BE_STRONG, dict.fromkeys(_runs(text)))
+        runs = filter(_HOLDS_STRONG.__getitem__, dict.fromkeys(_runs(text)))
         found = tuple(filter(is_strong, dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs)))))
         strong = _STRONG_IDS.put(text, _without_field_keys(text, found))
     return strong
@@ -130,7 +154,8 @@ def _runs(text: str) -> list[str]:
 def _ids_of_runs(runs: Iterable[str]) -> tuple[str, ...]:
     # values.py's rule per distinct run, memoised, in C iteration throughout: map over
     # dict.fromkeys (first occurrence first), chained, deduplicated again.
-    return tuple(dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, filter(_MAY_HOLD, dict.fromkeys(runs))))))
+    return tuple(dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__,
+                                                       filter(_HOLDS.__getitem__, dict.fromkeys(runs))))))
 
 
 def _without_field_keys(text: str, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -220,6 +245,8 @@ def clear_ids_memo() -> None:
     _STRONG_IDS.clear()
     _FIELD_CODES.clear()
     _VALUES.clear()
+    _HOLDS.clear()
+    _HOLDS_STRONG.clear()
 
 
 # A value the agent passed to its tools this many times (calls, not mentions) names what it
