@@ -271,10 +271,8 @@ class LocalScorer:
         feats, idf, avg_len = corpus.feats, corpus.idf, corpus.avg_len
         out: dict[int, float] = {}
         weighted = [(term, w * idf.get(term, 0.0) * (k1 + 1)) for term, w in query.items() if w]
-        # The query's terms and weights apart: a unit's counts of them are looked up in C
-        # (``map``), and only the terms it holds (a few of the query's) reach the loop.
-        query_terms = [term for term, _ in weighted]
-        query_weights = [wi for _, wi in weighted]
+        # Apart: a unit's counts of the terms are looked up in C, only its hits reach the loop.
+        query_terms, query_weights = [term for term, _ in weighted], [wi for _, wi in weighted]
         # w * idf, as the unit-side walk multiplies first (the same bits as inline).
         query_idf = {term: w * idf[term] for term, w in query.items() if w and term in idf}
         if earlier is not None:
@@ -290,8 +288,7 @@ class LocalScorer:
             norm = k1 * (1 - b + b * f.length / (avg_len or 1.0))
             s = 0.0
             counts = f.counts
-            # Walk the smaller side (usually the query), in its order: the float sum is the same
-            # bit for bit. ``compress`` and ``filter`` keep the pairs where the other side has it.
+            # Walk the smaller side (usually the query) in its order: the same float sum, bit for bit.
             if len(weighted) < len(counts):
                 held = list(map(counts.get, query_terms))
                 for wi, count in zip(compress(query_weights, held), filter(None, held)):
