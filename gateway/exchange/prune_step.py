@@ -111,7 +111,7 @@ class Pruner:
             failed = FailOpen.PRUNING_ERROR
         summary_run = await self._summarize(run, result)
         prune_s = time.perf_counter() - t0
-        self._metrics.prune_seconds.observe(prune_s)
+        self._metrics.observe(self._metrics.prune_seconds, prune_s)
         if failed is not FailOpen.STATE_STORE and not await self._save(saved_as, result, call.policy):
             failed = failed or FailOpen.STATE_STORE
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run, cohort=cohort)
@@ -128,7 +128,7 @@ class Pruner:
         result = prune(call.body, call.policy, scorer=self._scorer, counter=counter,
                        steering=Steering(strategy=Strategy.NONE))
         prune_s = time.perf_counter() - t0
-        self._metrics.prune_seconds.observe(prune_s)
+        self._metrics.observe(self._metrics.prune_seconds, prune_s)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
         return PruneOutcome(result, key, None, prune_s, failed, unpruned_reason=reason,
                             cohort=cohort_of(call.policy, key, self.cohort_secret))

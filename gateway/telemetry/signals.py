@@ -22,7 +22,8 @@ one), so it costs no state and no extra call::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import orjson
 
@@ -37,7 +38,9 @@ class ConversationSignals:
 
 
 def conversation_signals(messages: Sequence[Mapping[str, Any]]) -> ConversationSignals:
-    assistant = [i for i, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") == "assistant"]
+    # A message is a dict (parsed JSON): tested first, without the ABC's check, once a message.
+    assistant = [i for i, m in enumerate(messages)
+                 if (isinstance(m, dict) or isinstance(m, Mapping)) and m.get("role") == "assistant"]
     if not assistant:
         return ConversationSignals()
     newest = list(_calls(messages[assistant[-1]]))

@@ -48,7 +48,8 @@ a part of ``input_tokens`` like the cached reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["Usage", "usage_from_provider"]
 
@@ -119,7 +120,7 @@ def _long_lived_writes(d: Mapping[str, Any]) -> tuple[int, int]:
 def _as_mapping(raw: Any) -> Mapping[str, Any] | None:
     if raw is None:
         return None
-    if isinstance(raw, Mapping):
+    if isinstance(raw, dict) or isinstance(raw, Mapping):  # a dict (parsed JSON) without the ABC's check
         return raw
     dump = getattr(raw, "model_dump", None)
     if callable(dump):

@@ -105,3 +105,39 @@ def test_a_target_that_cannot_be_met_says_so_and_the_audit_line_has_the_target(s
     gw.wait_idle()
     line = next(line for line in read_jsonl(audit) if line["request_id"] == answer.headers["x-sieve-request-id"])
     assert line["target_tokens"] == 1500
+
+
+def _scraped(gw, name: str, **labels: str) -> float:
+    """One sample as ``GET /metrics`` shows it (0.0 where the series is not shown yet)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    for family in text_string_to_metric_families(gw.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return 0.0
+
+
+def test_a_scrape_right_after_a_request_shows_its_counts(start_gateway, upstream) -> None:
+    """The request path's metrics are tallied as plain numbers (gateway.telemetry.tally) and
+    written into their series when scraped: every request shows on the next scrape, counted once."""
+    gw = start_gateway()
+    chat = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    labels = dict(org="anonymous", model="gpt-4o-mini")
+    for n in (1, 2, 3):
+        answer = gw.post("/v1/chat/completions", json=chat)
+        assert answer.status_code == 200
+        completion = answer.json()["usage"]["completion_tokens"]
+        assert completion > 0
+        gw.wait_idle()
+        assert _scraped(gw, "sieve_requests_total", outcome="passthrough", **labels) == n
+        assert _scraped(gw, "sieve_route_requests_total", org="anonymous", route="/v1/chat/completions",
+                        outcome="passthrough") == n
+        assert _scraped(gw, "sieve_upstream_seconds_count") == n
+        assert _scraped(gw, "sieve_overhead_seconds_count") == n
+        assert _scraped(gw, "sieve_prune_seconds_count") == n
+        assert _scraped(gw, "sieve_cohort_requests_total", org="anonymous", cohort="pruned",
+                        outcome="passthrough") == n
+        assert _scraped(gw, "sieve_completion_tokens_total", **labels) == completion * n
+    original = _scraped(gw, "sieve_prompt_tokens_original_total", **labels)
+    assert original > 0 and original == _scraped(gw, "sieve_prompt_tokens_forwarded_total", **labels)
+    assert _scraped(gw, "sieve_units_total", org="anonymous", action="kept") == 3
