@@ -254,9 +254,14 @@ class Forwarder:
         return len(stragglers)
 
     def _account(self, record: RequestRecord) -> None:
-        """Hand a record to deferred accounting, once: a stream can end on several paths."""
+        """Hand a record to deferred accounting, once: a stream can end on several paths. One
+        that waits for nothing (no reservation, no stored response, no shadow decision) is
+        accounted by a callback right after this step of the loop (the answer written first)."""
         if self._open.pop(id(record), None) is not None:
-            self._deferred.spawn(self._finish(record))
+            if record.shadow_decision is None and self._accountant.waits_for_nothing(record):
+                self._deferred.soon(self._accountant.finish_now, record)
+            else:
+                self._deferred.spawn(self._finish(record))
 
     async def _finish(self, record: RequestRecord) -> None:
         """Accounting; a shadow request's once its decision is made (it ran beside the forward)."""

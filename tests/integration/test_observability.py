@@ -141,3 +141,29 @@ def test_a_scrape_right_after_a_request_shows_its_counts(start_gateway, upstream
     original = _scraped(gw, "sieve_prompt_tokens_original_total", **labels)
     assert original > 0 and original == _scraped(gw, "sieve_prompt_tokens_forwarded_total", **labels)
     assert _scraped(gw, "sieve_units_total", org="anonymous", action="kept") == 3
+
+
+def test_a_client_that_leaves_a_stream_is_counted_once_without_a_budget(start_gateway, upstream, caplog) -> None:
+    """No reservation to settle: the accounting runs as a callback of the loop (no task), and
+    still exactly once for a request whose client went away mid-stream."""
+    import logging
+
+    from tests.support.fake_upstream import Reply
+    caplog.set_level(logging.INFO, logger="sieve.access")
+    gw = start_gateway()
+    upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(40)], chunk_delay_s=0.05))
+    chat = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream("POST", gw.base_url + "/v1/chat/completions", json=chat, timeout=10) as response:
+        assert response.status_code == 200
+        request_id = response.headers["x-sieve-request-id"]
+        got = b""
+        for chunk in response.iter_raw():
+            got += chunk
+            if got.count(b"data:") >= 3:
+                break  # walk away mid-stream
+    time.sleep(0.3)  # the gateway sees the connection gone at its next write
+    gw.wait_idle()
+    assert sum(metric_value(gw.metrics, "sieve_requests_total", org="anonymous", model="gpt-4o-mini", outcome=o)
+               for o in ("passthrough", "upstream_error", "pruned", "fail_open")) == 1
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "sieve.access"]
+    assert [line["request_id"] for line in lines] == [request_id]
