@@ -86,7 +86,7 @@ class Forwarder:
     async def complete(self, call: ModelCall) -> Reply:
         ingress = INGRESSES[call.format]
         route = self._router.resolve(call.body["model"], call.format)
-        chain = await self._continued(call)
+        chain = await self._continued(call) if call.format is WireFormat.RESPONSES else 0
         outcome, pinned = await self._prune(call, ingress)
         expansion = await self._expander.open(call, outcome, pinned) if self._expander is not None else None
         try:
@@ -121,7 +121,8 @@ class Forwarder:
             if response.status >= 400 and route.api_key:
                 body = without_secrets(body, [route.api_key])
             record.set_response_body(body)
-            await self._claim(record, record.response_id)  # before the client can name it
+            if record.stores_response:
+                await self._claim(record, record.response_id)  # before the client can name it
             self._account(record)
             return Reply(response.status, {**response.headers, **headers}, body=body)
         return Reply(response.status, {**response.headers, **headers},

@@ -109,6 +109,8 @@ def usage_from_provider(raw: Any) -> Usage | None:
 
 def _long_lived_writes(d: Mapping[str, Any]) -> tuple[int, int]:
     """Cache writes with a 1-hour and a 12-hour lifetime, in every spelling above."""
+    if "cache_creation" not in d and "prompt_tokens_details" not in d and "input_tokens_details" not in d:
+        return 0, 0  # none of the places they are given: eight lookups that would find nothing
     anthropic = _as_mapping(d.get("cache_creation")) or {}
     details = _as_mapping(d.get("prompt_tokens_details")) or _as_mapping(d.get("input_tokens_details")) or {}
     openai = _as_mapping(details.get("cache_write_tokens_details")) or {}
