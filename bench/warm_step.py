@@ -14,6 +14,16 @@ upstream and once through each Sieve, the order alternating. Prints the medians 
 end-to-end times (until the whole answer is read), each Sieve's ratio to direct (the median of
 the per-round ratios) and, from separate ``/v1/prune`` calls, the cold and warm prune through
 HTTP.
+
+The fake upstream charges nothing per token, so "direct" is only its own read and parse of
+the body: the plain ratio is the worst case for Sieve, what it costs against a provider
+that answers instantly. ``--prefill-us-per-token X`` (off by default) makes the fake wait X
+µs per prompt token (chars // 4) before answering, as a real provider's prefill does; the
+output then says so on every line, and it is a second figure beside the plain one, never
+instead of it::
+
+    python bench/warm_step.py --against main                               # the plain figure
+    python bench/warm_step.py --against main --prefill-us-per-token 1.0    # 100k tokens: +100 ms
 """
 
 from __future__ import annotations
@@ -33,7 +43,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench.ab import checkout, policies_of  # noqa: E402
-from bench.overhead import Server, start_sieve, start_upstream  # noqa: E402
+from bench.overhead import Server, start_sieve  # noqa: E402
+from bench.overhead_routes import ROUTES  # noqa: E402
+from tests.support import free_port  # noqa: E402
 from gateway.config.settings import prepare_offline_environment  # noqa: E402
 
 prepare_offline_environment()
@@ -63,7 +75,9 @@ async def run(a: argparse.Namespace) -> None:
     a.route, a.sieve_cmd = "chat", ""
     servers: dict[str, Server] = {}
     try:
-        servers["direct"] = start_upstream(a)
+        port = free_port()
+        servers["direct"] = Server("fake-upstream", ROUTES["chat"].upstream_argv(port, a) + [
+            "--prefill-us-per-token", str(a.prefill_us_per_token)], port, ROUTES["chat"].ready_path)
         await servers["direct"].wait_ready(30)
         trees = {"this": ROOT} | ({"base": checkout(a.against)} if a.against else {})
         for name, tree in trees.items():
@@ -97,8 +111,10 @@ async def run(a: argparse.Namespace) -> None:
                     prune_ms[name]["cold"].append((await timed(s, prune_url, body, conv))[0])
                     prune_ms[name]["warm"].append((await timed(s, prune_url, body, conv))[0])
         direct = times["direct"]
+        prefill = f"; the fake upstream waits {a.prefill_us_per_token:g} µs per prompt token (prefill model)" \
+            if a.prefill_us_per_token else "; the fake upstream charges no time per token"
         print(f"warm step of a {tokens:,}-token conversation pruned to {target} tokens, end to end "
-              f"(medians of {a.rounds} alternating rounds, ms):")
+              f"(medians of {a.rounds} alternating rounds, ms{prefill}):")
         print(f"  direct (unpruned)  {statistics.median(direct):8.2f}")
         for name in trees:
             ratios = [t / d for t, d in zip(times[name], direct)]
@@ -121,6 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--latency-ms", type=float, default=0.0)
     p.add_argument("--chunks", type=int, default=8)
     p.add_argument("--chunk-delay-ms", type=float, default=0.0)
+    p.add_argument("--prefill-us-per-token", type=float, default=0.0,
+                   help="the fake upstream waits this long per prompt token (a provider's prefill; off: 0)")
     asyncio.run(run(p.parse_args(argv)))
 
 
