@@ -68,6 +68,11 @@ class Forwarder:
         # Requests holding a reservation whose accounting has not been handed over yet.
         self._open: dict[int, RequestRecord] = {}
 
+    @property
+    def pruner(self) -> Pruner:
+        """The pruning step (its ``recent_plans`` show how often a warm step skipped a decode)."""
+        return self._pruner
+
     async def prune_only(self, call: ModelCall) -> PruneOutcome:
         """What would be forwarded; no upstream needed, so any model name is accepted. A dry run
         writes nothing: the conversation's plan is read, not saved (``Pruner.prune``). Under a
