@@ -8,7 +8,8 @@ timed runs; an instruction count does not. Each side runs the real gateway
 (``python -m gateway.cli serve``, uvicorn, real sockets) under valgrind's
 callgrind, with the route's fake upstream as its own process (not counted). A client
 sends the agent payload of ``bench/overhead.py`` (~20k tokens, 103 messages; ``--payload
-small``: its two-message chat) in the route's format, sequentially, ``N`` times, then stops the server; the count of a run with the
+small``: its two-message chat; ``--payload history100k``: the 100k-token history of
+``bench/warm_step.py``, 410 KiB, pruned to 30 % in mode ``prune``) in the route's format, sequentially, ``N`` times, then stops the server; the count of a run with the
 smaller ``N`` is subtracted from the larger, so start-up and shutdown cancel out
 and what is left, divided by the difference, is the gateway's own instructions
 per request. Modes: ``none`` (``x-sieve-strategy: none``: the framework, wire
@@ -75,6 +76,18 @@ def count(tree: Path, upstream_port: int, route: Route, requests: int, headers: 
     return int(collected[-1].rsplit(":", 1)[1].replace(",", "").strip())
 
 
+def warm_step_history(tokens: int = 100_000, ratio: float = 0.3) -> tuple[dict, int]:
+    """The chat body of ``bench/warm_step.py`` and its target (``ratio`` of its tokens)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gateway.config.settings import prepare_offline_environment
+    prepare_offline_environment()
+    import prune_speed
+    from gateway.pruning.tokens import TokenCounters
+    counter = TokenCounters().for_model("gpt-4o-mini")
+    messages = prune_speed.history_of(tokens, counter)
+    return {"model": "gpt-4o-mini", "messages": messages}, int(counter.count_messages(messages) * ratio)
+
+
 def _wait_ready(port: int, server: subprocess.Popen) -> None:
     def ready() -> bool:
         if server.poll() is not None:
@@ -93,12 +106,18 @@ def main() -> int:
     ap.add_argument("--against", required=True, help="git revision or tree path to compare with")
     ap.add_argument("--requests", default="10,60", help="the two request counts whose difference is measured")
     ap.add_argument("--modes", default="none,prune", help="comma list of " + ",".join(MODES))
-    ap.add_argument("--payload", choices=("agent", "small"), default="agent")
+    ap.add_argument("--payload", choices=("agent", "small", "history100k"), default="agent")
     ap.add_argument("--route", choices=tuple(ROUTES), default="chat")
     args = ap.parse_args()
     low, high = (int(n) for n in args.requests.split(","))
     route = ROUTES[args.route]
-    body = orjson.dumps(route.payload(agent_request(20_000)[0] if args.payload == "agent" else small_request()))
+    modes = dict(MODES)
+    if args.payload == "history100k":
+        chat, target = warm_step_history()
+        modes["prune"] = {**MODES["prune"], "x-sieve-target-tokens": str(target)}
+    else:
+        chat = agent_request(20_000)[0] if args.payload == "agent" else small_request()
+    body = orjson.dumps(route.payload(chat))
     other = Path(args.against).resolve() if Path(args.against).is_dir() else checkout(args.against)
     upstream_port = free_port()
     upstream = subprocess.Popen([sys.executable, "-m", route.upstream_module, "--port", str(upstream_port)],
@@ -107,8 +126,8 @@ def main() -> int:
     try:
         for mode in args.modes.split(","):
             for name, tree in (("this tree", ROOT), (args.against, other)):
-                per_request = (count(tree, upstream_port, route, high, MODES[mode], body) -
-                               count(tree, upstream_port, route, low, MODES[mode], body)) / (high - low)
+                per_request = (count(tree, upstream_port, route, high, modes[mode], body) -
+                               count(tree, upstream_port, route, low, modes[mode], body)) / (high - low)
                 results[(mode, name)] = per_request
                 print(f"# {mode:<6} {name}: {per_request / 1e6:.3f} M instructions per request", file=sys.stderr)
     finally:

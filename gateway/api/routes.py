@@ -45,7 +45,8 @@ async def _read_json(request: Request, required: bool = True) -> tuple[bytes, di
     """The body, bounded, and its JSON object (None for an empty body that may be empty)."""
     services: Services = request.app.state.services
     settings = services.settings
-    request.state.org = request.state.identity.org
+    state = request.state  # a property (and a cast) each time it is named
+    state.org = state.identity.org
     raw = await read_body(request.stream(), request.headers.get("content-length"), settings.max_body_bytes,
                           settings.body_timeout_s)
     if not raw and not required:
@@ -53,22 +54,23 @@ async def _read_json(request: Request, required: bool = True) -> tuple[bytes, di
     if len(raw) > THREAD_THRESHOLD_BYTES:
         services.big_bodies.watch(request)  # its memory is given back once it is gone, refused or not
     body = parse_body(raw, services.limits.max_json_depth)
-    request.state.model = body.get("model") if isinstance(body.get("model"), str) else None
+    state.model = body.get("model") if isinstance(body.get("model"), str) else None
     return raw, body
 
 
 async def _call(request: Request, fmt: WireFormat = WireFormat.CHAT) -> ModelCall:
     """The request as the forwarder takes it: in a format other than chat, ``body`` is its view."""
     services: Services = request.app.state.services
-    identity = request.state.identity
+    state, headers = request.state, request.headers  # properties: named once
+    identity = state.identity
     raw, body = await _read_json(request)
     assert body is not None
     view = INGRESSES[fmt].read(body, services.limits)
     native = body if fmt is not WireFormat.CHAT else None
-    call = ModelCall(request.state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
-                    parse_sieve_headers(request.headers), request.headers, format=fmt, native=native, view=view,
+    call = ModelCall(state.request_id, view.body, len(raw), identity, services.policies.for_identity(identity),
+                    parse_sieve_headers(headers), headers, format=fmt, native=native, view=view,
                     route=request.scope["route"].path_format)
-    request.state.call = call
+    state.call = call
     return call
 
 

@@ -258,6 +258,8 @@ class BudgetConfig:
 
     def limits_for(self, identity: _HasScopes) -> tuple[BudgetLimit, ...]:
         """Every limit that applies to ``identity``: org, then team, then key; windows short to long."""
+        if not (self.orgs or self.teams or self.keys):
+            return ()  # no budgets at all (asked three times a request)
         org = identity.org
         found: list[BudgetLimit] = []
         scoped = (

@@ -117,6 +117,21 @@ class Accountant:
             await self._stored.record(record.call.identity.org, record.response_id,
                                       chain_tokens(record, self._budgets.ceiling),
                                       record.call.sent_body.get("conversation"))
+        self._count(record, usage, charge)
+
+    def waits_for_nothing(self, record: RequestRecord) -> bool:
+        """Whether ``finish`` would wait for no I/O: no reservation to settle or release, no
+        stored response to record (then ``finish_now`` does the same work in one go)."""
+        return record.hold is None and (record.response_id is None or record.claimed_final or self._stored is None)
+
+    def finish_now(self, record: RequestRecord) -> None:
+        """``finish`` for a record that waits for nothing (``waits_for_nothing``)."""
+        record.finished_at = record.ended or time.perf_counter()
+        usage, charge, _ = self._charge(record)
+        self._count(record, usage, charge)
+
+    def _count(self, record: RequestRecord, usage: Usage | None, charge: Charge | None) -> None:
+        """Savings, metrics, the audit and the access line of a settled request."""
         answered = 200 <= record.status < 400
         ok = answered and record.error_status is None
         earlier = _earlier_rounds(record)
@@ -148,18 +163,27 @@ class Accountant:
             duration_ms=(record.finished_at - call.started) * 1000))
 
     async def _settle(self, record: RequestRecord) -> tuple[Usage | None, Charge | None]:
-        """Settle (or release) the request's reservation; the usage to count, under the sanity
-        ceiling, and what the budget was charged. The provider's final usage is charged as it
-        is (even when the stream failed after it: it was billed); without it, an answer the
-        provider gave (a whole body, a stream it started: cut by either side, or never carrying
-        usage) is charged its prompt and what it showed of the output (``_unreported``), a
-        success too large to read the reservation; a refusal or an error before any output is
-        released."""
+        """Settle (or release) the request's reservation at what ``_charge`` says; the usage to
+        count, under the sanity ceiling, and what the budget was charged."""
+        usage, charge, billed = self._charge(record)
+        if not billed:
+            await self._budgets.release(record.hold)
+        elif charge is not None:
+            await self._budgets.settle_charge(record.hold, charge)
+        return usage, charge
+
+    def _charge(self, record: RequestRecord) -> tuple[Usage | None, Charge | None, bool]:
+        """The usage to count (under the sanity ceiling), what the budget is charged, and
+        whether the provider billed the request (if not, the reservation is released). The
+        provider's final usage is charged as it is (even when the stream failed after it: it
+        was billed); without it, an answer the provider gave (a whole body, a stream it started:
+        cut by either side, or never carrying usage) is charged its prompt and what it showed
+        of the output (``_unreported``), a success too large to read the reservation; a refusal
+        or an error before any output is released."""
         raw = record.stream_usage or record.response_usage
         usage = usage_from_provider(raw)
         if not _billed(record, usage):
-            await self._budgets.release(record.hold)
-            return usage, None
+            return usage, None, False
         estimate = record.hold.estimate if record.hold is not None else 0
         if record.billed_unread:
             reported: int | None = estimate
@@ -170,12 +194,11 @@ class Accountant:
         elif record.hold is not None:
             reported = self._unreported(record, usage)
         else:
-            return usage, None  # no budget to charge, and no bill to count
+            return usage, None, True  # no budget to charge, and no bill to count
         charge = self._budgets.bounded(reported, estimate)
-        await self._budgets.settle_charge(record.hold, charge)
         if usage is not None and charge.anomaly is UsageAnomaly.CEILING:
             usage = bounded_figures(usage, self._budgets.ceiling)
-        return usage, charge
+        return usage, charge, True
 
     def _unreported(self, record: RequestRecord, usage: Usage | None) -> int:
         """A billed answer without its final usage: the prompt (a stream's first usage event, else

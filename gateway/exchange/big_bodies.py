@@ -10,14 +10,20 @@ than that runs alone. Many medium bodies still run side by side, a giant one nev
 shares the interpreter with another giant, and memory grows with the budget, not with
 the number of clients that send big bodies at once.
 
-When the last big request is gone, the C allocator is asked to return its free pages
-(``malloc_trim``, glibc): freed Python strings and lists of a 30 MB body otherwise stay
-in the process's heap, and its RSS stays at the peak for good.
+When the last big request is gone and no other has come for ``quiet_s``, the C allocator
+is asked to return its free pages (``malloc_trim``, glibc): freed Python strings and lists
+of a 30 MB body otherwise stay in the process's heap, and its RSS stays at the peak for
+good. Not at once: the pages a trim gives back are the ones the next big body is parsed
+and pruned in, and faulting them in again costs it more than the trim (a warm step of a
+100k-token conversation, 410 KiB, spent ~2.5 ms of CPU more, ~300 page faults, when every
+step was followed by a trim; ``bench/warm_step.py``). An agent loop sending its steps back
+to back keeps its pages; once big bodies stop coming, the heap is trimmed all the same.
 
 ::
 
     big = BigBodies(max_bytes=8 * 1024 * 1024)
-    big.watch(request)                          # a big body was read: trim once request and call are gone
+    big.watch(request)                          # a big body was read: trim once request and call are
+                                                # gone and no big body came for quiet_s
     big.watch(call)
     async with big.slot(call.body_bytes):       # waits for room
         result = await asyncio.to_thread(prune, ...)
@@ -40,6 +46,9 @@ log = logging.getLogger("sieve.big_bodies")
 # so one cold 100k-token prune does not stall every other request on the event loop.
 THREAD_THRESHOLD_BYTES = 256 * 1024
 
+# How long no big request must be alive before the heap is trimmed (see the module docstring).
+TRIM_QUIET_S = 1.0
+
 
 def _malloc_trim() -> Callable[[], object] | None:
     """glibc's ``malloc_trim(0)``, or None where the C library has none (musl, macOS)."""
@@ -53,12 +62,16 @@ def _malloc_trim() -> Callable[[], object] | None:
 
 
 class BigBodies:
-    """Admits big prunes by bytes in flight; trims the heap when the last big request is freed."""
+    """Admits big prunes by bytes in flight; trims the heap once the last big request has been
+    freed for ``quiet_s``."""
 
-    def __init__(self, max_bytes: int, trim: Callable[[], object] | None = None) -> None:
+    def __init__(self, max_bytes: int, trim: Callable[[], object] | None = None,
+                 quiet_s: float = TRIM_QUIET_S) -> None:
         self.max_bytes = max_bytes
+        self.quiet_s = quiet_s
         self.in_flight = 0      # bytes of the bodies being pruned now
         self.alive = 0          # big requests whose objects are still referenced
+        self.watched = 0        # big requests ever watched: a trim due finds whether one came since
         self.trims = 0
         self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._trim = trim if trim is not None else _malloc_trim()
@@ -70,6 +83,7 @@ class BigBodies:
         one costs as much memory as pruning a smaller one."""
         self._loop = asyncio.get_running_loop()
         self.alive += 1
+        self.watched += 1
         weakref.finalize(owner, self._freed)
 
     @contextlib.asynccontextmanager
@@ -124,6 +138,10 @@ class BigBodies:
     def _one_fewer(self) -> None:
         self.alive -= 1
         if self.alive == 0 and self._trim is not None:
+            self._loop.call_later(self.quiet_s, self._trim_if_quiet, self.watched)  # type: ignore[union-attr]
+
+    def _trim_if_quiet(self, watched: int) -> None:
+        if self.alive == 0 and self.watched == watched:  # none came since: a later freeing trims otherwise
             # malloc_trim walks the whole heap: in a thread, so the loop keeps serving.
             self._loop.run_in_executor(None, self._trim_now)  # type: ignore[union-attr]
 

@@ -68,6 +68,11 @@ class Forwarder:
         # Requests holding a reservation whose accounting has not been handed over yet.
         self._open: dict[int, RequestRecord] = {}
 
+    @property
+    def pruner(self) -> Pruner:
+        """The pruning step (its ``recent_plans`` show how often a warm step skipped a decode)."""
+        return self._pruner
+
     async def prune_only(self, call: ModelCall) -> PruneOutcome:
         """What would be forwarded; no upstream needed, so any model name is accepted. A dry run
         writes nothing: the conversation's plan is read, not saved (``Pruner.prune``). Under a
@@ -86,7 +91,7 @@ class Forwarder:
     async def complete(self, call: ModelCall) -> Reply:
         ingress = INGRESSES[call.format]
         route = self._router.resolve(call.body["model"], call.format)
-        chain = await self._continued(call)
+        chain = await self._continued(call) if call.format is WireFormat.RESPONSES else 0
         outcome, pinned = await self._prune(call, ingress)
         expansion = await self._expander.open(call, outcome, pinned) if self._expander is not None else None
         try:
@@ -121,7 +126,8 @@ class Forwarder:
             if response.status >= 400 and route.api_key:
                 body = without_secrets(body, [route.api_key])
             record.set_response_body(body)
-            await self._claim(record, record.response_id)  # before the client can name it
+            if record.stores_response:
+                await self._claim(record, record.response_id)  # before the client can name it
             self._account(record)
             return Reply(response.status, {**response.headers, **headers}, body=body)
         return Reply(response.status, {**response.headers, **headers},
@@ -254,9 +260,14 @@ class Forwarder:
         return len(stragglers)
 
     def _account(self, record: RequestRecord) -> None:
-        """Hand a record to deferred accounting, once: a stream can end on several paths."""
+        """Hand a record to deferred accounting, once: a stream can end on several paths. One
+        that waits for nothing (no reservation, no stored response, no shadow decision) is
+        accounted by a callback right after this step of the loop (the answer written first)."""
         if self._open.pop(id(record), None) is not None:
-            self._deferred.spawn(self._finish(record))
+            if record.shadow_decision is None and self._accountant.waits_for_nothing(record):
+                self._deferred.soon(self._accountant.finish_now, record)
+            else:
+                self._deferred.spawn(self._finish(record))
 
     async def _finish(self, record: RequestRecord) -> None:
         """Accounting; a shadow request's once its decision is made (it ran beside the forward)."""

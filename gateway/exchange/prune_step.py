@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import orjson
 
 from gateway.exchange.big_bodies import THREAD_THRESHOLD_BYTES, BigBodies
+from gateway.exchange.recent_plans import RecentPlans
 from gateway.embedding import Embedder
 from gateway.errors import Forbidden
 from gateway.pruning import (Cohort, FrozenPlan, LocalScorer, Mode, OVERRIDES, PinnedRoom, Policy, PolicyMode,
@@ -70,6 +71,7 @@ class Pruner:
         self._llm = llm
         self._summarizer = summarizer
         self._embedder = embedder
+        self.recent_plans = RecentPlans()  # the plans saved last: a warm step reads its own back without a decode
 
     async def prune(self, call: ModelCall, target_tokens: int | None = None,
                     pinned: tuple[PinnedRoom, ...] = (), *, dry_run: bool = False) -> PruneOutcome:
@@ -92,11 +94,12 @@ class Pruner:
             cohort = Cohort.SHADOW if call.policy.mode is PolicyMode.SHADOW else Cohort.PRUNED
         elif cohort is Cohort.CONTROL:
             return await self.pass_through(call, CONTROL)
-        saved_as = rehearsal_key(key, call.identity) if dry_run else key
+        saved_as = loaded_from = rehearsal_key(key, call.identity) if dry_run else key
         raw, failed = await self._load(saved_as)
         if dry_run and raw is None and failed is None:
+            loaded_from = key
             raw, failed = await self._load(key)
-        state = FrozenPlan.from_bytes(raw) if raw else None
+        state = self._plan_of(loaded_from, raw) if raw else None
         # Read before the pipeline runs: a frozen replay moves the plan on to this request.
         previous = list(state.fingerprints) if state is not None else None
         run = _Run(call, self._counters.for_model(call.body["model"]), target_tokens, self._big, pinned)
@@ -111,7 +114,7 @@ class Pruner:
             failed = FailOpen.PRUNING_ERROR
         summary_run = await self._summarize(run, result)
         prune_s = time.perf_counter() - t0
-        self._metrics.prune_seconds.observe(prune_s)
+        self._metrics.observe(self._metrics.prune_seconds, prune_s)
         if failed is not FailOpen.STATE_STORE and not await self._save(saved_as, result, call.policy):
             failed = failed or FailOpen.STATE_STORE
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run, cohort=cohort)
@@ -128,7 +131,7 @@ class Pruner:
         result = prune(call.body, call.policy, scorer=self._scorer, counter=counter,
                        steering=Steering(strategy=Strategy.NONE))
         prune_s = time.perf_counter() - t0
-        self._metrics.prune_seconds.observe(prune_s)
+        self._metrics.observe(self._metrics.prune_seconds, prune_s)
         key = conversation_key(call.identity.org, call.body, call.sieve.conversation_id)
         return PruneOutcome(result, key, None, prune_s, failed, unpruned_reason=reason,
                             cohort=cohort_of(call.policy, key, self.cohort_secret))
@@ -142,13 +145,22 @@ class Pruner:
             log.warning("state store unavailable (%s): pruning without conversation state", exc)
             return None, FailOpen.STATE_STORE
 
+    def _plan_of(self, key: str, raw: bytes) -> FrozenPlan | None:
+        """The plan ``raw`` (read under ``key``) encodes: a copy of the one this process saved
+        there last when these are its bytes, else decoded."""
+        plan = self.recent_plans.plan(key, raw)
+        return plan if plan is not None else FrozenPlan.from_bytes(raw)
+
     async def _save(self, key: str, result: PruneResult, policy: Policy) -> bool:
         try:
-            await self._store.put(key, result.state.to_bytes(), policy.state_ttl_s)
+            raw = result.state.to_bytes()
+            await self._store.put(key, raw, policy.state_ttl_s)
         except Exception as exc:  # noqa: BLE001
+            self.recent_plans.forget(key)
             self._metrics.fail_open.labels(reason=FailOpen.STATE_STORE).inc()
             log.warning("state store unavailable (%s): decisions of this request not saved", exc)
             return False
+        self.recent_plans.remember(key, raw, result.state)
         return True
 
     async def _decide(self, run: _Run, raw: bytes | None,

@@ -197,7 +197,7 @@ class LLMScorer:
         run.priced = cost is not None
         run.usd = cost.total_usd if cost is not None else 0.0
         run.seconds = time.perf_counter() - started
-        self._metrics.scorer_seconds.observe(run.seconds)
+        self._metrics.observe(self._metrics.scorer_seconds, run.seconds)
         return run
 
     def _to_ask(self, request: ScoringRequest, policy: Policy) -> list[int]:

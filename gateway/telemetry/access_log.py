@@ -31,7 +31,7 @@ template), the model the client named (cut to ``MAX_MODEL_CHARS``), numbers.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TextIO
 
 import orjson
@@ -40,7 +40,7 @@ log = logging.getLogger("sieve.access")
 MAX_MODEL_CHARS = 200
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AccessLine:
     request_id: str | None
     route: str | None
@@ -58,28 +58,50 @@ class AccessLine:
 
 
 def log_access(line: AccessLine) -> None:
+    """The line as JSON: its fields in their order, those that are None left out (a null
+    ``route``, last, when no route matched), times in ms to two decimals."""
     if not log.isEnabledFor(logging.INFO):
         return
-    shown = {name: value for name in _NAMES if (value := getattr(line, name)) is not None}
+    model, path = line.model, line.path
+    fields = {"request_id": line.request_id, "route": line.route, "status": line.status, "method": line.method,
+              "org": line.org, "model": model[:MAX_MODEL_CHARS] if isinstance(model, str) else model,
+              "path": path[:MAX_MODEL_CHARS] if isinstance(path, str) else path, "outcome": line.outcome,
+              "original_tokens": line.original_tokens, "forwarded_tokens": line.forwarded_tokens,
+              "prune_ms": _ms(line.prune_ms), "upstream_ms": _ms(line.upstream_ms),
+              "duration_ms": _ms(line.duration_ms)}
+    shown = {name: value for name, value in fields.items() if value is not None}
     if line.route is None:
         shown["route"] = None
-    if isinstance(line.model, str):
-        shown["model"] = line.model[:MAX_MODEL_CHARS]
-    if isinstance(line.path, str):
-        shown["path"] = line.path[:MAX_MODEL_CHARS]
-    for name in ("prune_ms", "upstream_ms", "duration_ms"):
-        if name in shown:
-            shown[name] = round(shown[name], 2)
     log.info(orjson.dumps(shown).decode())
 
 
-_NAMES = tuple(f.name for f in fields(AccessLine))
+def _ms(value: float | None) -> float | None:
+    """Two decimals: ``round(value * 100) / 100`` is ``round(value, 2)`` but for exact ties
+    (none in a million random timings), at a fifth of its cost (no decimal conversion)."""
+    return round(value * 100) / 100 if value is not None else None
 
 
 def access_lines_to(stream: TextIO) -> None:
     """Write the access lines to ``stream``, each its JSON object alone (no time, level or name
     in front: the object holds what a reader needs), and nowhere else."""
-    handler = logging.StreamHandler(stream)
+    handler = _MessageLines(stream)
     handler.setFormatter(logging.Formatter("%(message)s"))
     log.addHandler(handler)
     log.propagate = False  # the level stays the process's (SIEVE_LOG_LEVEL=warning turns them off)
+
+
+class _MessageLines(logging.StreamHandler):  # type: ignore[type-arg]
+    """Each record's message alone on its line: what its ``%(message)s`` formatter writes, without
+    the formatter's steps for a plain message (one a request)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info or record.exc_text or record.stack_info:
+            super().emit(record)  # the formatter appends them
+            return
+        try:
+            self.stream.write(record.getMessage() + self.terminator)
+            self.flush()
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001 - as StreamHandler.emit: a broken stream is reported, never raised
+            self.handleError(record)

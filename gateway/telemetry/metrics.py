@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway.pruning import Action, Cohort
+from gateway.telemetry.tally import Tally
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -103,11 +104,16 @@ STEP_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class Metrics:
-    """The metric objects of one process, registered on ``registry``."""
+    """The metric objects of one process, registered on ``registry`` (a new one: the tally is
+    its first collector).
+
+    The families a request moves (``gateway.telemetry.recording``) and the latency histograms
+    are moved through ``tally`` (``gateway.telemetry.tally``), and only through it."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self.tally = Tally()
+        r.register(self.tally)  # first: a collect writes the tally's values before the families are read
         self.requests = Counter("sieve_requests_total", "Chat requests by outcome.",
                                 ["org", "model", "outcome"], registry=r)
         self._route_metrics(r)
@@ -194,15 +200,10 @@ class Metrics:
             "Requests on the routes relayed as they came (count_tokens, compact, stored responses), "
             "by route template and outcome.", ["org", "route", "outcome"], registry=r)
 
-    def child(self, metric: Any, *values: str) -> Any:
-        """``metric.labels(*values)`` (values in the metric's label order), looked up once per
-        label values: ``labels()`` checks its arguments and takes a lock on every call, and a
-        request moves a dozen children. Label values are bounded, so this dict is too."""
-        key = (id(metric), values)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*values)
-        return found
+    def observe(self, histogram: Any, amount: float) -> None:
+        """One observation of an unlabelled histogram moved through the tally (a timing)."""
+        with self.tally.lock:
+            self.tally.observe(histogram, (), amount)
 
     def _cohort_metrics(self, r: CollectorRegistry) -> None:
         """Does pruning work? The same figures per cohort (pruned / control / shadow), and what

@@ -158,7 +158,9 @@ class RequestRecorder:
         """A request on a pass-through route (``route``: its path template, a closed set)."""
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}; expected one of {', '.join(OUTCOMES)}")
-        self.metrics.passthrough_requests.labels(org=self.bounds.org(org), route=route, outcome=outcome).inc()
+        tally = self.metrics.tally
+        with tally.lock:
+            tally.count(self.metrics.passthrough_requests, (self.bounds.org(org), route, str(outcome)), 1)
 
     def failed(self, org: str | None, model: str | None, route: str | None = None) -> None:
         """A request that met a bug in the gateway (answered with a 500)."""
@@ -166,43 +168,54 @@ class RequestRecorder:
 
 
 def record_request(metrics: Metrics, bounds: LabelBounds, figures: RequestFigures) -> None:
-    """Move every metric one request touches (rules in the module docstring)."""
-    if figures.outcome not in OUTCOMES:
-        raise ValueError(f"unknown outcome {figures.outcome!r}; expected one of {', '.join(OUTCOMES)}")
+    """Move every metric one request touches (rules in the module docstring), through the
+    tally (``gateway.telemetry.tally``: one lock for the request, one call a series)."""
+    outcome = figures.outcome
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}; expected one of {', '.join(OUTCOMES)}")
     if not _UNIT_ACTION_SET.issuperset(figures.unit_actions):
         unknown = sorted(set(figures.unit_actions) - _UNIT_ACTION_SET)
         raise ValueError(f"unknown unit action(s) {', '.join(unknown)}; expected {', '.join(UNIT_ACTIONS)}")
-    org, model = bounds.org(figures.org), bounds.model(figures.model)
-    metrics.child(metrics.requests, org, model, figures.outcome).inc()
-    if figures.route is not None:
-        metrics.child(metrics.route_requests, org, figures.route, figures.outcome).inc()
-    if figures.outcome not in NOT_FORWARDED:
-        _add(metrics.child(metrics.prompt_tokens_original, org, model), figures.original_tokens)
-        _add(metrics.child(metrics.prompt_tokens_forwarded, org, model), figures.forwarded_tokens)
-        _add(metrics.child(metrics.completion_tokens, org, model), figures.completion_tokens)
-    for action, count in figures.unit_actions.items():
-        _add(metrics.child(metrics.units, org, action), count)
-    if figures.savings is not None:
-        _record_costs(metrics, org, model, figures.savings)
-    for histogram, seconds in ((metrics.prune_seconds, figures.prune_s), (metrics.scorer_seconds, figures.scorer_s),
-                               (metrics.upstream_seconds, figures.upstream_s),
-                               (metrics.overhead_seconds, figures.overhead_s)):
-        if seconds is not None:
-            histogram.observe(max(seconds, 0.0))
-    if figures.cohort is not None and figures.outcome not in NOT_FORWARDED:
-        _record_cohort(metrics, org, model, figures)
-    _record_reasoning(metrics, org, figures)
+    # Label values as plain strings: a tally key with an enum member would hash otherwise
+    # than the same value as a string (its series is the same).
+    forwarded = outcome not in NOT_FORWARDED
+    org, model, outcome = bounds.org(figures.org), bounds.model(figures.model), str(outcome)
+    cohort = None
+    if figures.cohort is not None and forwarded:
+        cohort = str(Cohort(figures.cohort.cohort))  # a label outside the vocabulary is a bug: ValueError
+    m, tally = metrics, metrics.tally
+    count, observe = tally.count, tally.observe
+    with tally.lock:
+        count(m.requests, (org, model, outcome), 1)
+        if figures.route is not None:
+            count(m.route_requests, (org, figures.route, outcome), 1)
+        if forwarded:
+            count(m.prompt_tokens_original, (org, model), figures.original_tokens)
+            count(m.prompt_tokens_forwarded, (org, model), figures.forwarded_tokens)
+            count(m.completion_tokens, (org, model), figures.completion_tokens)
+        for action, n in figures.unit_actions.items():
+            count(m.units, (org, action), n)
+        if figures.savings is not None:
+            _record_costs(m, org, model, figures.savings)
+        for histogram, seconds in ((m.prune_seconds, figures.prune_s), (m.scorer_seconds, figures.scorer_s),
+                                   (m.upstream_seconds, figures.upstream_s),
+                                   (m.overhead_seconds, figures.overhead_s)):
+            if seconds is not None:
+                observe(histogram, (), max(seconds, 0.0))
+        if cohort is not None:
+            _record_cohort(m, org, model, cohort, outcome, figures)
+        if figures.reasoning_invalidated or figures.input_transformations:
+            _record_reasoning(m, org, figures)
 
 
 def _record_reasoning(metrics: Metrics, org: str, figures: RequestFigures) -> None:
     route = figures.route or ""
-    for scope, count in figures.reasoning_invalidated.items():
-        if count > 0:
-            metrics.reasoning_invalidated.labels(org=org, route=route, scope=Scope(scope)).inc(count)
-    for reason, count in figures.input_transformations.items():
-        if count > 0:
-            reason = InputTransformation(reason)  # a label outside the vocabulary is a bug: ValueError
-            metrics.input_transformations.labels(org=org, route=route, reason=reason).inc(count)
+    for scope, n in figures.reasoning_invalidated.items():
+        if n > 0:  # a label outside the vocabulary is a bug: ValueError
+            metrics.tally.count(metrics.reasoning_invalidated, (org, route, str(Scope(scope))), n)
+    for reason, n in figures.input_transformations.items():
+        if n > 0:
+            metrics.tally.count(metrics.input_transformations, (org, route, str(InputTransformation(reason))), n)
 
 
 def transformation_reasons(entries: Iterable[Any]) -> dict[str, int]:
@@ -216,43 +229,37 @@ def transformation_reasons(entries: Iterable[Any]) -> dict[str, int]:
     return counts
 
 
-def _record_cohort(metrics: Metrics, org: str, model: str, figures: RequestFigures) -> None:
+def _record_cohort(metrics: Metrics, org: str, model: str, cohort: str, outcome: str,
+                   figures: RequestFigures) -> None:
     c = figures.cohort
     assert c is not None
-    cohort = Cohort(c.cohort)  # a label outside the vocabulary is a bug: ValueError
-    metrics.child(metrics.cohort_requests, org, cohort, figures.outcome).inc()
+    m, count = metrics, metrics.tally.count
+    count(m.cohort_requests, (org, cohort, outcome), 1)
     for kind, tokens in (("original", figures.original_tokens), ("forwarded", figures.forwarded_tokens),
                          ("billed", c.billed_prompt_tokens), ("cached", c.cached_tokens)):
-        _add(metrics.child(metrics.cohort_prompt_tokens, org, cohort, kind), tokens)
+        count(m.cohort_prompt_tokens, (org, cohort, kind), tokens)
     if c.billed_usd is not None:
-        _add(metrics.child(metrics.cohort_cost_usd, org, cohort), c.billed_usd)
-    metrics.child(metrics.conversation_steps, org, cohort).observe(c.signals.steps)
-    _add(metrics.child(metrics.tool_calls, org, cohort), c.signals.tool_calls)
-    _add(metrics.child(metrics.repeat_tool_calls, org, cohort), c.signals.repeated_tool_calls)
+        count(m.cohort_cost_usd, (org, cohort), c.billed_usd)
+    m.tally.observe(m.conversation_steps, (org, cohort), c.signals.steps)
+    count(m.tool_calls, (org, cohort), c.signals.tool_calls)
+    count(m.repeat_tool_calls, (org, cohort), c.signals.repeated_tool_calls)
     shadow = c.shadow
     if shadow is not None:
-        _add(metrics.child(metrics.shadow_prompt_tokens, org, model), shadow.forwarded_tokens)
+        count(m.shadow_prompt_tokens, (org, model), shadow.forwarded_tokens)
         if shadow.priced:
-            _add(metrics.child(metrics.shadow_cost_usd, org, model), shadow.would_be_usd)
+            count(m.shadow_cost_usd, (org, model), shadow.would_be_usd)
         if shadow.prefix_changed:
-            metrics.child(metrics.shadow_prefix_changes, org).inc()
+            count(m.shadow_prefix_changes, (org,), 1)
 
 
 def _record_costs(metrics: Metrics, org: str, model: str, savings: SavingsRecord) -> None:
+    m, count = metrics, metrics.tally.count
     if savings.priced:
-        _add(metrics.child(metrics.cost_usd, org, model, "counterfactual"), savings.counterfactual_usd)
-        _add(metrics.child(metrics.cost_usd, org, model, "actual"), savings.actual_usd)
+        count(m.cost_usd, (org, model, "counterfactual"), savings.counterfactual_usd)
+        count(m.cost_usd, (org, model, "actual"), savings.actual_usd)
     else:
-        metrics.child(metrics.unpriced, model).inc()
-    _add(metrics.child(metrics.cost_usd, org, model, "scorer"), savings.scorer_usd)
-
-
-def _add(counter: Any, amount: float) -> None:
-    """``counter.inc(amount)`` for a positive amount: a request moves a dozen counters and most
-    of them by 0, and each ``inc`` takes the child's lock (the child exists all the same: it
-    was looked up, so its series shows, at 0)."""
-    if amount > 0:
-        counter.inc(amount)
+        count(m.unpriced, (model,), 1)
+    count(m.cost_usd, (org, model, "scorer"), savings.scorer_usd)
 
 
 @dataclass(slots=True)

@@ -22,7 +22,8 @@ one), so it costs no state and no extra call::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import orjson
 
@@ -37,7 +38,10 @@ class ConversationSignals:
 
 
 def conversation_signals(messages: Sequence[Mapping[str, Any]]) -> ConversationSignals:
-    assistant = [i for i, m in enumerate(messages) if isinstance(m, Mapping) and m.get("role") == "assistant"]
+    # ``type(m) is dict`` first: a message off the wire is a dict, and isinstance against the
+    # abstract Mapping costs ten times as much (0.5 ms of a 100k-token warm step's accounting).
+    assistant = [i for i, m in enumerate(messages)
+                 if (type(m) is dict or isinstance(m, Mapping)) and m.get("role") == "assistant"]
     if not assistant:
         return ConversationSignals()
     newest = list(_calls(messages[assistant[-1]]))

@@ -48,7 +48,8 @@ a part of ``input_tokens`` like the cached reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["Usage", "usage_from_provider"]
 
@@ -108,6 +109,8 @@ def usage_from_provider(raw: Any) -> Usage | None:
 
 def _long_lived_writes(d: Mapping[str, Any]) -> tuple[int, int]:
     """Cache writes with a 1-hour and a 12-hour lifetime, in every spelling above."""
+    if "cache_creation" not in d and "prompt_tokens_details" not in d and "input_tokens_details" not in d:
+        return 0, 0  # none of the places they are given: eight lookups that would find nothing
     anthropic = _as_mapping(d.get("cache_creation")) or {}
     details = _as_mapping(d.get("prompt_tokens_details")) or _as_mapping(d.get("input_tokens_details")) or {}
     openai = _as_mapping(details.get("cache_write_tokens_details")) or {}
@@ -119,7 +122,7 @@ def _long_lived_writes(d: Mapping[str, Any]) -> tuple[int, int]:
 def _as_mapping(raw: Any) -> Mapping[str, Any] | None:
     if raw is None:
         return None
-    if isinstance(raw, Mapping):
+    if isinstance(raw, dict) or isinstance(raw, Mapping):  # a dict (parsed JSON) without the ABC's check
         return raw
     dump = getattr(raw, "model_dump", None)
     if callable(dump):

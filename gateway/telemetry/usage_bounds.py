@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gateway.billing import MAX_TOKENS
 from gateway.telemetry.metrics import UsageAnomaly
@@ -77,7 +78,7 @@ def usage_is_readable(raw: Any) -> bool:
 
     A usage parser reads junk as 0, which would charge nothing for a request the
     provider billed; this tells the budget to charge the estimate instead."""
-    if not isinstance(raw, Mapping):
+    if not (isinstance(raw, dict) or isinstance(raw, Mapping)):  # a dict without the ABC's check
         return True  # no usage block at all: the caller estimates from the answer
     for name in _TOKEN_FIELDS:
         if name in raw and raw[name] is not None and not _count(raw[name]):

@@ -105,3 +105,65 @@ def test_a_target_that_cannot_be_met_says_so_and_the_audit_line_has_the_target(s
     gw.wait_idle()
     line = next(line for line in read_jsonl(audit) if line["request_id"] == answer.headers["x-sieve-request-id"])
     assert line["target_tokens"] == 1500
+
+
+def _scraped(gw, name: str, **labels: str) -> float:
+    """One sample as ``GET /metrics`` shows it (0.0 where the series is not shown yet)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    for family in text_string_to_metric_families(gw.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return 0.0
+
+
+def test_a_scrape_right_after_a_request_shows_its_counts(start_gateway, upstream) -> None:
+    """The request path's metrics are tallied as plain numbers (gateway.telemetry.tally) and
+    written into their series when scraped: every request shows on the next scrape, counted once."""
+    gw = start_gateway()
+    chat = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    labels = dict(org="anonymous", model="gpt-4o-mini")
+    for n in (1, 2, 3):
+        answer = gw.post("/v1/chat/completions", json=chat)
+        assert answer.status_code == 200
+        completion = answer.json()["usage"]["completion_tokens"]
+        assert completion > 0
+        gw.wait_idle()
+        assert _scraped(gw, "sieve_requests_total", outcome="passthrough", **labels) == n
+        assert _scraped(gw, "sieve_route_requests_total", org="anonymous", route="/v1/chat/completions",
+                        outcome="passthrough") == n
+        assert _scraped(gw, "sieve_upstream_seconds_count") == n
+        assert _scraped(gw, "sieve_overhead_seconds_count") == n
+        assert _scraped(gw, "sieve_prune_seconds_count") == n
+        assert _scraped(gw, "sieve_cohort_requests_total", org="anonymous", cohort="pruned",
+                        outcome="passthrough") == n
+        assert _scraped(gw, "sieve_completion_tokens_total", **labels) == completion * n
+    original = _scraped(gw, "sieve_prompt_tokens_original_total", **labels)
+    assert original > 0 and original == _scraped(gw, "sieve_prompt_tokens_forwarded_total", **labels)
+    assert _scraped(gw, "sieve_units_total", org="anonymous", action="kept") == 3
+
+
+def test_a_client_that_leaves_a_stream_is_counted_once_without_a_budget(start_gateway, upstream, caplog) -> None:
+    """No reservation to settle: the accounting runs as a callback of the loop (no task), and
+    still exactly once for a request whose client went away mid-stream."""
+    import logging
+
+    from tests.support.fake_upstream import Reply
+    caplog.set_level(logging.INFO, logger="sieve.access")
+    gw = start_gateway()
+    upstream.enqueue(Reply(chunks=[f"tok{i} " for i in range(40)], chunk_delay_s=0.05))
+    chat = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream("POST", gw.base_url + "/v1/chat/completions", json=chat, timeout=10) as response:
+        assert response.status_code == 200
+        request_id = response.headers["x-sieve-request-id"]
+        got = b""
+        for chunk in response.iter_raw():
+            got += chunk
+            if got.count(b"data:") >= 3:
+                break  # walk away mid-stream
+    time.sleep(0.3)  # the gateway sees the connection gone at its next write
+    gw.wait_idle()
+    assert sum(metric_value(gw.metrics, "sieve_requests_total", org="anonymous", model="gpt-4o-mini", outcome=o)
+               for o in ("passthrough", "upstream_error", "pruned", "fail_open")) == 1
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "sieve.access"]
+    assert [line["request_id"] for line in lines] == [request_id]

@@ -28,6 +28,13 @@ As a process, for benchmarks (recording off)::
 
     python -m tests.support.fake_upstream --port 9100 --latency-ms 20 --chunks 8
 
+Opt-in prefill time (off by default; benchmarks only): a real provider spends time per
+prompt token before its first byte, which this fake otherwise does not. With it on, each
+chat request waits ``prefill_us_per_token`` µs per prompt token (``estimate_prompt_tokens``,
+chars // 4) before answering, so a benchmark can show what sending fewer tokens saves::
+
+    python -m tests.support.fake_upstream --prefill-us-per-token 1.0   # 100k tokens: +100 ms
+
 Opt-in prompt-cache simulation (``PromptCache``): computed usage then reports
 cached reads (and, Anthropic-style, cache writes) for the longest prefix, in
 whole messages, that an earlier request already sent::
@@ -337,8 +344,10 @@ class FakeUpstream(ThreadedServer):
         default: Reply | None = None,
         prompt_cache: PromptCache | None = None,
         usage_for: Callable[[dict], dict] | None = None,
+        prefill_us_per_token: float = 0.0,
     ) -> None:
         super().__init__(host=host, port=port)
+        self.prefill_us_per_token = prefill_us_per_token  # 0: no prefill time (the default)
         self.usage_for = usage_for  # computes the usage from the request (tests.support.provider_billing)
         self.prompt_cache = prompt_cache  # None: computed usage reports no caching
         self.record = record
@@ -413,6 +422,8 @@ class FakeUpstream(ThreadedServer):
         reply = self._next_reply()
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if self.prefill_us_per_token and isinstance(req, dict):
+            await asyncio.sleep(estimate_prompt_tokens(req.get("messages")) * self.prefill_us_per_token / 1e6)
         if reply.drop_connection and not (isinstance(req, dict) and req.get("stream")):
             request.transport.close()  # type: ignore[union-attr]
             return web.Response(status=500)  # never reaches the client
@@ -595,6 +606,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--record", action="store_true", help="keep every request (grows memory)")
     p.add_argument("--prompt-cache", choices=CACHE_SHAPES, default=None,
                    help="simulate a provider prompt cache in the reported usage (see PromptCache)")
+    p.add_argument("--prefill-us-per-token", type=float, default=0.0,
+                   help="wait this many µs per prompt token before answering a chat (off: 0)")
     a = p.parse_args(argv)
     try:
         import uvloop  # optional: faster loop for benchmarks
@@ -606,7 +619,8 @@ def main(argv: list[str] | None = None) -> None:
     up = FakeUpstream(host=a.host, port=a.port, record=a.record, default=Reply(
         content="".join(pieces), chunks=pieces, delay_s=a.latency_ms / 1000,
         chunk_delay_s=a.chunk_delay_ms / 1000),
-        prompt_cache=PromptCache(a.prompt_cache) if a.prompt_cache else None)
+        prompt_cache=PromptCache(a.prompt_cache) if a.prompt_cache else None,
+        prefill_us_per_token=a.prefill_us_per_token)
 
     async def serve() -> None:
         await up.start_async()

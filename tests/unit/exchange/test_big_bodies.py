@@ -1,6 +1,6 @@
 """The bytes-in-flight bound on big prunes (``gateway.exchange.big_bodies.BigBodies``): room by bytes,
 first come first served, a body over the whole budget alone, cancellation that gives its
-room back, and the heap trimmed once the last big request is freed."""
+room back, and the heap trimmed once the last big request has been freed for a quiet spell."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_a_request_cancelled_while_waiting_gives_its_turn_back() -> None:
 def test_the_heap_is_trimmed_once_the_last_big_request_is_freed() -> None:
     async def run() -> int:
         trims = []
-        big = BigBodies(max_bytes=100, trim=lambda: trims.append(1))
+        big = BigBodies(max_bytes=100, trim=lambda: trims.append(1), quiet_s=0.01)
         first, second = Owner(), Owner()
         big.watch(first)
         big.watch(second)
@@ -94,3 +94,28 @@ def test_the_heap_is_trimmed_once_the_last_big_request_is_freed() -> None:
         return len(trims)
 
     assert asyncio.run(run()) == 1
+
+
+def test_big_requests_back_to_back_keep_their_pages_until_a_quiet_spell() -> None:
+    """An agent loop sending big steps one after the other: each step is freed before the next
+    arrives, but the heap is not trimmed between them (the next step would fault the pages in
+    again); once none comes for ``quiet_s``, it is, once."""
+    async def run() -> tuple[list[int], int]:
+        trims: list[int] = []
+        big = BigBodies(max_bytes=100, trim=lambda: trims.append(1), quiet_s=0.2)
+        for _ in range(5):  # five steps, 0.05 s apart, each freed before the next
+            step = Owner()
+            big.watch(step)
+            del step
+            gc.collect()
+            await asyncio.sleep(0.05)
+        during = list(trims)
+        for _ in range(100):
+            if big.trims:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # no second trim follows
+        return during, len(trims)
+
+    during, after = asyncio.run(run())
+    assert during == [] and after == 1, (during, after)
