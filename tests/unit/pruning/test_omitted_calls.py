@@ -12,6 +12,7 @@ from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 from gateway.wire.formats.merged_markers import merged_marker_text
+from tests.support.conversations import call, reading_loop
 
 COUNTER = TokenCounters().for_model("gpt-4o-mini")
 SCORER = LocalScorer()
@@ -25,24 +26,6 @@ def run(messages, policy=None, state=None, **steering):
 def markers(result) -> list[str]:
     return [m["content"] for m in result.request["messages"]
             if isinstance(m.get("content"), str) and m["content"].startswith(OMITTED_PREFIX)]
-
-
-def call(name: str, arguments: dict, cid: str) -> dict:
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-
-
-def reading_loop(steps: int) -> list[dict]:
-    """An agent working alone on one task: each step reads a line range of a source file
-    with a tool of its own schema, and the output is that range, numbered."""
-    messages = [{"role": "system", "content": "You are a coding agent. Use the tools to fix the bug."},
-                {"role": "user", "content": "The parser drops the last token of a quoted string. Fix it."}]
-    for step in range(steps):
-        start = 100 + 37 * step
-        args = {"path": f"src/parser/mod{step % 4}.py", "start_line": start, "end_line": start + 40}
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call("read_file", args, f"c{step}")]})
-        body = "\n".join(f"{start + i:5d}    value_{step}_{i} = tokens[{i}] if quoted else None" for i in range(40))
-        messages.append({"role": "tool", "tool_call_id": f"c{step}", "content": body})
-    return messages
 
 
 def test_a_call_line_is_the_tools_name_and_its_arguments_as_sent():
