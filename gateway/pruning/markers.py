@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.compression import CALLS_HEAD, dropped_marker, is_marker, is_omission_marker, marker_calls, marker_ids
+from gateway.pruning.compression import (CALLS_HEAD, dropped_marker, is_marker, is_omission_marker, marker_calls,
+                                         marker_ids)
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.marker_refs import with_ref
 from gateway.pruning.ids import ids_in, omitted_ids, text_ids
@@ -100,22 +101,24 @@ def place_markers(conv: Conversation, actions: dict[int, Action], prior: Sequenc
     return markers, fresh
 
 
-def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers: dict[int, dict[str, Any]],
-                     fresh: Sequence[int], forwarded: Sequence[Mapping[str, Any]], room: int,
-                     counter: TokenCounter, refs: Mapping[int, str] | None = None, ids_room: int | None = None,
-                     calls_room: int = 0) -> dict[int, dict[str, Any]]:
-    """The fresh markers with the short calls (``omitted_calls``) and the ids of the span
-    each stands for (up to the next marker), newest span first, within ``room`` tokens in
-    all: the calls up to ``calls_room`` (and a 1/(CALLS_SHARE + 1) share of what is left),
-    the ids up to ``ids_room`` (all of ``room`` by default), neither taking the other's.
-    A fresh marker left without either goes when an older one is there to stand for its span.
+def listing_room(ids_tokens: int) -> int:
+    """The room a decision's fresh markers may list in: the ids' (policy ``omitted_ids_tokens``)
+    and, beside it, the calls' (``omitted_calls``: 1/CALLS_SHARE of the ids')."""
+    return ids_tokens + ids_tokens // CALLS_SHARE
 
-    ``refs``: with the policy's ``expand_tool`` on, the ref the marker at each position
-    will name (``gateway.pruning.marker_refs``): the ids are counted in the marker as
-    forwarded, so the room is exact there too."""
-    refs = refs or {}
+
+def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers: dict[int, dict[str, Any]],
+                     fresh: Sequence[int], forwarded: Sequence[Mapping[str, Any]], rooms: tuple[int, int | None],
+                     counter: TokenCounter, refs: Mapping[int, str] | None = None) -> dict[int, dict[str, Any]]:
+    """The fresh markers with the short calls (``omitted_calls``) and the ids of the span
+    each stands for (up to the next marker), newest span first; ``rooms``: ``room`` tokens in
+    all and ``ids_room``: with it, the ids up to it and the calls up to 1/CALLS_SHARE of it (and
+    1/(CALLS_SHARE + 1) of what is left), neither taking the other's; without, the ids alone.
+    A fresh marker left without either goes when an older one stands for its span. ``refs``:
+    the ref each marker will name (``marker_refs``), counted as forwarded."""
+    refs, (room, ids_room) = refs or {}, rooms
     ids_left = room if ids_room is None else min(ids_room, room)
-    calls_left = calls_room
+    calls_left = ids_room // CALLS_SHARE if ids_room is not None else 0
 
     def cost(pos: int, marker: dict[str, Any]) -> int:
         return counter.count_message(with_ref(marker, refs[pos]) if pos in refs else marker)
@@ -180,12 +183,12 @@ def without_later_carried(markers: Mapping[int, dict[str, Any]], fresh: Sequence
     return {pos: m for pos, m in markers.items() if pos in fresh or pos == carried[0]}
 
 
-def without_markers(markers: Mapping[int, dict[str, Any]],
-                    fresh: Sequence[int]) -> tuple[dict[int, dict[str, Any]], list[int]]:
-    """Still over an attainable target, the pins fitting in it alone: no marker at all.
-    The target is the client's limit and the marker a notice; the span stays omitted, its
-    marker is placed by the next decision that has room for it (``place_markers``)."""
-    return {}, []
+def without_markers(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Still over an attainable target (the pins fit in it alone), no marker at all: the
+    target is the client's limit (a context window, a budget), which a request over it may
+    break, and the marker a notice. The span stays omitted; the next decision with room
+    places its marker (``place_markers``)."""
+    return {}
 
 
 def _texts_read(message: Mapping[str, Any], present: set[str]) -> list[tuple[str, bool, bool, bool]]:
