@@ -12,6 +12,7 @@ from gateway.pruning.compression import (
     MASKED_PREFIX,
     dropped_marker,
     is_omission_marker,
+    marker_calls,
     marker_ids,
     summary_message,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "dropped_marker",
     "fingerprint",
     "is_omission_marker",
+    "marker_calls",
     "marker_ids",
     "marker_spans",
     "message_token_text",

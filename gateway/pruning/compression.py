@@ -66,27 +66,46 @@ OMITTED_PREFIX = "[sieve: some earlier messages omitted"
 DROPPED_MARKER = OMITTED_PREFIX + "]"
 
 
-def dropped_marker(ids: Sequence[str] = ()) -> dict[str, Any]:
-    """The marker before an omitted span, with the exact ids the span held (if any).
+CALLS_HEAD = "; calls:\n"
+IDS_HEAD = "; ids: "
+
+
+def dropped_marker(ids: Sequence[str] = (), calls: Sequence[str] = ()) -> dict[str, Any]:
+    """The marker before an omitted span, with the short calls the span made and the
+    exact ids it held (if any).
 
     No counts and no positions: the text depends only on what was omitted, and it
     is frozen with the decision, so a later epoch that omits more never changes
     bytes the provider has cached; it adds a marker of its own further down.
+    ``calls`` (``gateway.pruning.omitted_calls``): one line each, before the ids, which
+    stay last (``marker_ids``).
     """
-    if not ids:
-        return {"role": "user", "content": DROPPED_MARKER}
-    return {"role": "user", "content": f"{OMITTED_PREFIX}; ids: {' '.join(ids)}]"}
+    listed = CALLS_HEAD + "\n".join(calls) if calls else ""
+    if ids:
+        listed += f"{IDS_HEAD}{' '.join(ids)}"
+    return {"role": "user", "content": f"{OMITTED_PREFIX}{listed}]"}
 
 
 SUMMARY_PREFIX = "[sieve: summary of omitted messages]"
 
 
 def marker_ids(message: Mapping[str, Any]) -> list[str]:
-    """The ids an omission marker lists (none for a plain one)."""
+    """The ids an omission marker lists (none for a plain one): after its last ids head
+    (a listed call never holds one: ``omitted_calls``)."""
     content = message.get("content")
-    if not is_omission_marker(message) or "; ids: " not in content:
+    if not is_omission_marker(message) or IDS_HEAD not in content:
         return []
-    return content.split("; ids: ", 1)[1].rstrip("]").split()
+    return content.rsplit(IDS_HEAD, 1)[1].rstrip("]").split()
+
+
+def marker_calls(message: Mapping[str, Any]) -> list[str]:
+    """The calls an omission marker lists, one a line (none for a plain one)."""
+    content = message.get("content")
+    if not is_omission_marker(message) or CALLS_HEAD not in content:
+        return []
+    listed = content.split(CALLS_HEAD, 1)[1]
+    listed = listed.rsplit(IDS_HEAD, 1)[0] if IDS_HEAD in listed else listed[:-1]
+    return listed.split("\n")
 
 
 def is_omission_marker(message: Mapping[str, Any]) -> bool:

@@ -29,7 +29,7 @@ from gateway.pruning.epochs import settled_prefix
 from gateway.pruning.marker_refs import marker_spans, refs_tokens, span_ref, with_ref
 from gateway.pruning.key_lines import MIN_KEY_LINE_ROOM, key_line_masks
 from gateway.pruning.markers import (MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids,
-                                     without_carried_ids, without_later_carried)
+                                     without_carried_ids, without_later_carried, without_markers, listing_room)
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.protection import Protection, protect
 from gateway.pruning.refill import RefillTask, refill
@@ -247,17 +247,18 @@ def _forwarded(d: _Decision) -> Assembled:
                          drop=p.attainable) < over:
             markers, fresh = _markers(d)
             done = _assembled(d, markers)
-    for give_up in (without_carried_ids, without_later_carried):
+    for give_up in (without_carried_ids, without_later_carried, without_markers):
         if done.held > request.target_tokens and p.attainable:
             markers = give_up(markers, fresh)
             done = _assembled(d, markers)
+    fresh = [pos for pos in fresh if pos in markers]
     ids_tokens = request.policy.omitted_ids_tokens
     if fresh and ids_tokens > 0:
-        room = min(ids_tokens, _ids_room(d, done)) if p.attainable else ids_tokens
+        room = min(listing_room(ids_tokens), _ids_room(d, done)) if p.attainable else listing_room(ids_tokens)
         refs = {pos: span_ref(d.task.conversation.fingerprints[pos], pos) for pos in fresh} \
             if request.policy.expand_tool else None
-        markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded, room,
-                                   request.counter, refs)
+        markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded,
+                                   (room, ids_tokens), request.counter, refs)
         done = _assembled(d, markers)
     done = _with_key_lines(d, done)
     check_no_new_problems(d.task.conversation.messages, done.forwarded)

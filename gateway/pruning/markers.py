@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.compression import dropped_marker, is_marker, is_omission_marker, marker_ids
+from gateway.pruning.compression import (CALLS_HEAD, dropped_marker, is_marker, is_omission_marker, marker_calls,
+                                         marker_ids)
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.marker_refs import with_ref
 from gateway.pruning.ids import ids_in, omitted_ids, text_ids
 from gateway.pruning.messages import call_arguments_text, content_text, readable_text
+from gateway.pruning.omitted_calls import CALLS_SHARE, MAX_CALL_TOKENS, call_lines, omitted_calls, says_more_than_ids
 from gateway.pruning.policy import Policy
 from gateway.pruning.text_features import query_words, stem
 from gateway.pruning.tokens import TokenCounter
@@ -34,7 +36,8 @@ def omitted_ids_reserve(conv: Conversation, policy: Policy, candidates: Sequence
     the pins leave, and no more than the undecided candidates hold in ids (a chat
     history without tool output holds few; an unused reserve is waste): the ids their
     masks keep and, where those fall short, the values their calls pass (an agent whose
-    outputs are code or prose holds its paths and names in its calls, not its masks)."""
+    outputs are code or prose holds its paths and names in its calls, not its masks) and
+    the short calls a marker lists (``omitted_calls``: the line ranges it read)."""
     if policy.omitted_ids_tokens <= 0 or room <= 0:
         return 0
     undecided = [i for i in candidates if i not in forced]
@@ -45,6 +48,10 @@ def omitted_ids_reserve(conv: Conversation, policy: Policy, candidates: Sequence
         called = dict.fromkeys(v for i in undecided
                                for v in text_ids(call_arguments_text(conv.messages[conv.units[i].start])))
         supply += counter.count_text(" ".join(called)) if called else 0
+    if supply < wanted:
+        listed = dict.fromkeys(line for i in undecided for line in call_lines(conv.messages[conv.units[i].start])
+                               if says_more_than_ids(line))
+        supply += sum(cost for cost in map(counter.count_text, listed) if cost <= MAX_CALL_TOKENS)
     return min(wanted, supply)
 
 
@@ -94,17 +101,24 @@ def place_markers(conv: Conversation, actions: dict[int, Action], prior: Sequenc
     return markers, fresh
 
 
-def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers: dict[int, dict[str, Any]],
-                     fresh: Sequence[int], forwarded: Sequence[Mapping[str, Any]], room: int,
-                     counter: TokenCounter, refs: Mapping[int, str] | None = None) -> dict[int, dict[str, Any]]:
-    """The fresh markers with the ids of the span each stands for (up to the next
-    marker), newest span first, within ``room`` tokens in all. A fresh marker left
-    without ids goes when an older one is there to stand for its span.
+def listing_room(ids_tokens: int) -> int:
+    """The room a decision's fresh markers may list in: the ids' (policy ``omitted_ids_tokens``)
+    and, beside it, the calls' (``omitted_calls``: 1/CALLS_SHARE of the ids')."""
+    return ids_tokens + ids_tokens // CALLS_SHARE
 
-    ``refs``: with the policy's ``expand_tool`` on, the ref the marker at each position
-    will name (``gateway.pruning.marker_refs``): the ids are counted in the marker as
-    forwarded, so the room is exact there too."""
-    refs = refs or {}
+
+def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers: dict[int, dict[str, Any]],
+                     fresh: Sequence[int], forwarded: Sequence[Mapping[str, Any]], rooms: tuple[int, int | None],
+                     counter: TokenCounter, refs: Mapping[int, str] | None = None) -> dict[int, dict[str, Any]]:
+    """The fresh markers with the short calls (``omitted_calls``) and the ids of the span
+    each stands for (up to the next marker), newest span first; ``rooms``: ``room`` tokens in
+    all and ``ids_room``: with it, the ids up to it and the calls up to 1/CALLS_SHARE of it (and
+    1/(CALLS_SHARE + 1) of what is left), neither taking the other's; without, the ids alone.
+    A fresh marker left without either goes when an older one stands for its span. ``refs``:
+    the ref each marker will name (``marker_refs``), counted as forwarded."""
+    refs, (room, ids_room) = refs or {}, rooms
+    ids_left = room if ids_room is None else min(ids_room, room)
+    calls_left = ids_room // CALLS_SHARE if ids_room is not None else 0
 
     def cost(pos: int, marker: dict[str, Any]) -> int:
         return counter.count_message(with_ref(marker, refs[pos]) if pos in refs else marker)
@@ -113,6 +127,7 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     # A tool's name is in the tool definitions every request carries (the model called
     # it from there): listing it again tells the model nothing.
     present.update(name for u in conv.units for name in u.tool_names)
+    made = {line for m in forwarded for line in call_lines(m)}  # the calls the forward still shows
     # Stems: a request names things in the plural ("cameras") that a record names
     # in the singular ("Indoor Security Camera"); a stem is a prefix of both.
     query = tuple(dict.fromkeys(map(stem, query_words(conv.current_request))))
@@ -122,16 +137,32 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
         later = [p for p in positions if p > pos]
         end = later[0] if later else len(conv.messages)
         span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == DROPPED]
+        # The span's short calls first (``omitted_calls``), up to a share of the room: the
+        # ids of the outputs take the rest, and none a listed call already says.
+        calls = omitted_calls((conv.messages[u.start] for u in reversed(span)), made,
+                              min(calls_left, room // (CALLS_SHARE + 1)), counter.count_text)
+        said = present | ids_in(calls)
         texts = (t for u in reversed(span) for j in reversed(u.indices) for t in _texts_read(conv.messages[j], present))
-        ids = omitted_ids(texts, present, room - 2, counter.count_text, query) if room > 2 else []  # 2: "; ids:"
+        calls_cost = counter.count_text(CALLS_HEAD + "\n".join(calls)) if calls else 0
+        ids_budget = min(ids_left, room - calls_cost) - 2  # 2: "; ids:"
+        ids = omitted_ids(texts, said, ids_budget, counter.count_text, query) if ids_budget > 0 else []
         bare = cost(pos, markers[pos])
-        while ids and cost(pos, dropped_marker(ids)) - bare > room:
-            ids.pop()  # the per-id estimate is close, the target is exact
-        if ids:
-            marker = dropped_marker(ids)
-            room -= cost(pos, marker) - bare
+        while (ids or calls) and cost(pos, dropped_marker(ids, calls)) - bare > room:
+            if ids:  # the estimate is close, the target is exact
+                ids.pop()
+            else:
+                calls.pop(0)  # the oldest call
+        if ids or calls:
+            marker = dropped_marker(ids, calls)
+            added = cost(pos, marker) - bare
+            with_calls = cost(pos, dropped_marker(ids)) - bare if calls else added
+            room -= added
+            ids_left -= with_calls
+            calls_left -= added - with_calls
             out[pos] = marker
             present.update(ids)
+            present.update(ids_in(calls))
+            made.update(calls)
         elif any(p < pos for p in out):
             del out[pos]
     return out
@@ -141,7 +172,8 @@ def without_carried_ids(markers: Mapping[int, dict[str, Any]], fresh: Sequence[i
     """Over an attainable target with nothing left to shed, the omission markers carried
     from an earlier decision give up their ids: the target is the client's limit, an id
     list a help (the bytes from such a marker on are written to the cache again)."""
-    return {pos: dropped_marker() if pos not in fresh and is_omission_marker(m) and marker_ids(m) else m
+    return {pos: dropped_marker() if pos not in fresh and is_omission_marker(m) and (marker_ids(m) or marker_calls(m))
+            else m
             for pos, m in markers.items()}
 
 
@@ -149,6 +181,14 @@ def without_later_carried(markers: Mapping[int, dict[str, Any]], fresh: Sequence
     """Still over, plain carried markers after the first go: it stands for every span."""
     carried = sorted(pos for pos in markers if pos not in fresh)
     return {pos: m for pos, m in markers.items() if pos in fresh or pos == carried[0]}
+
+
+def without_markers(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Still over an attainable target (the pins fit in it alone), no marker at all: the
+    target is the client's limit (a context window, a budget), which a request over it may
+    break, and the marker a notice. The span stays omitted; the next decision with room
+    places its marker (``place_markers``)."""
+    return {}
 
 
 def _texts_read(message: Mapping[str, Any], present: set[str]) -> list[tuple[str, bool, bool, bool]]:

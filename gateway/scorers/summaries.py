@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.pruning import (Action, Policy, PruneResult, TokenCounter, content_text, is_omission_marker,
-    marker_ids, message_token_text, summary_message)
+    marker_calls, marker_ids, message_token_text, summary_message)
 from gateway.scorers.clients import ScorerCallError
 from gateway.scorers.llm import LLMScorer
 from gateway.telemetry import Metrics, PriceBook, Usage
@@ -78,10 +78,12 @@ class Summarizer:
                 continue
             run.prompt_tokens += answer.prompt_tokens or 0
             run.completion_tokens += answer.completion_tokens or 0
-            # The marker's exact ids lead the summary (a model may drop or garble one);
-            # a summary cut to fit loses its last lines first.
+            # The marker's calls and exact ids lead the summary (a model may drop or garble
+            # one); a summary cut to fit loses its last lines first.
+            calls = [c for c in marker_calls(marker) if c not in answer.text]
             missing = [v for v in marker_ids(marker) if v not in answer.text]
-            text = (f"Ids: {' '.join(missing)}\n" if missing else "") + answer.text
+            text = ("Calls:\n" + "\n".join(calls) + "\n" if calls else "") \
+                + (f"Ids: {' '.join(missing)}\n" if missing else "") + answer.text
             summary = _fit(text, counter, target_tokens - result.target_rule_tokens + counter.count_message(marker))
             if summary is None:
                 continue

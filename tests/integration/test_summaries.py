@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from gateway.pruning.compression import SUMMARY_PREFIX, is_omission_marker
-from tests.support.conversations import agent_history
+from tests.support.conversations import agent_history, reading_loop
 from tests.support.fake_upstream import FakeUpstream, Reply
 
 SUMMARY = ("Goal:\n- exchange the lamp in order #W1000001\nConfirmed decisions:\n- none\n"
@@ -60,6 +60,22 @@ def test_omitted_span_is_summarised_and_frozen(gw, upstream, scorer_model):
     text = gw.get("/metrics").text
     cost = [line for line in text.splitlines() if line.startswith("sieve_cost_usd_total") and 'kind="scorer"' in line]
     assert cost and float(cost[0].rsplit(" ", 1)[1]) > 0
+
+
+def test_the_calls_a_marker_listed_lead_the_summary(gw, upstream, scorer_model):
+    # An agent's dropped reads of line ranges: the marker listed its calls, and the summary
+    # that replaces it keeps them, whatever the model wrote.
+    scorer_model.enqueue(Reply(content="Goal:\n- fix the parser", usage={"prompt_tokens": 900, "completion_tokens": 9,
+                                                                        "total_tokens": 909}))
+    history = reading_loop(30)
+    r = gw.post("/v1/chat/completions", json={"model": "gpt-4o-mini", "messages": history},
+                headers={"x-sieve-conversation-id": "sum-calls", "x-sieve-target-tokens": "4000"})
+    assert r.status_code == 200
+    summaries = [m["content"] for m in _sent(upstream) if str(m.get("content")).startswith(SUMMARY_PREFIX)]
+    assert len(summaries) == 1
+    lines = summaries[0].splitlines()
+    assert lines[1] == "Calls:" and lines[2].startswith('read_file {"path": "src/parser/mod')
+    assert '"start_line": ' in lines[2] and int(r.headers["x-sieve-forwarded-tokens"]) <= 4000
 
 
 def test_scorer_failure_keeps_the_plain_marker(gw, upstream, scorer_model):

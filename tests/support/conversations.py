@@ -26,3 +26,21 @@ def agent_history(steps: int, *, parallel_every: int = 3, output_lines: int = 40
         messages.append({"role": "assistant", "content": f"I checked order #W{1000000 + step}."})
         messages.append({"role": "user", "content": f"Thanks. Now step {step + 1}: what about the next order?"})
     return messages
+
+
+def call(name: str, arguments: dict, cid: str) -> dict:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def reading_loop(steps: int) -> list[dict]:
+    """An agent working alone on one task: each step reads a line range of a source file
+    with a tool of its own schema, and the output is that range, numbered."""
+    messages = [{"role": "system", "content": "You are a coding agent. Use the tools to fix the bug."},
+                {"role": "user", "content": "The parser drops the last token of a quoted string. Fix it."}]
+    for step in range(steps):
+        start = 100 + 37 * step
+        args = {"path": f"src/parser/mod{step % 4}.py", "start_line": start, "end_line": start + 40}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call("read_file", args, f"c{step}")]})
+        body = "\n".join(f"{start + i:5d}    value_{step}_{i} = tokens[{i}] if quoted else None" for i in range(40))
+        messages.append({"role": "tool", "tool_call_id": f"c{step}", "content": body})
+    return messages

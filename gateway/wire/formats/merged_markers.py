@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from gateway.pruning import REF_CHARS, dropped_marker, is_omission_marker, marker_ids, with_ref
+from gateway.pruning import REF_CHARS, dropped_marker, is_omission_marker, marker_calls, marker_ids, with_ref
 
 _REF = re.compile(rf", ref ([0-9a-f]{{{REF_CHARS}}})\b")
 
@@ -33,11 +33,14 @@ def is_marker_text(text: object) -> bool:
 
 
 def merged_marker_text(first: str, second: str) -> str:
-    """One marker for two adjacent ones: the first's ids, then the second's new ones; and
-    their refs, the first's first, when they name any."""
-    ids = marker_ids({"role": "user", "content": first})
-    ids += [i for i in marker_ids({"role": "user", "content": second}) if i not in ids]
-    merged = dropped_marker(ids)
+    """One marker for two adjacent ones: the first's calls and ids, then the second's new
+    ones; and their refs, the first's first, when they name any."""
+    one, two = {"role": "user", "content": first}, {"role": "user", "content": second}
+    ids = marker_ids(one)
+    ids += [i for i in marker_ids(two) if i not in ids]
+    calls = marker_calls(one)
+    calls += [c for c in marker_calls(two) if c not in calls]
+    merged = dropped_marker(ids, calls)
     refs = _refs(first)
     refs += [r for r in _refs(second) if r not in refs]
     return (with_ref(merged, *refs) if refs else merged)["content"]
@@ -45,7 +48,7 @@ def merged_marker_text(first: str, second: str) -> str:
 
 def _refs(marker: str) -> list[str]:
     """The refs a marker names (before its ids: an id may read like a ref)."""
-    return _REF.findall(marker.split("; ids: ", 1)[0])
+    return _REF.findall(marker.split("; ids: ", 1)[0].split("; calls:", 1)[0])
 
 
 def merged_marker_texts(texts: Sequence[str]) -> list[str]:

@@ -88,13 +88,26 @@ def test_below_minimum_nothing_happens():
 def test_a_prune_that_saves_nothing_forwards_the_request_as_sent():
     # Found by fuzzing: a 5-token unit dropped under the 12-token omission marker forwarded
     # 24 tokens for a 17-token request.
+    # (Under a target the pins fit in, the unit now goes without a marker: see
+    # test_pins_that_fit_the_target_go_without_a_marker_that_does_not.)
     msgs = [{"role": "system", "content": ""}, {"role": "user", "content": ""},
             {"role": "user", "content": "order"}, {"role": "user", "content": ""}]
-    result = run(msgs, target_tokens=16)
+    result = run(msgs, target_tokens=10)
     assert result.mode == "no_gain" and result.request["messages"] == msgs
     assert result.forwarded_tokens == result.original_tokens == sum(map(COUNTER.model_tokens, msgs))
     assert result.report()["messages"][2]["reason"] == "pruning would not make this request smaller"
     assert result.state.decided == 0  # nothing frozen: the next turn decides afresh
+
+
+def test_pins_that_fit_the_target_go_without_a_marker_that_does_not():
+    # The pins (system, goal, current step) fit in the target, the marker before the span
+    # omitted would not: the target holds, and no marker stands in the forward.
+    msgs = [{"role": "system", "content": ""}, {"role": "user", "content": ""},
+            {"role": "user", "content": "order"}, {"role": "user", "content": ""}]
+    result = run(msgs, target_tokens=16)
+    assert result.forwarded_tokens <= 16 < result.original_tokens
+    assert result.request["messages"] == [msgs[0], msgs[1], msgs[3]]
+    assert not any(is_omission_marker(m) for m in result.request["messages"])
 
 
 def test_a_prune_that_saves_nothing_in_the_models_own_count_forwards_the_request_as_sent():
