@@ -7,25 +7,10 @@ import json
 from gateway.pruning.compression import OMITTED_PREFIX, dropped_marker, marker_calls, marker_ids
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.omitted_calls import MAX_CALL_TOKENS, call_lines, omitted_calls, says_more_than_ids
-from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy, Steering
-from gateway.pruning.scoring import LocalScorer
-from gateway.pruning.tokens import TokenCounters
+from gateway.pruning.policy import Policy
 from gateway.wire.formats.merged_markers import merged_marker_text
 from tests.support.conversations import call, reading_loop
-
-COUNTER = TokenCounters().for_model("gpt-4o-mini")
-SCORER = LocalScorer()
-
-
-def run(messages, policy=None, state=None, **steering):
-    return prune({"model": "gpt-4o-mini", "messages": messages}, policy or Policy(), scorer=SCORER,
-                 counter=COUNTER, state=state, steering=Steering(**steering))
-
-
-def markers(result) -> list[str]:
-    return [m["content"] for m in result.request["messages"]
-            if isinstance(m.get("content"), str) and m["content"].startswith(OMITTED_PREFIX)]
+from tests.support.pure_prune import COUNTER, markers, run
 
 
 def test_a_call_line_is_the_tools_name_and_its_arguments_as_sent():

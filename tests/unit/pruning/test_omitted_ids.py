@@ -4,28 +4,12 @@ from __future__ import annotations
 
 import json
 
-from gateway.pruning.compression import DROPPED_MARKER, OMITTED_PREFIX, kept_values, marker_ids
+from gateway.pruning.compression import DROPPED_MARKER, kept_values, marker_ids
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.ids import ids_in, omitted_ids
-from gateway.pruning.pipeline import prune
-from gateway.pruning.policy import Policy, Steering
-from gateway.pruning.scoring import LocalScorer
-from gateway.pruning.tokens import TokenCounters
+from gateway.pruning.policy import Policy
 from tests.support.conversations import SYSTEM, agent_history
-
-COUNTER = TokenCounters().for_model("gpt-4o-mini")
-SCORER = LocalScorer()
-
-
-def run(messages, policy=None, state=None, **steering):
-    """Prune ``messages``; ``steering``: target_tokens, strategy, goal."""
-    return prune({"model": "gpt-4o-mini", "messages": messages}, policy or Policy(), scorer=SCORER,
-                 counter=COUNTER, state=state, steering=Steering(**steering))
-
-
-def markers(result) -> list[str]:
-    return [m["content"] for m in result.request["messages"]
-            if isinstance(m.get("content"), str) and m["content"].startswith(OMITTED_PREFIX)]
+from tests.support.pure_prune import COUNTER, markers, run
 
 
 def listed(marker: str) -> list[str]:
