@@ -25,8 +25,6 @@ import hashlib
 import threading
 from collections import OrderedDict
 
-import orjson
-
 from gateway.pruning import FrozenPlan
 
 __all__ = ["RecentPlans"]
@@ -34,16 +32,6 @@ __all__ = ["RecentPlans"]
 
 def _digest(raw: bytes) -> bytes:
     return hashlib.blake2b(raw, digest_size=16).digest()
-
-
-def _copy(plan: FrozenPlan) -> FrozenPlan:
-    """The plan as ``FrozenPlan.from_bytes(plan.to_bytes())`` builds it: every container new, the
-    actions and masks in index order, the markers (a message or two, any nesting) rebuilt."""
-    return FrozenPlan(fingerprints=list(plan.fingerprints), decided=plan.decided,
-                      actions=dict(sorted(plan.actions.items())),
-                      inserts=[(i, orjson.loads(orjson.dumps(m))) for i, m in plan.inserts],
-                      masked=dict(sorted(plan.masked.items())), epoch=plan.epoch, target_tokens=plan.target_tokens,
-                      tokens=list(plan.tokens), model_tokens=list(plan.model_tokens), encoding=plan.encoding)
 
 
 class RecentPlans:
@@ -63,7 +51,7 @@ class RecentPlans:
         if size > self.max_bytes // 4:
             self.forget(key)  # one giant plan would push every other out
             return
-        entry = (_digest(raw), size, _copy(plan))
+        entry = (_digest(raw), size, plan.copy())
         with self._lock:
             old = self._kept.pop(key, None)
             if old is not None:
@@ -91,4 +79,4 @@ class RecentPlans:
         if digest != _digest(raw):
             return None
         self.hits += 1
-        return _copy(plan)
+        return plan.copy()

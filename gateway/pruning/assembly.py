@@ -87,6 +87,23 @@ def count_forwarded(forwarded: Sequence[Mapping[str, Any]], sources: Sequence[in
     return total
 
 
+def count_forwarded_both(forwarded: Sequence[Mapping[str, Any]], sources: Sequence[int],
+                         tokens: Sequence[int], model_tokens: Sequence[int],
+                         counts: Callable[[Mapping[str, Any]], tuple[int, int]]) -> tuple[int, int]:
+    """``count_forwarded`` under the target rule and in the model's encoding, in one pass: a
+    masked message or a marker has its text read once for both (``counts``)."""
+    rule = model = 0
+    for m, src in zip(forwarded, sources):
+        if src >= 0 and not _is_masked(m):
+            rule += tokens[src]
+            model += model_tokens[src]
+        else:
+            both = counts(m)
+            rule += both[0]
+            model += both[1]
+    return rule, model
+
+
 def _is_masked(m: Mapping[str, Any]) -> bool:
     c = m.get("content")
     return isinstance(c, str) and c.startswith(MASKED_PREFIX)

@@ -53,6 +53,16 @@ class FrozenPlan:
             "encoding": self.encoding,
         })
 
+    def copy(self) -> "FrozenPlan":
+        """The plan as ``from_bytes(self.to_bytes())`` builds it, without the round trip: every
+        container new, the actions and masks in index order, the markers rebuilt (any nesting)."""
+        return FrozenPlan(fingerprints=list(self.fingerprints), decided=self.decided,
+                          actions=dict(sorted(self.actions.items())),
+                          inserts=[(i, orjson.loads(orjson.dumps(m))) for i, m in self.inserts],
+                          masked=dict(sorted(self.masked.items())), epoch=self.epoch,
+                          target_tokens=self.target_tokens, tokens=list(self.tokens),
+                          model_tokens=list(self.model_tokens), encoding=self.encoding)
+
     @classmethod
     def from_bytes(cls, raw: bytes) -> "FrozenPlan | None":
         """Decode; a corrupt or foreign value is treated as no state at all."""
