@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 from gateway.pruning.memo import TextMemo
 from gateway.pruning.runs import RunSplitter
-from gateway.pruning.values import RUN_CHARS, ValueMemo, is_strong, values_of
+from gateway.pruning.values import RUN_CHARS, ValueMemo, is_strong
 
 _RUN = "[\\w" + re.escape(RUN_CHARS) + "]"
 # A run that may hold a value: one with a digit, a capital, '_', '@', '/', '$', '#' or a
@@ -133,8 +133,10 @@ def field_codes(text: str) -> tuple[str, ...]:
         values = pattern.findall(text)
         if pattern.groups > 1:
             values = [v for groups in values for v in groups]
+        # _VALUES is values_of memoised per run: a record's codes repeat in every output
+        # that prints the record (its country, its state), read once.
         found = dict.fromkeys(v for v in values
-                              if v and len(v) < _FIELD_VALUE_CHARS and not is_strong(v) and values_of(v) == (v,))
+                              if v and len(v) < _FIELD_VALUE_CHARS and not is_strong(v) and _VALUES[v] == (v,))
         codes = _FIELD_CODES.put(text, tuple(found))
     return codes
 
