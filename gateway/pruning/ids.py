@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 from gateway.pruning.memo import TextMemo
 from gateway.pruning.runs import RunSplitter
-from gateway.pruning.values import RUN_CHARS, ValueMemo, is_strong
+from gateway.pruning.values import RUN_CHARS, ValueMemo, is_strong, strong_match
 
 _RUN = "[\\w" + re.escape(RUN_CHARS) + "]"
 # A run that may hold a value: one with a digit, a capital, '_', '@', '/', '$', '#' or a
@@ -92,11 +92,11 @@ def strong_ids(text: str) -> tuple[str, ...]:
     masking is read, most of them never for a marker."""
     ids = _IDS.get(text)
     if ids is not None:
-        return tuple(filter(is_strong, ids))
+        return tuple(filter(strong_match, ids))
     strong = _STRONG_IDS.get(text)
     if strong is None:
         runs = filter(_HOLDS_STRONG.__getitem__, dict.fromkeys(_runs(text)))
-        found = tuple(filter(is_strong, dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs)))))
+        found = tuple(filter(strong_match, dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs)))))
         strong = _STRONG_IDS.put(text, _without_field_keys(text, found))
     return strong
 

@@ -86,6 +86,13 @@ def is_strong(value: str) -> bool:
     return _STRONG(value) is not None
 
 
+# ``is_strong``'s own test, for ``filter``: a match is true, None false, so
+# ``filter(strong_match, values)`` keeps what ``filter(is_strong, values)`` keeps, with a
+# C call per value where ``is_strong`` costs a Python call (every tool output's values
+# are read this way for its mask).
+strong_match = _STRONG
+
+
 class ValueMemo(dict):
     """``memo[run]``: the values of a run, computed once per distinct run (``map(memo.__getitem__,
     runs)`` runs in C for runs seen before). Vocabularies are small, so it stays warm; bounded."""
