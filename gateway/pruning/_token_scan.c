@@ -9,7 +9,11 @@ instructions of a cold prune of 100k tokens (docs/speed.md). Here it is one
 pass over the characters and a few dict operations per token; what a token
 means stays in Python, where the memo computes it once per distinct token.
 
-Both functions give exactly what token_scan.py's do (tests/unit/pruning/
+``quoted`` is the other scan of analyse over a whole text: the quoted strings
+of a JSON tool output, which the regex engine read at ~100 instructions a
+character (a tenth of analyse).
+
+Each function gives exactly what token_scan.py's twin does (tests/unit/pruning/
 test_token_scan.py holds them to it): the same tokens, and dicts and sets
 filled in the same order, since the scorer's sums run in that order.
 */
@@ -110,6 +114,51 @@ tokens(PyObject *module, PyObject *text)
     if (PyErr_Occurred()) {
         Py_DECREF(found);
         return NULL;
+    }
+    return found;
+}
+
+PyDoc_STRVAR(quoted_doc,
+"quoted(text) -> list[str]\n\n"
+"``re.findall(r'\"([^\"\\n]{2,60})\"', text)``: a tool output in JSON is mostly quotes, and\n"
+"the regex engine costs about 100 instructions a character there.");
+
+static PyObject *
+quoted(PyObject *module, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "quoted() takes a str");
+        return NULL;
+    }
+    const int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    const Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < length; i++) {
+        if (PyUnicode_READ(kind, data, i) != '"') {
+            continue;
+        }
+        /* The run after this quote; a match if it holds 2 to 60 characters and a quote
+           ends it. Else the regex tries the next position, inside the run: no quote there. */
+        Py_ssize_t end = i + 1;
+        Py_UCS4 ch = 0;
+        while (end < length && end - i <= 61 && (ch = PyUnicode_READ(kind, data, end)) != '"' && ch != '\n') {
+            end++;
+        }
+        Py_ssize_t inside = end - i - 1;
+        if (end < length && ch == '"' && inside >= 2 && inside <= 60) {
+            PyObject *value = PyUnicode_Substring(text, i + 1, end);
+            if (value == NULL || PyList_Append(found, value) < 0) {
+                Py_XDECREF(value);
+                Py_DECREF(found);
+                return NULL;
+            }
+            Py_DECREF(value);
+            i = end;  /* the closing quote is taken: the next match starts after it */
+        }
     }
     return found;
 }
@@ -251,6 +300,7 @@ error:
 static PyMethodDef methods[] = {
     {"tokens", (PyCFunction)tokens, METH_O, tokens_doc},
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL, scan_doc},
+    {"quoted", (PyCFunction)quoted, METH_O, quoted_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 # NATIVE (is the token loop in C?) and tokens are read from here too.
-from gateway.pruning.token_scan import NATIVE, scan, tokens  # noqa: F401
+from gateway.pruning.token_scan import NATIVE, quoted, scan, tokens  # noqa: F401
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -108,7 +108,6 @@ def term_counts(text: str) -> Counter:
 # unanchored, every position of a long run would rescan the rest of it (quadratic; a
 # 40k-character word took seconds).
 _EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+\.[\w.-]+")
-_QUOTED = re.compile(r"\"([^\"\n]{2,60})\"")
 _EXTENSIONS = r"(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|txt|csv|html|css|sh|sql|toml|cfg|ini|log|xml)\b"
 _FILE = re.compile(r"(?<![\w\-])[\w\-]+\." + _EXTENSIONS)
 _FILE_GATE = re.compile(r"\." + _EXTENSIONS)
@@ -199,7 +198,7 @@ def analyse(text: str) -> TextInfo:
         # backtracks over every word it starts at, a few hundred instructions a character).
         found.update(map(_ENTITY_FORMS.__getitem__, _EMAIL.findall(" ".join(w for w in text.split() if "@" in w))))
     if '"' in text:
-        found.update(map(_ENTITY_FORMS.__getitem__, _QUOTED.findall(text)))
+        found.update(map(_ENTITY_FORMS.__getitem__, quoted(text)))
     if _FILE_GATE.search(text):
         found.update(map(_ENTITY_FORMS.__getitem__, _FILE.findall(text)))
     found.discard(None)

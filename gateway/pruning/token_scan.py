@@ -1,4 +1,5 @@
-"""A text's tokens, and their features summed over it: the inner loop of ``analyse``.
+"""A text's tokens, and their features summed over it: the inner loop of ``analyse``;
+and its quoted strings (``quoted``), the one regex of ``analyse`` that reads all of a JSON text.
 
 The local scorer reads every unit of a conversation with
 ``text_features.analyse``. Its loop over tokens runs in C when the extension
@@ -25,6 +26,10 @@ from gateway.pruning.runs import RunSplitter
 TOKEN = re.compile(r"#?\w[\w\-]*", re.UNICODE)
 # The same split in C for ASCII texts (runs.py).
 _TOKEN_RUNS = RunSplitter("#-")
+
+# A quoted string, up to 60 characters: a JSON key or value an agent may reuse.
+QUOTED = re.compile(r"\"([^\"\n]{2,60})\"")
+python_quoted = QUOTED.findall
 
 TokenInfo = tuple[tuple[str, ...], tuple[str, ...], int]
 
@@ -70,8 +75,8 @@ def python_scan(text: str, token_info: Mapping[str, TokenInfo]) -> tuple[dict[st
 
 
 try:
-    from gateway.pruning._token_scan import scan, tokens
+    from gateway.pruning._token_scan import quoted, scan, tokens
     NATIVE = True
 except ImportError:  # not built (no compiler where it was installed): the same in Python
-    scan, tokens = python_scan, python_tokens
+    quoted, scan, tokens = python_quoted, python_scan, python_tokens
     NATIVE = False

@@ -5,7 +5,7 @@
 pruned bytes, must not depend on which. These tests hold the C functions to the
 Python ones (and to the regex) on generated text, on the shapes where a split and
 a regex part ways ('#' and '-' at a token's edge, non-ASCII word characters and
-separators, CJK, e-mails, quotes), and on the real texts of the shipped dev
+separators, CJK, e-mails, quotes and quoted strings), and on the real texts of the shipped dev
 sessions: the same tokens, the same counts in the same order, the same entities.
 """
 
@@ -44,6 +44,7 @@ def same_scan(text: str) -> None:
 
 def test_the_native_scan_is_in_use_where_it_is_built():
     assert text_features.NATIVE and token_scan.scan is native.scan and token_scan.tokens is native.tokens
+    assert token_scan.quoted is native.quoted
 
 
 @settings(max_examples=1000, deadline=None)
@@ -55,6 +56,15 @@ def test_the_native_scan_is_in_use_where_it_is_built():
 @example("é#中 #é")
 def test_tokens_are_the_regex_tokens(text):
     assert native.tokens(text) == token_scan.python_tokens(text) == token_scan.TOKEN.findall(text)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(TEXTS | st.lists(st.sampled_from(['"', "a", "\n", "é", " ", "b" * 30]), max_size=40).map("".join))
+@example('""abc"')
+@example('"' + "x" * 60 + '"' + "y" * 61 + '"')
+@example('"ab"cd"ef"')
+def test_quoted_strings_are_the_regex_ones(text):
+    assert native.quoted(text) == token_scan.QUOTED.findall(text)
 
 
 @settings(max_examples=1000, deadline=None)
@@ -97,4 +107,5 @@ def test_real_texts_read_alike():
     text_features.clear_word_cache()
     for text in texts:
         assert native.tokens(text) == token_scan.python_tokens(text)
+        assert native.quoted(text) == token_scan.QUOTED.findall(text)
         same_scan(text)
