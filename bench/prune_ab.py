@@ -98,6 +98,11 @@ def _instructions_per_prune(tree: Path, tokens: int, sessions: Path) -> float:
     return (_instructions(tree, tokens, sessions, 3) - _instructions(tree, tokens, sessions, 1)) / 2
 
 
+def _native(tree: Path) -> bool:
+    """Does ``tree`` run the scorer's token loop in C (its extension built)?"""
+    return any((tree / "gateway" / "pruning").glob("_token_scan*.so"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", default="HEAD", help="git revision to compare with (default: HEAD)")
@@ -110,14 +115,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         other = Path(tmp) / "other"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(other), args.against], cwd=ROOT, check=True)
+        sides = {args.against: other, "this tree": ROOT}
         try:
-            sides = {args.against: other, "this tree": ROOT}
+            if (other / "setup.py").exists():  # its C token loop, built as an install would
+                subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=other, check=True,
+                               capture_output=True)
+            in_c = ", ".join(name for name, tree in sides.items() if _native(tree)) or "neither"
             if args.instructions:
                 with ThreadPoolExecutor(2) as pool:  # valgrind runs one core per process
                     counted = dict(zip(sides, pool.map(lambda tree: _instructions_per_prune(
                         tree, args.tokens, sessions), sides.values())))
                 base, this = counted.values()
-                print(f"instructions per cold prune of a {args.tokens:,}-token history (callgrind):")
+                print(f"instructions per cold prune of a {args.tokens:,}-token history (callgrind; "
+                      f"token loop in C on {in_c}):")
                 for name, value in counted.items():
                     print(f"  {name:>12}  {value / 1e6:9.1f} M")
                 print(f"  ratio this tree / {args.against}: {this / base:.4f}")
@@ -135,7 +145,8 @@ def main() -> int:
                     cpu[name].append(float(used))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT, check=False)
-    print(f"cold prune of a {args.tokens:,}-token history, medians of {args.rounds} interleaved rounds (ms):")
+    print(f"cold prune of a {args.tokens:,}-token history, medians of {args.rounds} interleaved rounds (ms; "
+          f"token loop in C on {in_c}):")
     for label, figures in (("wall", medians), ("CPU", cpu)):
         for name, values in figures.items():
             print(f"  {label:>4} {name:>12}  {statistics.median(values):7.1f}   rounds: {' '.join(f'{v:.1f}' for v in values)}")

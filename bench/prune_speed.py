@@ -145,7 +145,8 @@ def breakdown(size: int, repeats: int) -> None:
                 text_features.analyse = analyse
             times[name].append(ms)
     full = statistics.median(times["full cold prune"])
-    print(f"cold prune of {total} tokens to {steering.target_tokens}, medians of {repeats} interleaved runs:")
+    print(f"cold prune of {total} tokens to {steering.target_tokens}, medians of {repeats} interleaved runs "
+          f"(token loop in {'C' if getattr(text_features, 'NATIVE', False) else 'Python'}):")
     for name, values in times.items():
         ms = statistics.median(values)
         print(f"{name:<38} {ms:>8.1f} ms" + ("" if ms == full else f"   (saves {full - ms:5.1f} ms)"))
@@ -171,6 +172,7 @@ def main() -> int:
     policy = Policy(expand_tool=args.expand_tool == "on")
     engine = TokenCounters().engine
     print(f"counting engine: {engine}; 'cold tiktoken' is the same cold prune counting with tiktoken, interleaved")
+    print(f"token loop of the text features: {'C' if getattr(text_features, 'NATIVE', False) else 'Python'}")
     print(f"{'tokens':>8} {'msgs':>6} {'cold ms':>9} {'warm ms':>9} {'epoch ms':>9} {'cold ms/1k':>11} {'warm ms/1k':>11}"
           f" {'cold tiktoken':>14} {'ratio':>6} {'new conv ms':>12}")
     others = other_conversations()

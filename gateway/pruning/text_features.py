@@ -7,11 +7,12 @@ every older unit of a conversation at each pruning epoch.
 from __future__ import annotations
 
 import re
-from collections import Counter, _count_elements
+from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
 
-from gateway.pruning.runs import RunSplitter
+# NATIVE (is the token loop in C?) and tokens are read from here too.
+from gateway.pruning.token_scan import NATIVE, quoted, scan, tokens  # noqa: F401
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -100,36 +101,13 @@ def term_counts(text: str) -> Counter:
 
 # One pass of tokens feeds terms, entities and the constraint/error gates; each
 # distinct token is classified once (memoised), so a text costs a split plus a
-# dictionary lookup per token.
-_TOKEN = re.compile(r"#?\w[\w\-]*", re.UNICODE)
-# The same split in C for ASCII texts (runs.py).
-_TOKEN_RUNS = RunSplitter("#-")
-
-
-def tokens(text: str) -> list[str]:
-    """``_TOKEN.findall(text)``, about twice as fast on (mostly) ASCII text."""
-    split = _TOKEN_RUNS.translated(text)
-    if split is None:
-        return _TOKEN.findall(text)
-    if "#" in split:
-        # Each '#' starts a token ("a#b" is "a", "#b"), but only before a word
-        # character: a bare "#" is nothing, "#-x" is "x" (then as a leading '-').
-        split = split.replace("#", " #").replace("#-", " -").replace("# ", "  ")
-        if split.endswith("#"):
-            split = split[:-1]
-    if "-" in split:
-        # A token cannot start with '-' ("- item", "-5").
-        while " -" in split:
-            split = split.replace(" -", "  ")
-        split = split.lstrip("-")
-    return split.split()
+# dictionary lookup per token (token_scan.py, in C where it is built: NATIVE).
 
 
 # E-mails and file names start where a run of their characters starts (the lookbehinds):
 # unanchored, every position of a long run would rescan the rest of it (quadratic; a
 # 40k-character word took seconds).
 _EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+\.[\w.-]+")
-_QUOTED = re.compile(r"\"([^\"\n]{2,60})\"")
 _EXTENSIONS = r"(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cpp|rb|php|json|ya?ml|md|txt|csv|html|css|sh|sql|toml|cfg|ini|log|xml)\b"
 _FILE = re.compile(r"(?<![\w\-])[\w\-]+\." + _EXTENSIONS)
 _FILE_GATE = re.compile(r"\." + _EXTENSIONS)
@@ -214,29 +192,13 @@ def clear_word_cache() -> None:
 
 def analyse(text: str) -> TextInfo:
     """Terms, entities, constraint and error flags of a text in one pass."""
-    counts: dict[str, int] = {}
-    found: set[str | None] = set()
-    flags = 0
-    known = _TOKEN_INFO
-    # Count tokens first (in C): JSON keys and common words repeat a lot, so the
-    # per-token work below runs once per distinct token. Plain dict arithmetic:
-    # Counter's __missing__ is a Python call per new key (and its constructor, Python
-    # code with an ABC check, costs more than the count of a short text).
-    distinct: dict[str, int] = {}
-    _count_elements(distinct, tokens(text))
-    for tok, n in distinct.items():
-        t, e, f = known[tok]
-        for term in t:
-            counts[term] = counts.get(term, 0) + n
-        if e:
-            found.update(e)
-        flags |= f
+    counts, length, found, flags = scan(text, _TOKEN_INFO)
     if "@" in text:
         # An e-mail holds no whitespace: only the words with an '@' are scanned (the pattern
         # backtracks over every word it starts at, a few hundred instructions a character).
         found.update(map(_ENTITY_FORMS.__getitem__, _EMAIL.findall(" ".join(w for w in text.split() if "@" in w))))
     if '"' in text:
-        found.update(map(_ENTITY_FORMS.__getitem__, _QUOTED.findall(text)))
+        found.update(map(_ENTITY_FORMS.__getitem__, quoted(text)))
     if _FILE_GATE.search(text):
         found.update(map(_ENTITY_FORMS.__getitem__, _FILE.findall(text)))
     found.discard(None)
@@ -244,7 +206,7 @@ def analyse(text: str) -> TextInfo:
     constraint = bool(flags & _F_CONSTRAINT) or (
         (cjk or (bool(flags & _F_PHRASE) and _has_phrase_hint(text))) and _CONSTRAINT.search(text) is not None)
     error = bool(flags & _F_ERROR) and _ERROR.search(text[:2000]) is not None
-    return TextInfo(counts, sum(counts.values()), frozenset(found), constraint, error)
+    return TextInfo(counts, length, frozenset(found), constraint, error)
 
 
 def query_words(text: str, limit: int = 64, *, numbers: bool = False, chars: int = 20_000) -> tuple[str, ...]:

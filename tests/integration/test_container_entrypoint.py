@@ -78,11 +78,12 @@ def healthcheck_command(instructions: list[tuple[str, str]]) -> list[str]:
 
 
 def build_context(dest: Path) -> Path:
-    """What .dockerignore lets into the image build: pyproject, README, the constraints, gateway/,
+    """What .dockerignore lets into the image build: pyproject, setup.py, README, the constraints, gateway/,
     policies/ (the constraints where the Dockerfile copies them: beside pyproject)."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "*.so")
     dest.mkdir()
     shutil.copy2(ROOT / "pyproject.toml", dest)
+    shutil.copy2(ROOT / "setup.py", dest)
     shutil.copy2(ROOT / ".ci" / "constraints.txt", dest)
     if (ROOT / "README.md").exists():
         shutil.copy2(ROOT / "README.md", dest)
@@ -105,6 +106,9 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> dict:
     )
     assert pip.returncode == 0, f"pip install . failed:\n{pip.stdout}\n{pip.stderr}"
     assert (venv / "bin" / "sieve").exists(), "the console script `sieve` was not installed"
+    native = subprocess.run([str(venv / "bin" / "python"), "-c", "import gateway.pruning.text_features as t; "
+                             "print(t.NATIVE, t.__file__)"], capture_output=True, text=True, check=True, cwd=base)
+    assert native.stdout.startswith(f"True {venv}"), f"the C token loop was not built: {native.stdout}"
 
     instructions = dockerfile_instructions()
     litellm_dir = subprocess.run(

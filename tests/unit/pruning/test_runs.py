@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.pruning import ids, text_features
+from gateway.pruning import ids, token_scan
 from gateway.pruning.runs import RunSplitter
 from gateway.pruning.values import is_strong, values_of
 
@@ -64,14 +64,14 @@ def test_question_mark_cannot_be_a_run_character():
 @pytest.mark.parametrize("text", EDGE_CASES)
 def test_edge_cases_read_as_the_regexes_do(text):
     ids.clear_ids_memo()
-    assert text_features.tokens(text) == text_features._TOKEN.findall(text)
+    assert token_scan.python_tokens(text) == token_scan.TOKEN.findall(text)
     assert ids.text_ids(text) == regex_ids(text)
 
 
 @settings(max_examples=600, deadline=None)
 @given(TEXTS)
 def test_tokens_are_the_regex_tokens(text):
-    assert text_features.tokens(text) == text_features._TOKEN.findall(text)
+    assert token_scan.python_tokens(text) == token_scan.TOKEN.findall(text)
 
 
 @settings(max_examples=600, deadline=None)

@@ -1,0 +1,319 @@
+/* The token loop of text_features.analyse, in C (token_scan.py is the same in Python).
+
+At a cold prune the local scorer reads every unit of the conversation once:
+``analyse`` splits each text into tokens (the regex ``#?\w[\w\-]*``), counts
+the distinct ones, and sums the terms, entities and flags that text_features
+gives a token (a memo, filled in Python on a token's first sight). In Python
+that loop paid the interpreter per token and per term: about a fifth of the
+instructions of a cold prune of 100k tokens (docs/speed.md). Here it is one
+pass over the characters and a few dict operations per token; what a token
+means stays in Python, where the memo computes it once per distinct token.
+
+``quoted`` is the other scan of analyse over a whole text: the quoted strings
+of a JSON tool output, which the regex engine read at ~100 instructions a
+character (a tenth of analyse).
+
+Each function gives exactly what token_scan.py's twin does (tests/unit/pruning/
+test_token_scan.py holds them to it): the same tokens, and dicts and sets
+filled in the same order, since the scorer's sums run in that order.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* ``\w`` as the re module reads it in a str pattern: str.isalnum() or '_'. */
+static inline int
+is_word(Py_UCS4 ch)
+{
+    if (ch < 128) {
+        return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
+    }
+    return Py_UNICODE_ISALNUM(ch);
+}
+
+/* A text read token by token. */
+typedef struct {
+    PyObject *text;
+    int kind;
+    const void *data;
+    Py_ssize_t length;
+    Py_ssize_t at;
+} Tokens;
+
+static void
+tokens_start(Tokens *t, PyObject *text)
+{
+    t->text = text;
+    t->kind = PyUnicode_KIND(text);
+    t->data = PyUnicode_DATA(text);
+    t->length = PyUnicode_GET_LENGTH(text);
+    t->at = 0;
+}
+
+/* The next match of ``#?\w[\w\-]*`` (a new reference); NULL at the end, or on
+   an error (then with an exception set), as findall would scan: a '#' starts
+   a token only before a word character, a '-' never does. */
+static PyObject *
+tokens_next(Tokens *t)
+{
+    const int kind = t->kind;
+    const void *data = t->data;
+    const Py_ssize_t length = t->length;
+    Py_ssize_t i = t->at, start;
+
+    for (;; i++) {
+        if (i >= length) {
+            t->at = length;
+            return NULL;
+        }
+        Py_UCS4 ch = PyUnicode_READ(kind, data, i);
+        if (is_word(ch)) {
+            start = i;
+            break;
+        }
+        if (ch == '#' && i + 1 < length && is_word(PyUnicode_READ(kind, data, i + 1))) {
+            start = i++;  /* the word character after the '#' is the token's second */
+            break;
+        }
+    }
+    for (i++; i < length; i++) {
+        Py_UCS4 ch = PyUnicode_READ(kind, data, i);
+        if (!is_word(ch) && ch != '-') {
+            break;
+        }
+    }
+    t->at = i;
+    return PyUnicode_Substring(t->text, start, i);
+}
+
+PyDoc_STRVAR(tokens_doc,
+"tokens(text) -> list[str]\n\n"
+"``re.findall(r\"#?\\w[\\w\\-]*\", text)``.");
+
+static PyObject *
+tokens(PyObject *module, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "tokens() takes a str");
+        return NULL;
+    }
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
+        return NULL;
+    }
+    Tokens t;
+    tokens_start(&t, text);
+    PyObject *token;
+    while ((token = tokens_next(&t)) != NULL) {
+        int failed = PyList_Append(found, token);
+        Py_DECREF(token);
+        if (failed) {
+            Py_DECREF(found);
+            return NULL;
+        }
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(found);
+        return NULL;
+    }
+    return found;
+}
+
+PyDoc_STRVAR(quoted_doc,
+"quoted(text) -> list[str]\n\n"
+"``re.findall(r'\"([^\"\\n]{2,60})\"', text)``: a tool output in JSON is mostly quotes, and\n"
+"the regex engine costs about 100 instructions a character there.");
+
+static PyObject *
+quoted(PyObject *module, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "quoted() takes a str");
+        return NULL;
+    }
+    const int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    const Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < length; i++) {
+        if (PyUnicode_READ(kind, data, i) != '"') {
+            continue;
+        }
+        /* The run after this quote; a match if it holds 2 to 60 characters and a quote
+           ends it. Else the regex tries the next position, inside the run: no quote there. */
+        Py_ssize_t end = i + 1;
+        Py_UCS4 ch = 0;
+        while (end < length && end - i <= 61 && (ch = PyUnicode_READ(kind, data, end)) != '"' && ch != '\n') {
+            end++;
+        }
+        Py_ssize_t inside = end - i - 1;
+        if (end < length && ch == '"' && inside >= 2 && inside <= 60) {
+            PyObject *value = PyUnicode_Substring(text, i + 1, end);
+            if (value == NULL || PyList_Append(found, value) < 0) {
+                Py_XDECREF(value);
+                Py_DECREF(found);
+                return NULL;
+            }
+            Py_DECREF(value);
+            i = end;  /* the closing quote is taken: the next match starts after it */
+        }
+    }
+    return found;
+}
+
+/* ``counts[key] = counts.get(key, 0) + n`` */
+static int
+add_count(PyObject *counts, PyObject *key, Py_ssize_t n)
+{
+    PyObject *old = PyDict_GetItemWithError(counts, key);
+    if (old == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    Py_ssize_t total = n;
+    if (old != NULL) {
+        Py_ssize_t before = PyLong_AsSsize_t(old);
+        if (before == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        total += before;
+    }
+    PyObject *value = PyLong_FromSsize_t(total);
+    if (value == NULL) {
+        return -1;
+    }
+    int failed = PyDict_SetItem(counts, key, value);
+    Py_DECREF(value);
+    return failed;
+}
+
+/* Each distinct token of ``text`` and its number of occurrences, in the order
+   of first occurrence (as collections.Counter counts). */
+static PyObject *
+distinct_tokens(PyObject *text)
+{
+    PyObject *distinct = PyDict_New();
+    if (distinct == NULL) {
+        return NULL;
+    }
+    Tokens t;
+    tokens_start(&t, text);
+    PyObject *token;
+    while ((token = tokens_next(&t)) != NULL) {
+        int failed = add_count(distinct, token, 1);
+        Py_DECREF(token);
+        if (failed) {
+            Py_DECREF(distinct);
+            return NULL;
+        }
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(distinct);
+        return NULL;
+    }
+    return distinct;
+}
+
+/* Adds one distinct token's (terms, entities, flags), seen ``n`` times. */
+static int
+add_token(PyObject *info, Py_ssize_t n, PyObject *counts, Py_ssize_t *length, PyObject *found, long *flags)
+{
+    if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 3
+            || !PyTuple_Check(PyTuple_GET_ITEM(info, 0)) || !PyTuple_Check(PyTuple_GET_ITEM(info, 1))) {
+        PyErr_SetString(PyExc_TypeError, "token_info[token] must be (terms tuple, entities tuple, flags int)");
+        return -1;
+    }
+    PyObject *terms = PyTuple_GET_ITEM(info, 0);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(terms); i++) {
+        if (add_count(counts, PyTuple_GET_ITEM(terms, i), n) < 0) {
+            return -1;
+        }
+        *length += n;
+    }
+    PyObject *entities = PyTuple_GET_ITEM(info, 1);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(entities); i++) {
+        if (PySet_Add(found, PyTuple_GET_ITEM(entities, i)) < 0) {
+            return -1;
+        }
+    }
+    long f = PyLong_AsLong(PyTuple_GET_ITEM(info, 2));
+    if (f == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *flags |= f;
+    return 0;
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(text, token_info) -> (counts, length, entities, flags)\n\n"
+"The tokens of ``text`` read through ``token_info`` (token -> (terms, entities,\n"
+"flags); a dict, whose ``__missing__`` is called for a token it lacks): each\n"
+"term's occurrences, their sum, the set of entities, the flags or-ed.");
+
+static PyObject *
+scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "scan() takes a str and a dict");
+        return NULL;
+    }
+    PyObject *text = args[0], *token_info = args[1];
+    PyObject *distinct = distinct_tokens(text);
+    if (distinct == NULL) {
+        return NULL;
+    }
+    PyObject *counts = PyDict_New();
+    PyObject *found = PySet_New(NULL);
+    Py_ssize_t length = 0;
+    long flags = 0;
+    if (counts == NULL || found == NULL) {
+        goto error;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *token, *seen;
+    while (PyDict_Next(distinct, &pos, &token, &seen)) {
+        /* The memo's own item, or its __missing__ (Python: computes and stores it). */
+        PyObject *info = PyDict_GetItemWithError(token_info, token);
+        if (info != NULL) {
+            Py_INCREF(info);
+        }
+        else if (PyErr_Occurred() || (info = PyObject_GetItem(token_info, token)) == NULL) {
+            goto error;
+        }
+        int failed = add_token(info, PyLong_AsSsize_t(seen), counts, &length, found, &flags);
+        Py_DECREF(info);
+        if (failed) {
+            goto error;
+        }
+    }
+    Py_DECREF(distinct);
+    return Py_BuildValue("(NnNl)", counts, length, found, flags);
+
+error:
+    Py_DECREF(distinct);
+    Py_XDECREF(counts);
+    Py_XDECREF(found);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"tokens", (PyCFunction)tokens, METH_O, tokens_doc},
+    {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL, scan_doc},
+    {"quoted", (PyCFunction)quoted, METH_O, quoted_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "gateway.pruning._token_scan",
+    .m_doc = "The token loop of text_features.analyse, in C (token_scan.py is the same in Python).",
+    .m_size = 0,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__token_scan(void)
+{
+    return PyModuleDef_Init(&module);
+}

@@ -1,0 +1,111 @@
+"""The token loop in C (``_token_scan``) reads exactly what its Python twin reads.
+
+``token_scan.scan`` and ``tokens`` run in C where the extension is built
+(``text_features.NATIVE``), in Python elsewhere; the scorer's features, and so the
+pruned bytes, must not depend on which. These tests hold the C functions to the
+Python ones (and to the regex) on generated text, on the shapes where a split and
+a regex part ways ('#' and '-' at a token's edge, non-ASCII word characters and
+separators, CJK, e-mails, quotes and quoted strings), and on the real texts of the shipped dev
+sessions: the same tokens, the same counts in the same order, the same entities.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from gateway.pruning import text_features, token_scan
+
+native = pytest.importorskip("gateway.pruning._token_scan", reason="the C extension is not built here")
+
+ROOT = Path(__file__).resolve().parents[3]
+PIECES = st.sampled_from([
+    "a", "Z", "9", "123", "_", "#", "##", "#-", "-", "--", ".", "@", " ", "\n", "\"", "'", ":", ",", "{", "}",
+    "é", "中文", "’", "“", "—", "\u00a0", "①", "٣", "²", "ǅ", "İ", "😀", "#W1234567", "e-mail", "noah.ito@example.com",
+    "-5", "12.99", "order_id", "a-b", "x#y", "- item", "# H", "Never", "don't", "must not", "error", "failed",
+    "painted", "studies", "McDonald", "getUser", "src/a.py", "\"quoted value\"", "不要", "必须", "SFO", "Ünïcode",
+])
+TEXTS = st.lists(PIECES, max_size=60).map("".join) | st.text(max_size=200)
+
+
+def same_scan(text: str) -> None:
+    memo = text_features._TOKEN_INFO
+    ours, theirs = native.scan(text, memo), token_scan.python_scan(text, memo)
+    assert ours == theirs
+    # Equal dicts and sets may still iterate in another order; the scorer's sums follow it.
+    assert list(ours[0].items()) == list(theirs[0].items())
+    assert list(ours[2]) == list(theirs[2])
+
+
+def test_the_native_scan_is_in_use_where_it_is_built():
+    assert text_features.NATIVE and token_scan.scan is native.scan and token_scan.tokens is native.tokens
+    assert token_scan.quoted is native.quoted
+
+
+@settings(max_examples=1000, deadline=None)
+@given(TEXTS)
+@example("")
+@example("#")
+@example("a#")
+@example("##a #-a a#b -a-b")
+@example("é#中 #é")
+def test_tokens_are_the_regex_tokens(text):
+    assert native.tokens(text) == token_scan.python_tokens(text) == token_scan.TOKEN.findall(text)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(TEXTS | st.lists(st.sampled_from(['"', "a", "\n", "é", " ", "b" * 30]), max_size=40).map("".join))
+@example('""abc"')
+@example('"' + "x" * 60 + '"' + "y" * 61 + '"')
+@example('"ab"cd"ef"')
+def test_quoted_strings_are_the_regex_ones(text):
+    assert native.quoted(text) == token_scan.QUOTED.findall(text)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(TEXTS)
+def test_scan_sums_what_the_python_scan_sums(text):
+    same_scan(text)
+
+
+def test_scan_calls_the_memo_for_a_token_it_lacks():
+    class Memo(dict):
+        def __missing__(self, token):
+            self[token] = value = ((token.lower(),), (token,) if token[0].isupper() else (), len(token))
+            return value
+
+    memo = Memo()
+    assert native.scan("Ab ab Ab", memo) == ({"ab": 3}, 3, {"Ab"}, 2)
+    assert list(memo) == ["Ab", "ab"]
+
+
+def test_scan_refuses_a_malformed_memo_entry():
+    with pytest.raises(TypeError):
+        native.scan("a", {"a": ("a", (), 0)})
+
+
+def real_texts() -> list[str]:
+    """The messages of the shipped dev sessions (tool outputs in JSON, user and agent turns)."""
+    texts = []
+    for name in ("dev-sessions-coding.jsonl.gz", "dev-sessions-airline.jsonl.gz", "dev-sessions-telecom.jsonl.gz"):
+        for line in gzip.open(ROOT / "bench" / "data" / name, "rt"):
+            for message in json.loads(line)["messages"]:
+                content = message.get("content")
+                texts += [content] if isinstance(content, str) else []
+                texts += [call["function"]["arguments"] for call in message.get("tool_calls") or []]
+    return texts
+
+
+def test_real_texts_read_alike():
+    texts = real_texts()
+    assert len(texts) > 1000
+    text_features.clear_word_cache()
+    for text in texts:
+        assert native.tokens(text) == token_scan.python_tokens(text)
+        assert native.quoted(text) == token_scan.QUOTED.findall(text)
+        same_scan(text)
