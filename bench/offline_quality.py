@@ -64,7 +64,7 @@ def main() -> int:
         dt = time.perf_counter() - t0
         for source, rows in by_source.items():
             s = quality.summarize(rows)
-            print(f"ratio {ratio} {source:12s} n={s['cases']} evidence={s.get('evidence_recall', 0):.3f} "
+            print(f"ratio {ratio} {source:12s} n={s['cases']} evidence={s.get('evidence_recall') or 0:.3f} "
                   f"grounding={s.get('grounding_recall') or 0:.3f} valid={s['valid_rate']:.3f} "
                   f"over={s.get('over_budget_rate_feasible') or 0:.3f} ratio_med={s['ratio_median']:.3f} "
                   f"({dt:.1f}s)")
