@@ -39,7 +39,7 @@ prepare_offline_environment()
 
 import orjson  # noqa: E402
 
-from gateway.pruning.pipeline import prune  # noqa: E402
+from gateway.pruning.pipeline import Precomputed, prune  # noqa: E402
 from gateway.pruning.policy import Policy, Steering  # noqa: E402
 from gateway.pruning.scoring import LocalScorer  # noqa: E402
 from gateway.pruning.tokens import TokenCounters  # noqa: E402
@@ -105,7 +105,7 @@ async def run_mode(mode: str, cases: list[dict], args, server: ScorerModel, curr
                                   saved_tokens=first.saved_tokens)
             t2 = time.perf_counter()
             second = prune(body, policy, scorer=LocalScorer(), counter=counter, steering=Steering(target_tokens=target),
-                           scores=run.scores)
+                           known=Precomputed(scores=run.scores))
             t3 = time.perf_counter()
             assert not run.fallbacks, run.fallbacks
             # Tokens counted here, off the timed path (the fake shares this process's GIL).

@@ -24,12 +24,13 @@ from typing import Any, Mapping
 import orjson
 
 from gateway.exchange.big_bodies import THREAD_THRESHOLD_BYTES, BigBodies
+from gateway.exchange.recent_messages import RecentMessages
 from gateway.exchange.recent_plans import RecentPlans
 from gateway.embedding import Embedder
 from gateway.errors import Forbidden
 from gateway.pruning import (Cohort, FrozenPlan, LocalScorer, Mode, OVERRIDES, PinnedRoom, Policy, PolicyMode,
-    PruneResult, Scorer, SemanticOutcome, SemanticScorer, Steering, Strategy, TokenCounter, TokenCounters,
-    UnitScore, cohort_of, prune)
+    Precomputed, PruneResult, Scorer, SemanticOutcome, SemanticScorer, Steering, Strategy, TokenCounter,
+    TokenCounters, UnitScore, cohort_of, prune)
 from gateway.scorers import CapturingScorer, LLMScorer, ScorerRun, Summarizer, SummaryRun
 from gateway.state import ConversationStore
 from gateway.telemetry import FailOpen, Metrics
@@ -72,6 +73,8 @@ class Pruner:
         self._summarizer = summarizer
         self._embedder = embedder
         self.recent_plans = RecentPlans()  # the plans saved last: a warm step reads its own back without a decode
+        # The messages each conversation sent last: a warm step fingerprints only its new ones.
+        self.recent_messages = RecentMessages()
 
     async def prune(self, call: ModelCall, target_tokens: int | None = None,
                     pinned: tuple[PinnedRoom, ...] = (), *, dry_run: bool = False) -> PruneOutcome:
@@ -102,7 +105,8 @@ class Pruner:
         state = self._plan_of(loaded_from, raw) if raw else None
         # Read before the pipeline runs: a frozen replay moves the plan on to this request.
         previous = list(state.fingerprints) if state is not None else None
-        run = _Run(call, self._counters.for_model(call.body["model"]), target_tokens, self._big, pinned)
+        run = _Run(call, self._counters.for_model(call.body["model"]), target_tokens, self._big, pinned,
+                   (self.recent_messages, key))
         t0 = time.perf_counter()
         try:
             result, scorer_run = await self._decide(run, raw, state)
@@ -233,8 +237,9 @@ class _Run:
     """One request's pipeline runs: its body, counter and target, in the thread or not."""
 
     def __init__(self, call: ModelCall, counter: TokenCounter, target_tokens: int | None, big: BigBodies,
-                 pinned: tuple[PinnedRoom, ...] = ()) -> None:
+                 pinned: tuple[PinnedRoom, ...] = (), recent: tuple[RecentMessages, str] | None = None) -> None:
         self.call = call
+        self.recent = recent  # the memo of the conversation's last messages, and its key
         self.counter = counter
         self.big = big
         self.goal = call.sieve.goal or _metadata_goal(call.body)
@@ -245,8 +250,10 @@ class _Run:
     def _prune(self, plan: FrozenPlan | None, scorer: Scorer,
                scores: Mapping[int, UnitScore] | None = None) -> PruneResult:
         # A conversation that says it goes on: its first decision leaves the next steps room.
+        messages = self.call.body["messages"]
+        fingerprints = self.recent[0].fingerprints(self.recent[1], messages) if self.recent is not None else None
         return prune(self.call.body, self.call.policy, scorer=scorer, counter=self.counter, state=plan,
-                     steering=self.steering, scores=scores, continued=self.continued)
+                     steering=self.steering, known=Precomputed(scores, fingerprints), continued=self.continued)
 
     async def prune(self, plan: FrozenPlan | None, scorer: Scorer,
                     scores: Mapping[int, UnitScore] | None = None) -> PruneResult:

@@ -22,7 +22,7 @@ from gateway.pruning.marker_refs import REF_CHARS, REF_HINT, marker_spans, ref_o
     with_refs
 from gateway.pruning.messages import content_text, fingerprint, message_token_text, tool_call_text
 from gateway.pruning.pins import PinnedRoom
-from gateway.pruning.pipeline import prune
+from gateway.pruning.pipeline import Precomputed, prune
 from gateway.pruning.policy import (
     OVERRIDES,
     POLICY_FIELDS,
@@ -59,6 +59,7 @@ __all__ = [
     "PinnedRoom",
     "Policy",
     "PolicyMode",
+    "Precomputed",
     "PruneResult",
     "REF_CHARS",
     "REF_HINT",

@@ -44,11 +44,13 @@ class FrozenPlan:
     encoding: str = ""
 
     def to_bytes(self) -> bytes:
+        # Pairs as tuples, built and sorted without a Python loop (a warm step encodes its plan,
+        # hundreds of actions, every time); orjson writes a tuple as the array a list would be.
         return orjson.dumps({
             "v": 2, "fp": self.fingerprints, "decided": self.decided,
-            "actions": [[i, _STORED_ACTIONS[a]] for i, a in sorted(self.actions.items())],
-            "inserts": [[i, m] for i, m in self.inserts],
-            "masked": [[i, t] for i, t in sorted(self.masked.items())],
+            "actions": sorted(zip(self.actions, map(_STORED_ACTIONS.__getitem__, self.actions.values()))),
+            "inserts": self.inserts,
+            "masked": sorted(self.masked.items()),
             "epoch": self.epoch, "cap": self.target_tokens, "tokens": self.tokens, "model_tokens": self.model_tokens,
             "encoding": self.encoding,
         })

@@ -58,6 +58,17 @@ from gateway.pruning.vocabulary import KEPT, Mode, Strategy
 LOOP_STEPS_PER_USER_MESSAGE = 4
 
 
+@dataclass(frozen=True, slots=True)
+class Precomputed:
+    """What the caller has worked out about a request already, so that ``prune`` need not."""
+
+    # Unit scores, from an async scorer (gateway.scorers.llm): used instead of the scorer's.
+    scores: Mapping[int, UnitScore] | None = None
+    # [fingerprint(m) for m in body["messages"]], from what the conversation's previous
+    # request sent (gateway.exchange.recent_messages): a warm step writes only its new ones.
+    fingerprints: list[str] | None = None
+
+
 def prune(
     body: Mapping[str, Any],
     policy: Policy,
@@ -66,12 +77,12 @@ def prune(
     counter: TokenCounter,
     state: FrozenPlan | None = None,
     steering: Steering = Steering(),
-    scores: Mapping[int, UnitScore] | None = None,
+    known: Precomputed = Precomputed(),
     continued: bool = False,
 ) -> PruneResult:
     """Prune ``body['messages']``. ``steering`` is what the request asks beyond the policy
-    (an explicit target is a hard one: it overrides the minimum-size triggers); ``scores``
-    are precomputed unit scores (an async scorer's).
+    (an explicit target is a hard one: it overrides the minimum-size triggers); ``known``,
+    what the caller has worked out about the request already.
 
     ``continued``: the request says more steps of its conversation follow (it names
     it, or asks for its prefix to be cached: ``gateway.wire.continuation``). Its first
@@ -79,8 +90,8 @@ def prune(
     pruned to just under the target, the very next step would cross it, open an epoch
     and throw away the prefix the provider cached one step before. A request that says
     neither may be the only one: it keeps all its target allows."""
-    request = PruneRequest.counted(body, policy, counter, steering, state)
-    result = _prune(request, state, scorer, scores, continued)
+    request = PruneRequest.counted(body, policy, counter, steering, state, known.fingerprints)
+    result = _prune(request, state, scorer, known.scores, continued)
     if result.mode in (Mode.FROZEN, Mode.EPOCH, Mode.STATELESS, Mode.NO_GAIN) and \
             result.target_rule_tokens > result.target_tokens:
         # What the decision had to keep (system prompt, goal, recent window, tool chain) is over it.
@@ -319,4 +330,4 @@ def _unchanged(request: PruneRequest, mode: Mode, plan: FrozenPlan) -> PruneResu
     )
 
 
-__all__ = ["PruneResult", "prune"]
+__all__ = ["Precomputed", "PruneResult", "prune"]

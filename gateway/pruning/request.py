@@ -40,11 +40,13 @@ class PruneRequest:
 
     @classmethod
     def counted(cls, body: Mapping[str, Any], policy: Policy, counter: TokenCounter, steering: Steering,
-                state: FrozenPlan | None) -> PruneRequest:
+                state: FrozenPlan | None, fingerprints: list[str] | None = None) -> PruneRequest:
         """``body`` fingerprinted and counted; ``state`` (the conversation's stored plan) carries
-        the counts of the messages it saw, so only the new ones are tokenized."""
+        the counts of the messages it saw, so only the new ones are tokenized. ``fingerprints``:
+        the messages' own, when the caller has them already (``[fingerprint(m) for m in messages]``)."""
         messages = body["messages"]
-        fingerprints = [fingerprint(m) for m in messages]
+        if fingerprints is None:
+            fingerprints = [fingerprint(m) for m in messages]
         tokens, model_tokens = state.known_tokens(fingerprints, counter.encoding_name) if state is not None \
             else ([], [])
         for m in messages[len(tokens):]:

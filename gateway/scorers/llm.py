@@ -10,7 +10,8 @@ by ``gateway.exchange.prune_step``::
         run = await llm.score(capture.request, policy, org=org, model=body["model"],
                               saved_tokens=first.saved_tokens)
         if run.scores:                                            # the model was asked
-            result = prune(body, policy, scorer=local, counter=counter, steering=steering, scores=run.scores)
+            result = prune(body, policy, scorer=local, counter=counter, steering=steering,
+                           known=Precomputed(scores=run.scores))
 
 ``run.scores`` covers every candidate: the model's score where it answered
 (``relevance`` and ``hard`` stay the local scorer's: the model picks the tier,
