@@ -18,7 +18,7 @@ import pytest
 
 from gateway.config.policies import load_policies
 from gateway.expand import expandable
-from gateway.pruning.pipeline import prune
+from gateway.pruning.pipeline import Precomputed, prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer, UnitScore
 from gateway.pruning.tokens import TokenCounters
@@ -131,7 +131,7 @@ def expected_messages(policy: Policy, llm: dict[int, int] | None, body: dict = B
     elif llm is not None:
         scores = {i: UnitScore(llm[i], s.relevance, "llm", s.hard) if i in llm else s for i, s in local.items()}
     result = prune(body, policy, scorer=LocalScorer(), counter=COUNTERS.for_model(MODEL),
-                   steering=Steering(target_tokens=target), scores=scores)
+                   steering=Steering(target_tokens=target), known=Precomputed(scores=scores))
     # As forwarded: with the policy's sieve_expand tool (the default) the markers name their refs.
     return expandable(result, body["messages"]).messages if policy.expand_tool else result.request["messages"]
 
