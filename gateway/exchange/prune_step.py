@@ -102,7 +102,7 @@ class Pruner:
         if dry_run and raw is None and failed is None:
             loaded_from = key
             raw, failed = await self._load(key)
-        state = self._plan_of(loaded_from, raw) if raw else None
+        state, own = self._plan_of(loaded_from, raw) if raw else (None, False)
         # Read before the pipeline runs: a frozen replay moves the plan on to this request.
         previous = list(state.fingerprints) if state is not None else None
         run = _Run(call, self._counters.for_model(call.body["model"]), target_tokens, self._big, pinned,
@@ -119,7 +119,9 @@ class Pruner:
         summary_run = await self._summarize(run, result)
         prune_s = time.perf_counter() - t0
         self._metrics.observe(self._metrics.prune_seconds, prune_s)
-        if failed is not FailOpen.STATE_STORE and not await self._save(saved_as, result, call.policy):
+        # A frozen replay of the plan this process wrote changed none of its decisions: kept as written.
+        replayed = raw if own and result.mode is Mode.FROZEN and result.state is state else None
+        if failed is not FailOpen.STATE_STORE and not await self._save(saved_as, result, call.policy, replayed):
             failed = failed or FailOpen.STATE_STORE
         return PruneOutcome(result, key, previous, prune_s, failed, scorer_run, summary_run, cohort=cohort)
 
@@ -149,15 +151,17 @@ class Pruner:
             log.warning("state store unavailable (%s): pruning without conversation state", exc)
             return None, FailOpen.STATE_STORE
 
-    def _plan_of(self, key: str, raw: bytes) -> FrozenPlan | None:
-        """The plan ``raw`` (read under ``key``) encodes: a copy of the one this process saved
-        there last when these are its bytes, else decoded."""
+    def _plan_of(self, key: str, raw: bytes) -> tuple[FrozenPlan | None, bool]:
+        """The plan ``raw`` (read under ``key``) encodes, and whether it is the one this process
+        saved there last (a copy of it; ``raw`` is then ``to_bytes()``'s own), else decoded."""
         plan = self.recent_plans.plan(key, raw)
-        return plan if plan is not None else FrozenPlan.from_bytes(raw)
+        return (plan, True) if plan is not None else (FrozenPlan.from_bytes(raw), False)
 
-    async def _save(self, key: str, result: PruneResult, policy: Policy) -> bool:
+    async def _save(self, key: str, result: PruneResult, policy: Policy, replayed: bytes | None = None) -> bool:
+        """Save ``result``'s plan; ``replayed``: the bytes of the plan its frozen replay moved on."""
         try:
-            raw = result.state.to_bytes()
+            plan = result.state
+            raw = plan.to_bytes_replayed(replayed) if replayed is not None else plan.to_bytes()
             await self._store.put(key, raw, policy.state_ttl_s)
         except Exception as exc:  # noqa: BLE001
             self.recent_plans.forget(key)

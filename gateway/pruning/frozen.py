@@ -16,15 +16,22 @@ layout and keys whatever the names in code: an action is stored as "mask" or
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypeVar
 
 import orjson
 
 from gateway.pruning.vocabulary import DROPPED, MASKED, Action
 
 # The stored spelling of the actions a plan holds (kept messages are not stored).
+V = TypeVar("V")
+
 _STORED_ACTIONS = {MASKED: "mask", DROPPED: "drop"}
 _ACTIONS_STORED = {stored: action for action, stored in _STORED_ACTIONS.items()}
+# The stored layout, in order (the keys a version 2 reader finds, whatever their order): the
+# fingerprints, then the decisions, then the counts and their encoding.
+_HEAD = b'{"v":2,"fp":'
+_DECISIONS = b',"decided":'
+_COUNTS = b',"tokens":'
 
 
 @dataclass(slots=True)
@@ -44,24 +51,42 @@ class FrozenPlan:
     encoding: str = ""
 
     def to_bytes(self) -> bytes:
-        # Pairs as tuples, built and sorted without a Python loop (a warm step encodes its plan,
-        # hundreds of actions, every time); orjson writes a tuple as the array a list would be.
-        return orjson.dumps({
-            "v": 2, "fp": self.fingerprints, "decided": self.decided,
+        # Pairs as tuples, built and sorted without a Python loop (hundreds of actions); orjson
+        # writes a tuple as the array a list would be.
+        decisions = orjson.dumps({
+            "decided": self.decided,
             "actions": sorted(zip(self.actions, map(_STORED_ACTIONS.__getitem__, self.actions.values()))),
-            "inserts": self.inserts,
-            "masked": sorted(self.masked.items()),
-            "epoch": self.epoch, "cap": self.target_tokens, "tokens": self.tokens, "model_tokens": self.model_tokens,
-            "encoding": self.encoding,
+            "inserts": self.inserts, "masked": sorted(self.masked.items()),
+            "epoch": self.epoch, "cap": self.target_tokens,
         })
+        return self._around(decisions[1:-1])
+
+    def to_bytes_replayed(self, earlier: bytes) -> bytes:
+        """``to_bytes()`` of a plan that a frozen replay moved on from the plan whose
+        ``to_bytes()`` gave ``earlier``: the same decisions, and only the messages seen (their
+        fingerprints, counts and encoding) changed. The decisions are taken from ``earlier`` as
+        they are, not written again: a warm step's plan holds hundreds of them, and its
+        replay changes none. The caller vouches for the decisions being the same."""
+        start, end = earlier.find(_DECISIONS), earlier.rfind(_COUNTS)
+        if not earlier.startswith(_HEAD) or start < 0 or end < start:
+            return self.to_bytes()
+        return self._around(earlier[start + 1:end])
+
+    def _around(self, decisions: bytes) -> bytes:
+        """The plan's bytes around its decisions (their JSON members, without the braces). A
+        value of a decision cannot hold the members' names as they stand here: JSON escapes each
+        quote inside a string, so a comma, then a bare quote, is never inside one."""
+        return b"".join((_HEAD, orjson.dumps(self.fingerprints), b",", decisions, _COUNTS, orjson.dumps(self.tokens),
+                         b',"model_tokens":', orjson.dumps(self.model_tokens),
+                         b',"encoding":', orjson.dumps(self.encoding), b"}"))
 
     def copy(self) -> "FrozenPlan":
         """The plan as ``from_bytes(self.to_bytes())`` builds it, without the round trip: every
         container new, the actions and masks in index order, the markers rebuilt (any nesting)."""
         return FrozenPlan(fingerprints=list(self.fingerprints), decided=self.decided,
-                          actions=dict(sorted(self.actions.items())),
+                          actions=_in_index_order(self.actions),
                           inserts=[(i, orjson.loads(orjson.dumps(m))) for i, m in self.inserts],
-                          masked=dict(sorted(self.masked.items())), epoch=self.epoch,
+                          masked=_in_index_order(self.masked), epoch=self.epoch,
                           target_tokens=self.target_tokens, tokens=list(self.tokens),
                           model_tokens=list(self.model_tokens), encoding=self.encoding)
 
@@ -132,3 +157,12 @@ class FrozenPlan:
             sources.append(-1)
             pending = next(inserts, None)
         return out, sources
+
+
+def _in_index_order(by_index: Mapping[int, V]) -> dict[int, V]:
+    """A copy in index order. A plan's mappings are built in that order: checking it (the
+    indices alone, sorted as plain ints) costs a tenth of sorting the pairs."""
+    indices = list(by_index)
+    if indices == sorted(indices):
+        return dict(by_index)
+    return dict(sorted(by_index.items()))
