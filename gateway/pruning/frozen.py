@@ -22,9 +22,9 @@ import orjson
 
 from gateway.pruning.vocabulary import DROPPED, MASKED, Action
 
-# The stored spelling of the actions a plan holds (kept messages are not stored).
 V = TypeVar("V")
 
+# The stored spelling of the actions a plan holds (kept messages are not stored).
 _STORED_ACTIONS = {MASKED: "mask", DROPPED: "drop"}
 _ACTIONS_STORED = {stored: action for action, stored in _STORED_ACTIONS.items()}
 # The stored layout, in order (the keys a version 2 reader finds, whatever their order): the
