@@ -1,0 +1,100 @@
+"""The value-run scan in C (``_value_runs``) reads exactly what its Python twin reads.
+
+``value_runs.value_runs`` and ``value_spans`` run in C where the extension is built
+(``value_runs.NATIVE``), in Python elsewhere; the ids of masks and markers, and so the
+pruned bytes, must not depend on which. These tests hold the C functions to the Python
+ones on generated text, on the shapes where a run and its tests part ways (JSON escapes
+before and after small letters, dots and capitals at a run's edges, non-ASCII word
+characters and separators, CJK, quotes, JSON, paths, e-mails), and on the real texts of the
+shipped dev sessions; and the readers of ``ids`` to the same values on either path.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from gateway.pruning import ids, value_runs
+from tests.unit.pruning.test_runs import EDGE_CASES, regex_ids
+from tests.unit.pruning.test_token_scan import real_texts
+
+native = pytest.importorskip("gateway.pruning._value_runs", reason="the C extension is not built here")
+
+PIECES = st.sampled_from([
+    "a", "z", "Z", "Q", "9", "123", "_", "#", "$", "@", "/", "-", "+", ":", ".", "..", " ", "\n", "\t", "\\",
+    "\\n", "\\t", "\\r", "\\\\n", "\\nfoo", "\\nBar", "\\u00e9", "\"", "'", ",", "{", "}", "[", "]", "é", "É",
+    "中文", "不要", "’", "“", "—", "\u00a0", "①", "٣", "²", "ǅ", "İ", "😀", "aB", "AbC", "a.B", "A.b", "x.", ".y",
+    "McDonald", "getUser", "HTTPServer", "SFO", "ZK4P2M", "#W1234567", "noah.ito@example.com", "src/app/main.py:42",
+    "C:\\new_dir", "https://example.com/a", "order_id", "\"order_id\": \"#W42\"", "{\"k\": \"v\\nW\"}", "14:30",
+    "$12.50", "a-B", "A-B", "Ab-Cd", "İx", "xİ", "éB", "Bé", "ÀB",
+])
+TEXTS = st.lists(PIECES, max_size=60).map("".join) | st.text(max_size=200)
+ODD_CASES = ["", "\\", "\\n", "a\\n", "a\\nb", "a\\nB", "\\\\n", "x\\n", "a.B", "a.", ".a", "aB.", "A", "AB", "A-B",
+             "AÉB", "A٣B", "é.B", "中.文", "a:B", "\\r\\n\\tX"]
+
+
+def same_runs(text: str) -> None:
+    value_runs.clear_run_tests()
+    for strong in (False, True):
+        assert native.value_runs(text, strong) == value_runs.python_value_runs(text, strong)
+    assert native.value_spans(text) == value_runs.python_value_spans(text)
+
+
+def test_the_native_scan_is_in_use_where_it_is_built():
+    assert value_runs.NATIVE and value_runs.value_runs is native.value_runs
+    assert value_runs.value_spans is native.value_spans
+
+
+@pytest.mark.parametrize("text", EDGE_CASES + ODD_CASES)
+def test_edge_cases_read_alike(text):
+    same_runs(text)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(TEXTS)
+@example("a.B x\\nY é中 aB")
+def test_runs_are_the_python_runs(text):
+    same_runs(text)
+
+
+def test_real_texts_read_alike():
+    texts = real_texts()
+    assert len(texts) > 1000
+    for text in texts:
+        same_runs(text)
+
+
+@pytest.fixture(params=["native", "python"])
+def path(request, monkeypatch):
+    """The readers of ids on the C scan, and on the Python fallback (no extension built)."""
+    if request.param == "python":
+        monkeypatch.setattr(ids, "value_runs", value_runs.python_value_runs)
+        monkeypatch.setattr(ids, "value_spans", value_runs.python_value_spans)
+    ids.clear_ids_memo()
+    yield request.param
+    ids.clear_ids_memo()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(TEXTS)
+def test_ids_are_the_regex_ids_on_either_path(path, text):
+    ids.clear_ids_memo()
+    assert ids.text_ids(text) == regex_ids(text)
+    ids.clear_ids_memo()
+    assert ids.strong_ids(text) == tuple(v for v in regex_ids(text) if ids.is_strong(v))
+    assert ids.ids_in([text]) == set(regex_ids(text, field_keys=True))
+
+
+def test_omitted_ids_rank_alike_on_either_path():
+    """A marker's ids read from real outputs: the same list from the C scan and from Python."""
+    ids.clear_ids_memo()
+    texts = [(text, i % 3 == 0) for i, text in enumerate(real_texts()[:400])]
+    listed = ids.omitted_ids(iter(texts), {"W1"}, 400, lambda value: len(value) // 3 + 1, ("refund", "order"))
+    ids.clear_ids_memo()
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(ids, "value_runs", value_runs.python_value_runs)
+        patched.setattr(ids, "value_spans", value_runs.python_value_spans)
+        assert ids.omitted_ids(iter(texts), {"W1"}, 400, lambda value: len(value) // 3 + 1,
+                               ("refund", "order")) == listed
+    assert listed
