@@ -12,7 +12,9 @@ twentieth of the words of a JSON output.
 What a run is, and the tests, are value_runs.py's (its docstring says why each):
 runs of ``\w`` and ``#.+@-:/$``; with ``unescape``, a JSON escape's letter
 (``\n``, ``\t``, ``\r`` not before a small letter) separates like the space it
-stands for. Each function gives exactly what its Python twin gives
+stands for. ``quoted_codes`` reads the codes that are a JSON text's whole string
+values (ids.field_codes) the same way: per quote, on the characters. Each function
+gives exactly what its Python twin gives
 (tests/unit/pruning/test_value_runs.py holds them to it).
 */
 #define PY_SSIZE_T_CLEAN
@@ -214,9 +216,107 @@ value_spans(PyObject *module, PyObject *text)
     return found;
 }
 
+/* ``[A-Za-z_]``, ``[a-z0-9+-]``, ``[A-Z_.]``: the parts of value_runs.CODE. */
+static inline int
+is_code_start(Py_UCS4 ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_';
+}
+
+static inline int
+is_code_small(Py_UCS4 ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '+' || ch == '-';
+}
+
+static inline int
+is_code_mark(Py_UCS4 ch)
+{
+    return (ch >= 'A' && ch <= 'Z') || ch == '_' || ch == '.';
+}
+
+/* The end of a quoted code whose opening quote is at ``quote`` (after the ``,``, ``}``
+   or ``]`` that closes it), or -1; ``*end`` is set to its closing quote. A code's
+   characters are ``[\w.+-]``, which hold no quote, so the regex's code ends where they do. */
+static Py_ssize_t
+quoted_code_at(int kind, const void *data, Py_ssize_t length, Py_ssize_t quote, Py_ssize_t *end)
+{
+    Py_ssize_t i = quote + 1;
+    if (i >= length || !is_code_start(PyUnicode_READ(kind, data, i))) {
+        return -1;
+    }
+    /* The first character after the first that is not [a-z0-9+-] must be [A-Z_.]: the
+       two sets are apart, so no backtracking finds another. */
+    for (i++; i < length && is_code_small(PyUnicode_READ(kind, data, i)); i++) {
+    }
+    if (i >= length || !is_code_mark(PyUnicode_READ(kind, data, i))) {
+        return -1;
+    }
+    for (i++; i < length; i++) {
+        Py_UCS4 ch = PyUnicode_READ(kind, data, i);
+        if (!is_word(ch) && ch != '.' && ch != '+' && ch != '-') {
+            break;
+        }
+    }
+    if (i >= length || PyUnicode_READ(kind, data, i) != '"') {
+        return -1;
+    }
+    *end = i;
+    for (i++; i < length && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i)); i++) {
+    }
+    if (i >= length) {
+        return -1;
+    }
+    Py_UCS4 ch = PyUnicode_READ(kind, data, i);
+    return ch == ',' || ch == '}' || ch == ']' ? i + 1 : -1;
+}
+
+PyDoc_STRVAR(quoted_codes_doc,
+"quoted_codes(text) -> list[str]\n\n"
+"``value_runs.QUOTED_CODE.findall(text)``: the codes that are whole string values of a\n"
+"JSON text (the regex tried a match at every quote, keys and all, ~100 instructions each).");
+
+static PyObject *
+quoted_codes(PyObject *module, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "quoted_codes() takes a str");
+        return NULL;
+    }
+    const int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    const Py_ssize_t length = PyUnicode_GET_LENGTH(text);
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
+        return NULL;
+    }
+    Py_ssize_t i = 0;
+    while (i < length) {
+        if (PyUnicode_READ(kind, data, i) != '"') {
+            i++;
+            continue;
+        }
+        Py_ssize_t end = 0, after = quoted_code_at(kind, data, length, i, &end);
+        if (after < 0) {
+            i++;  /* as the regex: the next try starts after this quote */
+            continue;
+        }
+        PyObject *code = PyUnicode_Substring(text, i + 1, end);
+        if (code == NULL || PyList_Append(found, code) < 0) {
+            Py_XDECREF(code);
+            Py_DECREF(found);
+            return NULL;
+        }
+        Py_DECREF(code);
+        i = after;
+    }
+    return found;
+}
+
 static PyMethodDef methods[] = {
     {"value_runs", (PyCFunction)(void (*)(void))value_runs, METH_FASTCALL, value_runs_doc},
     {"value_spans", (PyCFunction)value_spans, METH_O, value_spans_doc},
+    {"quoted_codes", (PyCFunction)quoted_codes, METH_O, quoted_codes_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,7 +16,7 @@ from itertools import chain, filterfalse, repeat
 from typing import Callable, Iterable
 
 from gateway.pruning.memo import TextMemo
-from gateway.pruning.value_runs import clear_run_tests, value_runs, value_spans
+from gateway.pruning.value_runs import CODE, QUOTED_CODE, clear_run_tests, quoted_codes, value_runs, value_spans
 from gateway.pruning.values import ValueMemo, is_strong, strong_match
 
 _VALUES = ValueMemo()
@@ -59,21 +59,18 @@ def strong_ids(text: str) -> tuple[str, ...]:
     return strong
 
 
-# A field's whole value, with what every code or name of code holds (values.py): a capital,
-# '_' or '.' after its first character (a plain word, "pending" or "Sophia", is passed over
-# in C). In JSON (or a Python repr, in single quotes) a string value, not a key:
-# '"basic_economy"' before a comma, brace or bracket. In YAML and other "key: value"
-# text, the rest of a line after its key or a list item's dash: 'cabin: basic_economy',
-# '- DGZSYX'.
-_CODE = r"[A-Za-z_][a-z0-9+-]*[A-Z_.][\w.+-]*"
-_QUOTED_VALUE = rf'"({_CODE})"\s*[,}}\]]'
-_SINGLE_QUOTED_VALUE = rf"'({_CODE})'\s*[,}}\]]"
-_LINE_VALUE = rf"^[ \t]*(?:-[ \t]+(?:[A-Za-z_][\w.-]{{0,40}}:[ \t]+)?|[A-Za-z_][\w.-]{{0,40}}:[ \t]+)({_CODE})[ \t]*$"
+# A field's whole value that is a code (value_runs.CODE). In JSON a string value, not a
+# key (value_runs.QUOTED_CODE); in a Python repr the same in single quotes; in YAML and
+# other "key: value" text, the rest of a line after its key or a list item's dash:
+# 'cabin: basic_economy', '- DGZSYX'.
+_SINGLE_QUOTED_VALUE = rf"'({CODE})'\s*[,}}\]]"
+_LINE_VALUE = rf"^[ \t]*(?:-[ \t]+(?:[A-Za-z_][\w.-]{{0,40}}:[ \t]+)?|[A-Za-z_][\w.-]{{0,40}}:[ \t]+)({CODE})[ \t]*$"
 # One pattern per kind of text, each scanning only for the forms it may hold: single quotes
-# in a text with a repr's "'key':", lines in a YAML-like one (most texts are neither).
+# in a text with a repr's "'key':", lines in a YAML-like one. Most texts are neither: their
+# JSON values are read in C where it is built (value_runs.quoted_codes).
 _FIELD_VALUES = {(repr_, lines): re.compile("|".join(
-    [_QUOTED_VALUE] + ([_SINGLE_QUOTED_VALUE] if repr_ else []) + ([_LINE_VALUE] if lines else [])), re.M)
-    for repr_ in (False, True) for lines in (False, True)}
+    [QUOTED_CODE] + ([_SINGLE_QUOTED_VALUE] if repr_ else []) + ([_LINE_VALUE] if lines else [])), re.M)
+    for repr_ in (False, True) for lines in (False, True) if repr_ or lines}
 _FIELD_VALUE_CHARS = 40
 _FIELD_CODES: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
 
@@ -87,10 +84,11 @@ def field_codes(text: str) -> tuple[str, ...]:
     tool printed it, where the same shape in prose or code more often names a kind of thing."""
     codes = _FIELD_CODES.get(text)
     if codes is None:
-        pattern = _FIELD_VALUES["':" in text, bool(_line_keys(text))]
-        values = pattern.findall(text)
-        if pattern.groups > 1:
-            values = [v for groups in values for v in groups]
+        kind = ("':" in text, bool(_line_keys(text)))
+        if kind == (False, False):
+            values = quoted_codes(text)
+        else:
+            values = [v for groups in _FIELD_VALUES[kind].findall(text) for v in groups]
         # _VALUES is values_of memoised per run: a record's codes repeat in every output
         # that prints the record (its country, its state), read once.
         found = dict.fromkeys(v for v in values

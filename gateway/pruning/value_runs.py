@@ -7,6 +7,7 @@ words that have none, so the readers of ids look only at the runs that may hold 
     value_runs('{"order_id": "#W42", "status": "pending"}', False)  # ['order_id', '#W42']
     value_runs('{"order_id": "#W42", "status": "pending"}', True)   # ['#W42']: strong
     value_spans("see #W42")                                          # [(4, '#W42')]
+    quoted_codes('{"cabin": "basic_economy", "status": "pending"}')  # ['basic_economy']
 
 The scan runs in C when the extension ``_value_runs`` is built (``pip install``
 compiles it where a C compiler is; docs/speed.md): a string is made only for a run that
@@ -41,6 +42,13 @@ MAY_HOLD = re.compile(r"[0-9_@/$#]|\.(?<=\w\.)(?=\w)|[A-Z](?<=[a-z][A-Z])|[A-Z]\
 MAY_BE_STRONG = re.compile(r"[0-9@/]").search
 # A newline, tab or return escape of a JSON string quoted in a text (not before a small letter).
 ESCAPE = re.compile(r"\\[ntr](?![a-z])")
+# A field's whole value, with what every code or name of code holds (values.py): a capital,
+# '_' or '.' after its first character (a plain word, "pending" or "Sophia", is passed over).
+# In JSON a string value, not a key: '"basic_economy"' before a comma, brace or bracket
+# (ids.field_codes reads the other forms a record is printed in).
+CODE = r"[A-Za-z_][a-z0-9+-]*[A-Z_.][\w.+-]*"
+QUOTED_CODE = rf'"({CODE})"\s*[,}}\]]'
+python_quoted_codes = re.compile(QUOTED_CODE).findall
 _RUN_TEST_CHARS = 64
 
 
@@ -98,8 +106,8 @@ def clear_run_tests() -> None:
 
 
 try:
-    from gateway.pruning._value_runs import value_runs, value_spans
+    from gateway.pruning._value_runs import quoted_codes, value_runs, value_spans
     NATIVE = True
 except ImportError:  # not built (no compiler where it was installed): the same in Python
-    value_runs, value_spans = python_value_runs, python_value_spans
+    quoted_codes, value_runs, value_spans = python_quoted_codes, python_value_runs, python_value_spans
     NATIVE = False

@@ -11,11 +11,14 @@ shipped dev sessions; and the readers of ``ids`` to the same values on either pa
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.pruning import ids, value_runs
+from gateway.pruning.values import is_strong, values_of
 from tests.unit.pruning.test_runs import EDGE_CASES, regex_ids
 from tests.unit.pruning.test_token_scan import real_texts
 
@@ -39,6 +42,15 @@ def same_runs(text: str) -> None:
     for strong in (False, True):
         assert native.value_runs(text, strong) == value_runs.python_value_runs(text, strong)
     assert native.value_spans(text) == value_runs.python_value_spans(text)
+    assert native.quoted_codes(text) == value_runs.python_quoted_codes(text)
+
+
+JSON_PIECES = st.sampled_from([
+    "\"", "\"", "\"", ": ", ", ", ",", "}", "]", "{", "[", " ", "\n", "\t", "\u00a0", "\u2003", "a", "Z", "_",
+    ".", "+", "-", "9", "ab", "aB", "a_b", "basic_economy", "SFO", "Ab", "x.y", "a+B", "-x", "é", "É", "中", "٣",
+    "\"cabin\"", "\"basic_economy\"", "\"status\": \"pending\"", "\"k\":\"v_W\"}", "'", "\\",
+])
+JSON_TEXTS = st.lists(JSON_PIECES, max_size=50).map("".join)
 
 
 def test_the_native_scan_is_in_use_where_it_is_built():
@@ -58,6 +70,14 @@ def test_runs_are_the_python_runs(text):
     same_runs(text)
 
 
+@settings(max_examples=1500, deadline=None)
+@given(JSON_TEXTS)
+@example('"aB", "a_b"]"Ab"}"x.y" ,')
+@example('"SFO"\u2003}"_"]"a+B"\n,')
+def test_quoted_codes_are_the_regex_ones(text):
+    assert native.quoted_codes(text) == value_runs.python_quoted_codes(text)
+
+
 def test_real_texts_read_alike():
     texts = real_texts()
     assert len(texts) > 1000
@@ -71,6 +91,7 @@ def path(request, monkeypatch):
     if request.param == "python":
         monkeypatch.setattr(ids, "value_runs", value_runs.python_value_runs)
         monkeypatch.setattr(ids, "value_spans", value_runs.python_value_spans)
+        monkeypatch.setattr(ids, "quoted_codes", value_runs.python_quoted_codes)
     ids.clear_ids_memo()
     yield request.param
     ids.clear_ids_memo()
@@ -86,6 +107,29 @@ def test_ids_are_the_regex_ids_on_either_path(path, text):
     assert ids.ids_in([text]) == set(regex_ids(text, field_keys=True))
 
 
+def regex_field_codes(text: str) -> tuple[str, ...]:
+    """``ids.field_codes`` as one regex reads it: every form a text may hold in one pattern."""
+    repr_, lines = "':" in text, bool(ids._line_keys(text))
+    pattern = re.compile("|".join([value_runs.QUOTED_CODE] + ([ids._SINGLE_QUOTED_VALUE] if repr_ else [])
+                                  + ([ids._LINE_VALUE] if lines else [])), re.M)
+    values = pattern.findall(text)
+    if pattern.groups > 1:
+        values = [v for groups in values for v in groups]
+    return tuple(dict.fromkeys(v for v in values if v and len(v) < 40 and not is_strong(v) and values_of(v) == (v,)))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(JSON_TEXTS | TEXTS | st.sampled_from(["a: B_C\nb: x\nc: D.e\n- FOO", "{'k': 'A_B', 'j': 'x'}"]))
+def test_field_codes_are_the_regex_codes_on_either_path(path, text):
+    ids.clear_ids_memo()
+    assert ids.field_codes(text) == regex_field_codes(text)
+
+
+def test_field_codes_of_real_texts_on_either_path(path):
+    for text in real_texts():
+        assert ids.field_codes(text) == regex_field_codes(text)
+
+
 def test_omitted_ids_rank_alike_on_either_path():
     """A marker's ids read from real outputs: the same list from the C scan and from Python."""
     ids.clear_ids_memo()
@@ -95,6 +139,7 @@ def test_omitted_ids_rank_alike_on_either_path():
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(ids, "value_runs", value_runs.python_value_runs)
         patched.setattr(ids, "value_spans", value_runs.python_value_spans)
+        patched.setattr(ids, "quoted_codes", value_runs.python_quoted_codes)
         assert ids.omitted_ids(iter(texts), {"W1"}, 400, lambda value: len(value) // 3 + 1,
                                ("refund", "order")) == listed
     assert listed
