@@ -152,6 +152,14 @@ def breakdown(size: int, repeats: int) -> None:
         print(f"{name:<38} {ms:>8.1f} ms" + ("" if ms == full else f"   (saves {full - ms:5.1f} ms)"))
 
 
+def _value_runs_native() -> bool:
+    try:  # trees before the value-run scan read ids in Python
+        from gateway.pruning import value_runs  # noqa: PLC0415
+    except ImportError:
+        return False
+    return value_runs.NATIVE
+
+
 def main() -> int:
     global SESSIONS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -172,7 +180,8 @@ def main() -> int:
     policy = Policy(expand_tool=args.expand_tool == "on")
     engine = TokenCounters().engine
     print(f"counting engine: {engine}; 'cold tiktoken' is the same cold prune counting with tiktoken, interleaved")
-    print(f"token loop of the text features: {'C' if getattr(text_features, 'NATIVE', False) else 'Python'}")
+    print(f"token loop of the text features: {'C' if getattr(text_features, 'NATIVE', False) else 'Python'}; "
+          f"value runs of ids: {'C' if _value_runs_native() else 'Python'}")
     print(f"{'tokens':>8} {'msgs':>6} {'cold ms':>9} {'warm ms':>9} {'epoch ms':>9} {'cold ms/1k':>11} {'warm ms/1k':>11}"
           f" {'cold tiktoken':>14} {'ratio':>6} {'new conv ms':>12}")
     others = other_conversations()
