@@ -11,7 +11,11 @@ shipped dev sessions; and the readers of ``ids`` to the same values on either pa
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -143,3 +147,38 @@ def test_omitted_ids_rank_alike_on_either_path():
         assert ids.omitted_ids(iter(texts), {"W1"}, 400, lambda value: len(value) // 3 + 1,
                                ("refund", "order")) == listed
     assert listed
+
+
+# A prune of each shipped domain's longest session at a third of its tokens: the forwarded
+# messages as JSON. Run here and in a process where neither C extension can be imported.
+_PRUNE_SESSIONS = """
+import gzip, json, sys
+from gateway.pruning import text_features, value_runs
+from gateway.pruning.pipeline import prune
+from gateway.pruning.policy import Policy, Steering
+from gateway.pruning.scoring import LocalScorer
+from gateway.pruning.tokens import TokenCounters
+counter = TokenCounters().for_model("gpt-4o-mini")
+out = {"native": [text_features.NATIVE, value_runs.NATIVE], "forwarded": []}
+for name in ("coding", "airline", "telecom"):
+    sessions = [json.loads(line) for line in gzip.open(f"bench/data/dev-sessions-{name}.jsonl.gz", "rt")]
+    messages = max((s["messages"] for s in sessions), key=len)
+    target = counter.count_messages(messages) // 3
+    result = prune({"model": "gpt-4o-mini", "messages": messages}, Policy(), scorer=LocalScorer(), counter=counter,
+                   steering=Steering(target_tokens=target))
+    out["forwarded"].append(result.request["messages"])
+print(json.dumps(out, sort_keys=True))
+"""
+_WITHOUT_EXTENSIONS = ("import sys; sys.modules['gateway.pruning._token_scan'] = None; "
+                       "sys.modules['gateway.pruning._value_runs'] = None\n")
+
+
+def test_a_prune_forwards_the_same_bytes_without_the_extensions():
+    """The package runs where nothing compiles: the Python twins give the same prunes."""
+    root = Path(__file__).resolve().parents[3]
+    runs = [json.loads(subprocess.run([sys.executable, "-c", prelude + _PRUNE_SESSIONS], cwd=root, check=True,
+                                      capture_output=True, text=True).stdout)
+            for prelude in ("", _WITHOUT_EXTENSIONS)]
+    assert [run["native"] for run in runs] == [[True, True], [False, False]]
+    assert runs[0]["forwarded"] == runs[1]["forwarded"]
+    assert any("[sieve: masked" in json.dumps(m) for m in runs[0]["forwarded"][0])
