@@ -150,16 +150,16 @@ def test_omitted_ids_rank_alike_on_either_path():
 
 
 # A prune of each shipped domain's longest session at a third of its tokens: the forwarded
-# messages as JSON. Run here and in a process where neither C extension can be imported.
+# messages as JSON. Run here and in a process where no C extension can be imported.
 _PRUNE_SESSIONS = """
 import gzip, json, sys
-from gateway.pruning import text_features, value_runs
+from gateway.pruning import bm25, text_features, value_runs
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
 from gateway.pruning.tokens import TokenCounters
 counter = TokenCounters().for_model("gpt-4o-mini")
-out = {"native": [text_features.NATIVE, value_runs.NATIVE], "forwarded": []}
+out = {"native": [text_features.NATIVE, value_runs.NATIVE, bm25.NATIVE], "forwarded": []}
 for name in ("coding", "airline", "telecom"):
     sessions = [json.loads(line) for line in gzip.open(f"bench/data/dev-sessions-{name}.jsonl.gz", "rt")]
     messages = max((s["messages"] for s in sessions), key=len)
@@ -170,15 +170,16 @@ for name in ("coding", "airline", "telecom"):
 print(json.dumps(out, sort_keys=True))
 """
 _WITHOUT_EXTENSIONS = ("import sys; sys.modules['gateway.pruning._token_scan'] = None; "
-                       "sys.modules['gateway.pruning._value_runs'] = None\n")
+                       "sys.modules['gateway.pruning._value_runs'] = None; sys.modules['gateway.pruning._bm25'] = None\n")
 
 
 def test_a_prune_forwards_the_same_bytes_without_the_extensions():
-    """The package runs where nothing compiles: the Python twins give the same prunes."""
+    """The package runs where nothing compiles: the Python twins (token_scan.py, value_runs.py,
+    bm25.py) give the same prunes."""
     root = Path(__file__).resolve().parents[3]
     runs = [json.loads(subprocess.run([sys.executable, "-c", prelude + _PRUNE_SESSIONS], cwd=root, check=True,
                                       capture_output=True, text=True).stdout)
             for prelude in ("", _WITHOUT_EXTENSIONS)]
-    assert [run["native"] for run in runs] == [[True, True], [False, False]]
+    assert [run["native"] for run in runs] == [[True] * 3, [False] * 3]
     assert runs[0]["forwarded"] == runs[1]["forwarded"]
     assert any("[sieve: masked" in json.dumps(m) for m in runs[0]["forwarded"][0])
