@@ -99,8 +99,8 @@ def _instructions_per_prune(tree: Path, tokens: int, sessions: Path) -> float:
 
 
 def _native(tree: Path, extension: str = "_token_scan") -> bool:
-    """Does ``tree`` run ``extension`` in C (built)? The scorer's token loop, or the
-    value-run scan of ids (``_value_runs``, trees since it)."""
+    """Does ``tree`` run ``extension`` in C (built)? The scorer's token loop, the value-run
+    scan of ids (``_value_runs``) or the BM25 sums (``_bm25``), the last two in trees since."""
     return any((tree / "gateway" / "pruning").glob(f"{extension}*.so"))
 
 
@@ -122,8 +122,9 @@ def main() -> int:
                 subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=other, check=True,
                                capture_output=True)
             in_c = ", ".join(name for name, tree in sides.items() if _native(tree)) or "neither"
-            in_c += "; value runs in C on " + (
-                ", ".join(name for name, tree in sides.items() if _native(tree, "_value_runs")) or "neither")
+            for extension, what in (("_value_runs", "value runs"), ("_bm25", "BM25 sums")):
+                in_c += f"; {what} in C on " + (
+                    ", ".join(name for name, tree in sides.items() if _native(tree, extension)) or "neither")
             if args.instructions:
                 with ThreadPoolExecutor(2) as pool:  # valgrind runs one core per process
                     counted = dict(zip(sides, pool.map(lambda tree: _instructions_per_prune(

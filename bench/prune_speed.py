@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import importlib
 import json
 import statistics
 import sys
@@ -152,12 +153,12 @@ def breakdown(size: int, repeats: int) -> None:
         print(f"{name:<38} {ms:>8.1f} ms" + ("" if ms == full else f"   (saves {full - ms:5.1f} ms)"))
 
 
-def _value_runs_native() -> bool:
-    try:  # trees before the value-run scan read ids in Python
-        from gateway.pruning import value_runs  # noqa: PLC0415
+def _native(module: str) -> bool:
+    """Does ``gateway.pruning.<module>`` (value_runs, bm25) run in C? Trees before it had none."""
+    try:
+        return importlib.import_module(f"gateway.pruning.{module}").NATIVE
     except ImportError:
         return False
-    return value_runs.NATIVE
 
 
 def main() -> int:
@@ -181,7 +182,8 @@ def main() -> int:
     engine = TokenCounters().engine
     print(f"counting engine: {engine}; 'cold tiktoken' is the same cold prune counting with tiktoken, interleaved")
     print(f"token loop of the text features: {'C' if getattr(text_features, 'NATIVE', False) else 'Python'}; "
-          f"value runs of ids: {'C' if _value_runs_native() else 'Python'}")
+          f"value runs of ids: {'C' if _native('value_runs') else 'Python'}; "
+          f"BM25 sums: {'C' if _native('bm25') else 'Python'}")
     print(f"{'tokens':>8} {'msgs':>6} {'cold ms':>9} {'warm ms':>9} {'epoch ms':>9} {'cold ms/1k':>11} {'warm ms/1k':>11}"
           f" {'cold tiktoken':>14} {'ratio':>6} {'new conv ms':>12}")
     others = other_conversations()
