@@ -26,9 +26,9 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 
 # Every dependency publishes manylinux wheels for CPython 3.11 (amd64 and
-# arm64); the compiler is for Sieve's own C extension, the scorer's token loop
-# (gateway/pruning/_token_scan.c, docs/speed.md). It stays in this stage: the
-# final stage gets only the venv.
+# arm64); the compiler is for Sieve's own C extensions, the scorer's token loop, the
+# value-run scan and the BM25 sums (gateway/pruning/_token_scan.c, _value_runs.c, _bm25.c;
+# docs/speed.md). It stays in this stage: the final stage gets only the venv.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
@@ -41,6 +41,8 @@ COPY pyproject.toml setup.py README*.md .ci/constraints.txt ./
 COPY gateway ./gateway
 RUN /opt/sieve/bin/pip install --no-cache-dir -c constraints.txt . \
     && /opt/sieve/bin/python -c "import gateway.pruning.text_features as t; assert t.NATIVE, 'C token loop not built'" \
+    && /opt/sieve/bin/python -c "import gateway.pruning.value_runs as v; assert v.NATIVE, 'C value runs not built'" \
+    && /opt/sieve/bin/python -c "import gateway.pruning.bm25 as b; assert b.NATIVE, 'C BM25 sums not built'" \
     && /opt/sieve/bin/pip uninstall --yes pip
 
 # Prove at build time that every encoding Sieve counts with is on disk: the

@@ -98,9 +98,10 @@ def _instructions_per_prune(tree: Path, tokens: int, sessions: Path) -> float:
     return (_instructions(tree, tokens, sessions, 3) - _instructions(tree, tokens, sessions, 1)) / 2
 
 
-def _native(tree: Path) -> bool:
-    """Does ``tree`` run the scorer's token loop in C (its extension built)?"""
-    return any((tree / "gateway" / "pruning").glob("_token_scan*.so"))
+def _native(tree: Path, extension: str = "_token_scan") -> bool:
+    """Does ``tree`` run ``extension`` in C (built)? The scorer's token loop, the value-run
+    scan of ids (``_value_runs``) or the BM25 sums (``_bm25``), the last two in trees since."""
+    return any((tree / "gateway" / "pruning").glob(f"{extension}*.so"))
 
 
 def main() -> int:
@@ -121,6 +122,9 @@ def main() -> int:
                 subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=other, check=True,
                                capture_output=True)
             in_c = ", ".join(name for name, tree in sides.items() if _native(tree)) or "neither"
+            for extension, what in (("_value_runs", "value runs"), ("_bm25", "BM25 sums")):
+                in_c += f"; {what} in C on " + (
+                    ", ".join(name for name, tree in sides.items() if _native(tree, extension)) or "neither")
             if args.instructions:
                 with ThreadPoolExecutor(2) as pool:  # valgrind runs one core per process
                     counted = dict(zip(sides, pool.map(lambda tree: _instructions_per_prune(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import importlib
 import json
 import statistics
 import sys
@@ -152,6 +153,14 @@ def breakdown(size: int, repeats: int) -> None:
         print(f"{name:<38} {ms:>8.1f} ms" + ("" if ms == full else f"   (saves {full - ms:5.1f} ms)"))
 
 
+def _native(module: str) -> bool:
+    """Does ``gateway.pruning.<module>`` (value_runs, bm25) run in C? Trees before it had none."""
+    try:
+        return importlib.import_module(f"gateway.pruning.{module}").NATIVE
+    except ImportError:
+        return False
+
+
 def main() -> int:
     global SESSIONS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -172,7 +181,9 @@ def main() -> int:
     policy = Policy(expand_tool=args.expand_tool == "on")
     engine = TokenCounters().engine
     print(f"counting engine: {engine}; 'cold tiktoken' is the same cold prune counting with tiktoken, interleaved")
-    print(f"token loop of the text features: {'C' if getattr(text_features, 'NATIVE', False) else 'Python'}")
+    print(f"token loop of the text features: {'C' if getattr(text_features, 'NATIVE', False) else 'Python'}; "
+          f"value runs of ids: {'C' if _native('value_runs') else 'Python'}; "
+          f"BM25 sums: {'C' if _native('bm25') else 'Python'}")
     print(f"{'tokens':>8} {'msgs':>6} {'cold ms':>9} {'warm ms':>9} {'epoch ms':>9} {'cold ms/1k':>11} {'warm ms/1k':>11}"
           f" {'cold tiktoken':>14} {'ratio':>6} {'new conv ms':>12}")
     others = other_conversations()

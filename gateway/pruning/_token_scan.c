@@ -6,8 +6,9 @@ the distinct ones, and sums the terms, entities and flags that text_features
 gives a token (a memo, filled in Python on a token's first sight). In Python
 that loop paid the interpreter per token and per term: about a fifth of the
 instructions of a cold prune of 100k tokens (docs/speed.md). Here it is one
-pass over the characters and a few dict operations per token; what a token
-means stays in Python, where the memo computes it once per distinct token.
+pass over the characters, a token's repeats counted on its characters (a string
+and a few dict operations per distinct token only); what a token means stays in
+Python, where the memo computes it once per distinct token.
 
 ``quoted`` is the other scan of analyse over a whole text: the quoted strings
 of a JSON tool output, which the regex engine read at ~100 instructions a
@@ -49,29 +50,29 @@ tokens_start(Tokens *t, PyObject *text)
     t->at = 0;
 }
 
-/* The next match of ``#?\w[\w\-]*`` (a new reference); NULL at the end, or on
-   an error (then with an exception set), as findall would scan: a '#' starts
-   a token only before a word character, a '-' never does. */
-static PyObject *
-tokens_next(Tokens *t)
+/* Finds the next match of ``#?\w[\w\-]*`` as findall would scan: a '#' starts a
+   token only before a word character, a '-' never does. Sets [*start, *end) and
+   returns 1; 0 at the end. */
+static int
+tokens_next_span(Tokens *t, Py_ssize_t *start, Py_ssize_t *end)
 {
     const int kind = t->kind;
     const void *data = t->data;
     const Py_ssize_t length = t->length;
-    Py_ssize_t i = t->at, start;
+    Py_ssize_t i = t->at;
 
     for (;; i++) {
         if (i >= length) {
             t->at = length;
-            return NULL;
+            return 0;
         }
         Py_UCS4 ch = PyUnicode_READ(kind, data, i);
         if (is_word(ch)) {
-            start = i;
+            *start = i;
             break;
         }
         if (ch == '#' && i + 1 < length && is_word(PyUnicode_READ(kind, data, i + 1))) {
-            start = i++;  /* the word character after the '#' is the token's second */
+            *start = i++;  /* the word character after the '#' is the token's second */
             break;
         }
     }
@@ -81,8 +82,17 @@ tokens_next(Tokens *t)
             break;
         }
     }
-    t->at = i;
-    return PyUnicode_Substring(t->text, start, i);
+    t->at = *end = i;
+    return 1;
+}
+
+/* The next token (a new reference); NULL at the end, or on an error (then with an
+   exception set). */
+static PyObject *
+tokens_next(Tokens *t)
+{
+    Py_ssize_t start, end;
+    return tokens_next_span(t, &start, &end) ? PyUnicode_Substring(t->text, start, end) : NULL;
 }
 
 PyDoc_STRVAR(tokens_doc,
@@ -188,31 +198,117 @@ add_count(PyObject *counts, PyObject *key, Py_ssize_t n)
     return failed;
 }
 
-/* Each distinct token of ``text`` and its number of occurrences, in the order
-   of first occurrence (as collections.Counter counts). */
-static PyObject *
-distinct_tokens(PyObject *text)
+/* The distinct tokens of a text, in the order of first occurrence (as
+   collections.Counter counts), each with its number of occurrences. A token
+   repeats a lot in a text (JSON keys, common words): a repeat is found here by
+   its characters, in an open-addressing table of spans, without making a string,
+   hashing it with siphash and looking it up in a dict (most of what a token cost). */
+typedef struct {
+    Py_ssize_t start, length, count;
+    Py_uhash_t hash;
+} Span;
+
+typedef struct {
+    Span *spans;          /* in the order of first occurrence */
+    Py_ssize_t n, spans_capacity;
+    Py_ssize_t *slots;    /* index + 1 into spans; 0: empty */
+    Py_ssize_t mask;      /* slots - 1, a power of two less one */
+} Distinct;
+
+static Py_uhash_t
+span_hash(int kind, const void *data, Py_ssize_t start, Py_ssize_t end)
 {
-    PyObject *distinct = PyDict_New();
-    if (distinct == NULL) {
-        return NULL;
+    Py_uhash_t h = 14695981039346656037ULL;  /* FNV-1a */
+    for (Py_ssize_t i = start; i < end; i++) {
+        h = (h ^ PyUnicode_READ(kind, data, i)) * 1099511628211ULL;
+    }
+    return h;
+}
+
+static int
+distinct_grow(Distinct *d)
+{
+    Py_ssize_t size = (d->mask + 1) * 2;
+    Py_ssize_t *slots = PyMem_Calloc(size, sizeof(Py_ssize_t));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < d->n; k++) {
+        Py_ssize_t j = d->spans[k].hash & (size - 1);
+        while (slots[j]) {
+            j = (j + 1) & (size - 1);
+        }
+        slots[j] = k + 1;
+    }
+    PyMem_Free(d->slots);
+    d->slots = slots;
+    d->mask = size - 1;
+    return 0;
+}
+
+/* Counts one occurrence of the token [start, end) of the text; -1 on an error. */
+static int
+distinct_add(Distinct *d, int kind, const void *data, Py_ssize_t start, Py_ssize_t end)
+{
+    Py_uhash_t hash = span_hash(kind, data, start, end);
+    Py_ssize_t length = end - start;
+    Py_ssize_t j = hash & d->mask;
+    for (; d->slots[j]; j = (j + 1) & d->mask) {
+        Span *s = &d->spans[d->slots[j] - 1];
+        if (s->hash == hash && s->length == length
+                && memcmp((const char *)data + s->start * kind, (const char *)data + start * kind,
+                          (size_t)(length * kind)) == 0) {
+            s->count++;
+            return 0;
+        }
+    }
+    if (d->n == d->spans_capacity) {
+        Py_ssize_t capacity = d->spans_capacity * 2;
+        Span *spans = PyMem_Realloc(d->spans, capacity * sizeof(Span));
+        if (spans == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        d->spans = spans;
+        d->spans_capacity = capacity;
+    }
+    d->spans[d->n] = (Span){start, length, 1, hash};
+    d->slots[j] = ++d->n;
+    return 2 * d->n > d->mask ? distinct_grow(d) : 0;  /* at most half full */
+}
+
+static void
+distinct_free(Distinct *d)
+{
+    PyMem_Free(d->spans);
+    PyMem_Free(d->slots);
+}
+
+/* The distinct tokens of ``text``; -1 on an error. */
+static int
+distinct_tokens(PyObject *text, Distinct *d)
+{
+    d->n = 0;
+    d->spans_capacity = 64;
+    d->mask = 127;
+    d->spans = PyMem_Malloc(d->spans_capacity * sizeof(Span));
+    d->slots = PyMem_Calloc(d->mask + 1, sizeof(Py_ssize_t));
+    if (d->spans == NULL || d->slots == NULL) {
+        distinct_free(d);
+        PyErr_NoMemory();
+        return -1;
     }
     Tokens t;
     tokens_start(&t, text);
-    PyObject *token;
-    while ((token = tokens_next(&t)) != NULL) {
-        int failed = add_count(distinct, token, 1);
-        Py_DECREF(token);
-        if (failed) {
-            Py_DECREF(distinct);
-            return NULL;
+    Py_ssize_t start, end;
+    while (tokens_next_span(&t, &start, &end)) {
+        if (distinct_add(d, t.kind, t.data, start, end) < 0) {
+            distinct_free(d);
+            return -1;
         }
     }
-    if (PyErr_Occurred()) {
-        Py_DECREF(distinct);
-        return NULL;
-    }
-    return distinct;
+    return 0;
 }
 
 /* Adds one distinct token's (terms, entities, flags), seen ``n`` times. */
@@ -259,8 +355,8 @@ scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *text = args[0], *token_info = args[1];
-    PyObject *distinct = distinct_tokens(text);
-    if (distinct == NULL) {
+    Distinct distinct;
+    if (distinct_tokens(text, &distinct) < 0) {
         return NULL;
     }
     PyObject *counts = PyDict_New();
@@ -270,28 +366,35 @@ scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (counts == NULL || found == NULL) {
         goto error;
     }
-    Py_ssize_t pos = 0;
-    PyObject *token, *seen;
-    while (PyDict_Next(distinct, &pos, &token, &seen)) {
+    for (Py_ssize_t k = 0; k < distinct.n; k++) {
+        Span *span = &distinct.spans[k];
+        PyObject *token = PyUnicode_Substring(text, span->start, span->start + span->length);
+        if (token == NULL) {
+            goto error;
+        }
         /* The memo's own item, or its __missing__ (Python: computes and stores it). */
         PyObject *info = PyDict_GetItemWithError(token_info, token);
         if (info != NULL) {
             Py_INCREF(info);
         }
-        else if (PyErr_Occurred() || (info = PyObject_GetItem(token_info, token)) == NULL) {
+        else if (!PyErr_Occurred()) {
+            info = PyObject_GetItem(token_info, token);
+        }
+        Py_DECREF(token);
+        if (info == NULL) {
             goto error;
         }
-        int failed = add_token(info, PyLong_AsSsize_t(seen), counts, &length, found, &flags);
+        int failed = add_token(info, span->count, counts, &length, found, &flags);
         Py_DECREF(info);
         if (failed) {
             goto error;
         }
     }
-    Py_DECREF(distinct);
+    distinct_free(&distinct);
     return Py_BuildValue("(NnNl)", counts, length, found, flags);
 
 error:
-    Py_DECREF(distinct);
+    distinct_free(&distinct);
     Py_XDECREF(counts);
     Py_XDECREF(found);
     return NULL;

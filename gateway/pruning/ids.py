@@ -3,66 +3,28 @@
 Masks keep them, omission markers list them: an agent's next call is far more
 likely to reuse an old order id than an old sentence, and an id costs a few
 tokens where its message cost hundreds. Which strings are values is
-``values.py``'s rule (by shape, in any domain); this module splits texts into
-runs (in C where it can, ``runs.py``), reads each distinct run once, and ranks
-the values of an omitted span for its marker. Pure and deterministic, like the
+``values.py``'s rule (by shape, in any domain); this module reads the runs of
+a text that may hold one (``value_runs.py``, in C where it is built), each
+distinct run once, and ranks the values of an omitted span for its marker. Pure and deterministic, like the
 rest of the pipeline.
 """
 
 from __future__ import annotations
 
 import re
-from itertools import chain, filterfalse
+from itertools import chain, filterfalse, repeat
 from typing import Callable, Iterable
 
 from gateway.pruning.memo import TextMemo
-from gateway.pruning.runs import RunSplitter
-from gateway.pruning.values import RUN_CHARS, ValueMemo, is_strong, strong_match
+from gateway.pruning.value_runs import CODE, QUOTED_CODE, clear_run_tests, quoted_codes, value_runs, value_spans
+from gateway.pruning.values import ValueMemo, is_strong, strong_match
 
-_RUN = "[\\w" + re.escape(RUN_CHARS) + "]"
-# A run that may hold a value: one with a digit, a capital, '_', '@', '/', '$', '#' or a
-# dot inside a word (what every value rule needs). Anchored at the start of its run and
-# lazy up to that character, so a long run of lower-case letters is passed in linear
-# time, and plain words never reach Python.
-_ID_TOKEN = re.compile(f"(?<!{_RUN}){_RUN}*?(?:[0-9A-Z_@/$#]|\\w\\.\\w){_RUN}*")
-_ID_RUNS = RunSplitter(RUN_CHARS)
-# Per split run, in C: what every value rule needs (a digit, '_', '@', '/', '$', '#', a dot
-# inside a word, or two capitals, or a capital after a small letter); a plain or
-# capitalised word never reaches Python. Each branch starts at one of a few characters
-# (the dot and the capital look behind them), so the engine skips the small letters
-# between them instead of trying every branch at each.
-_MAY_HOLD = re.compile(r"[0-9_@/$#]|\.(?<=\w\.)(?=\w)|[A-Z](?<=[a-z][A-Z])|[A-Z]\w*[A-Z]").search
 _VALUES = ValueMemo()
-_RUN_TEST_CHARS = 64
-
-
-class _RunTest(dict):
-    """``memo[run]``: whether a pattern finds something in a run, searched once per distinct
-    run (``filter(memo.__getitem__, runs)`` runs in C for runs seen before). A search costs
-    a thousand instructions and more, a lookup a tenth of that, and the texts of one
-    conversation share most of their runs (its words, its field names). Bounded in
-    entries, and runs over _RUN_TEST_CHARS are searched each time."""
-
-    def __init__(self, search: Callable[[str], object], max_entries: int = 500_000) -> None:
-        super().__init__()
-        self._search = search
-        self._max_entries = max_entries
-
-    def __missing__(self, run: str) -> bool:
-        found = self._search(run) is not None
-        if len(run) <= _RUN_TEST_CHARS and len(self) < self._max_entries:  # a long run is rare: not kept
-            self[run] = found
-        return found
-
-
-_HOLDS = _RunTest(_MAY_HOLD)
 # A JSON object's keys ("order_id":) name fields, they are not values; a key with a digit
 # is a record's id ({"6805564527": {...}}) and stays one. Read once per text.
 _DIGIT = re.compile(r"[0-9]").search
 # A field name numbered in its kind: a word of three letters or more, then one or two digits.
 _FIELD_NUMBER = re.compile(r"[A-Za-z]{3,}[_-]?[0-9]{1,2}").fullmatch
-# A newline, tab or return escape of a JSON string quoted in a text (not before a small letter).
-_ESCAPE = re.compile(r"\\[ntr](?![a-z])")
 
 
 # Every epoch masks, or lists the ids of, the same old outputs again: their ids are
@@ -74,15 +36,12 @@ def text_ids(text: str) -> tuple[str, ...]:
     """All id-like values of a text, first occurrence first, deduplicated (memoised)."""
     ids = _IDS.get(text)
     if ids is None:
-        ids = _IDS.put(text, _without_field_keys(text, _ids_of_runs(_runs(text))))
+        ids = _IDS.put(text, _without_field_keys(text, _ids_of_runs(value_runs(text, False))))
     return ids
 
 
-# What a value that names one record needs (values.is_strong: a digit, '@' or '/'), per
-# split run, in C. Masks keep only such values, and most runs of a tool output cannot
+# Masks keep only the values that name one record, and most runs of a tool output cannot
 # hold one: a masked text need not read its codes and names of code.
-_MAY_BE_STRONG = re.compile(r"[0-9@/]").search
-_HOLDS_STRONG = _RunTest(_MAY_BE_STRONG)
 _STRONG_IDS: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
 
 
@@ -95,27 +54,23 @@ def strong_ids(text: str) -> tuple[str, ...]:
         return tuple(filter(strong_match, ids))
     strong = _STRONG_IDS.get(text)
     if strong is None:
-        runs = filter(_HOLDS_STRONG.__getitem__, dict.fromkeys(_runs(text)))
-        found = tuple(filter(strong_match, dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs)))))
+        found = tuple(filter(strong_match, _ids_of_runs(value_runs(text, True))))
         strong = _STRONG_IDS.put(text, _without_field_keys(text, found))
     return strong
 
 
-# A field's whole value, with what every code or name of code holds (values.py): a capital,
-# '_' or '.' after its first character (a plain word, "pending" or "Sophia", is passed over
-# in C). In JSON (or a Python repr, in single quotes) a string value, not a key:
-# '"basic_economy"' before a comma, brace or bracket. In YAML and other "key: value"
-# text, the rest of a line after its key or a list item's dash: 'cabin: basic_economy',
-# '- DGZSYX'.
-_CODE = r"[A-Za-z_][a-z0-9+-]*[A-Z_.][\w.+-]*"
-_QUOTED_VALUE = rf'"({_CODE})"\s*[,}}\]]'
-_SINGLE_QUOTED_VALUE = rf"'({_CODE})'\s*[,}}\]]"
-_LINE_VALUE = rf"^[ \t]*(?:-[ \t]+(?:[A-Za-z_][\w.-]{{0,40}}:[ \t]+)?|[A-Za-z_][\w.-]{{0,40}}:[ \t]+)({_CODE})[ \t]*$"
+# A field's whole value that is a code (value_runs.CODE). In JSON a string value, not a
+# key (value_runs.QUOTED_CODE); in a Python repr the same in single quotes; in YAML and
+# other "key: value" text, the rest of a line after its key or a list item's dash:
+# 'cabin: basic_economy', '- DGZSYX'.
+_SINGLE_QUOTED_VALUE = rf"'({CODE})'\s*[,}}\]]"
+_LINE_VALUE = rf"^[ \t]*(?:-[ \t]+(?:[A-Za-z_][\w.-]{{0,40}}:[ \t]+)?|[A-Za-z_][\w.-]{{0,40}}:[ \t]+)({CODE})[ \t]*$"
 # One pattern per kind of text, each scanning only for the forms it may hold: single quotes
-# in a text with a repr's "'key':", lines in a YAML-like one (most texts are neither).
+# in a text with a repr's "'key':", lines in a YAML-like one. Most texts are neither: their
+# JSON values are read in C where it is built (value_runs.quoted_codes).
 _FIELD_VALUES = {(repr_, lines): re.compile("|".join(
-    [_QUOTED_VALUE] + ([_SINGLE_QUOTED_VALUE] if repr_ else []) + ([_LINE_VALUE] if lines else [])), re.M)
-    for repr_ in (False, True) for lines in (False, True)}
+    [QUOTED_CODE] + ([_SINGLE_QUOTED_VALUE] if repr_ else []) + ([_LINE_VALUE] if lines else [])), re.M)
+    for repr_ in (False, True) for lines in (False, True) if repr_ or lines}
 _FIELD_VALUE_CHARS = 40
 _FIELD_CODES: TextMemo[tuple[str, ...]] = TextMemo(50_000, 8 * 1024 * 1024)
 
@@ -129,10 +84,11 @@ def field_codes(text: str) -> tuple[str, ...]:
     tool printed it, where the same shape in prose or code more often names a kind of thing."""
     codes = _FIELD_CODES.get(text)
     if codes is None:
-        pattern = _FIELD_VALUES["':" in text, bool(_line_keys(text))]
-        values = pattern.findall(text)
-        if pattern.groups > 1:
-            values = [v for groups in values for v in groups]
+        kind = ("':" in text, bool(_line_keys(text)))
+        if kind == (False, False):
+            values = quoted_codes(text)
+        else:
+            values = [v for groups in _FIELD_VALUES[kind].findall(text) for v in groups]
         # _VALUES is values_of memoised per run: a record's codes repeat in every output
         # that prints the record (its country, its state), read once.
         found = dict.fromkeys(v for v in values
@@ -141,23 +97,10 @@ def field_codes(text: str) -> tuple[str, ...]:
     return codes
 
 
-def _runs(text: str) -> list[str]:
-    """The runs of value characters of a text, split in C where it can be (runs.py). A
-    JSON string quoted inside another text keeps its escapes ("...delivered.\\nRefund"):
-    the escape's letter is no part of the next word, so escapes split like the space
-    they stand for. Before a small letter it stays (a Windows path's "\\new_dir"):
-    there it makes no value of a word either way."""
-    if "\\" in text:
-        text = _ESCAPE.sub("  ", text)
-    runs = _ID_RUNS.split(text)
-    return runs if runs is not None else _ID_TOKEN.findall(text)
-
-
 def _ids_of_runs(runs: Iterable[str]) -> tuple[str, ...]:
-    # values.py's rule per distinct run, memoised, in C iteration throughout: map over
-    # dict.fromkeys (first occurrence first), chained, deduplicated again.
-    return tuple(dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__,
-                                                       filter(_HOLDS.__getitem__, dict.fromkeys(runs))))))
+    # values.py's rule per run, memoised, in C iteration throughout: mapped, chained,
+    # deduplicated (first occurrence first).
+    return tuple(dict.fromkeys(chain.from_iterable(map(_VALUES.__getitem__, runs))))
 
 
 def _without_field_keys(text: str, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -247,8 +190,7 @@ def clear_ids_memo() -> None:
     _STRONG_IDS.clear()
     _FIELD_CODES.clear()
     _VALUES.clear()
-    _HOLDS.clear()
-    _HOLDS_STRONG.clear()
+    clear_run_tests()
 
 
 # A value the agent passed to its tools this many times (calls, not mentions) names what it
@@ -336,13 +278,13 @@ class _Tally:
             return
         # A record's codes rank with its ids: read where a record may stand (JSON, a repr, YAML).
         codes = set(field_codes(text)) if '"' in text or "':" in text or yaml else ()
-        for match in _ID_TOKEN.finditer(text):
-            for value in _VALUES[match.group()]:
+        for start, run in value_spans(text):
+            for value in _VALUES[run]:
                 if value not in readable:
                     continue
                 matches = 0
                 if words:
-                    record = _record(lowered, match.start(), match.end(), *bounds)
+                    record = _record(lowered, start, start + len(run), *bounds)
                     matches = record_matches.get(record, -1)
                     if matches < 0:
                         matches = record_matches[record] = sum(map(record.__contains__, words))
@@ -384,4 +326,5 @@ def ids_in(texts: Iterable[str]) -> set[str]:
     """Every id-like value of some texts (as :func:`kept_values` reads them), in one
     pass over all their runs: a forwarded request is hundreds of short texts. Records'
     field names count too: a value the forward shows as a key is present all the same."""
-    return set(_ids_of_runs(chain.from_iterable(map(_runs, texts))))
+    return set(chain.from_iterable(map(_VALUES.__getitem__, set(chain.from_iterable(
+        map(value_runs, texts, repeat(False)))))))

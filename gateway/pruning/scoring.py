@@ -32,10 +32,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from itertools import chain, compress
+from itertools import chain
 from typing import Mapping, Protocol, Sequence
 
 from gateway.pruning import rubric, text_features as tf
+from gateway.pruning.bm25 import counts_side, query_side
 from gateway.pruning.conversation import KIND_TOOL_CHAIN, KIND_USER, Conversation
 from gateway.pruning.memo import TextMemo
 from gateway.pruning.references import copied_by_kept, later_mentions
@@ -271,7 +272,7 @@ class LocalScorer:
         feats, idf, avg_len = corpus.feats, corpus.idf, corpus.avg_len
         out: dict[int, float] = {}
         weighted = [(term, w * idf.get(term, 0.0) * (k1 + 1)) for term, w in query.items() if w]
-        # Apart: a unit's counts of the terms are looked up in C, only its hits reach the loop.
+        # Apart, as the sums take them (bm25.py).
         query_terms, query_weights = [term for term, _ in weighted], [wi for _, wi in weighted]
         # w * idf, as the unit-side walk multiplies first (the same bits as inline).
         query_idf = {term: w * idf[term] for term, w in query.items() if w and term in idf}
@@ -286,17 +287,12 @@ class LocalScorer:
                 out[i] = earlier_scores[i]
                 continue
             norm = k1 * (1 - b + b * f.length / (avg_len or 1.0))
-            s = 0.0
             counts = f.counts
             # Walk the smaller side (usually the query) in its order: the same float sum, bit for bit.
             if len(weighted) < len(counts):
-                held = list(map(counts.get, query_terms))
-                for wi, count in zip(compress(query_weights, held), filter(None, held)):
-                    s += wi * count / (count + norm)
+                s = query_side(counts, query_terms, query_weights, norm)
             else:
-                held = list(map(query_idf.get, counts))
-                for wi, count in zip(filter(None, held), compress(counts.values(), held)):
-                    s += wi * count * (k1 + 1) / (count + norm)
+                s = counts_side(counts, query_idf, norm, k1)
             if f.speaker and f.speaker in request.entities:
                 s *= self.SPEAKER_BOOST
             out[i] = s

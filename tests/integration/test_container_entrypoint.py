@@ -106,9 +106,11 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> dict:
     )
     assert pip.returncode == 0, f"pip install . failed:\n{pip.stdout}\n{pip.stderr}"
     assert (venv / "bin" / "sieve").exists(), "the console script `sieve` was not installed"
-    native = subprocess.run([str(venv / "bin" / "python"), "-c", "import gateway.pruning.text_features as t; "
-                             "print(t.NATIVE, t.__file__)"], capture_output=True, text=True, check=True, cwd=base)
-    assert native.stdout.startswith(f"True {venv}"), f"the C token loop was not built: {native.stdout}"
+    for module, what in (("text_features", "the C token loop"), ("value_runs", "the C value-run scan"),
+                         ("bm25", "the C BM25 sums")):
+        native = subprocess.run([str(venv / "bin" / "python"), "-c", f"import gateway.pruning.{module} as m; "
+                                 "print(m.NATIVE, m.__file__)"], capture_output=True, text=True, check=True, cwd=base)
+        assert native.stdout.startswith(f"True {venv}"), f"{what} was not built: {native.stdout}"
 
     instructions = dockerfile_instructions()
     litellm_dir = subprocess.run(

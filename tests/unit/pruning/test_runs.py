@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.pruning import ids, token_scan
+from gateway.pruning import ids, token_scan, value_runs
 from gateway.pruning.runs import RunSplitter
 from gateway.pruning.values import is_strong, values_of
 
@@ -41,8 +41,8 @@ def regex_ids(text: str, *, field_keys: bool = False) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     keys = ids._field_keys(text) if not field_keys else frozenset()
     if "\\" in text:  # a quoted JSON string's escapes split like the space they stand for
-        text = ids._ESCAPE.sub("  ", text)
-    for token in ids._ID_TOKEN.findall(text):
+        text = value_runs.ESCAPE.sub("  ", text)
+    for token in value_runs.ID_TOKEN.findall(text):
         for value in values_of(token):
             if value not in seen and value not in keys:
                 seen[value] = None

@@ -69,6 +69,7 @@ def test_quoted_strings_are_the_regex_ones(text):
 
 @settings(max_examples=1000, deadline=None)
 @given(TEXTS)
+@example(" ".join(f"w{i % 3000} é{i % 7} 中{i % 500}-x #{i}" for i in range(9000)))  # the table of tokens grows
 def test_scan_sums_what_the_python_scan_sums(text):
     same_scan(text)
 
