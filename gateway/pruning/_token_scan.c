@@ -341,20 +341,194 @@ add_token(PyObject *info, Py_ssize_t n, PyObject *counts, Py_ssize_t *length, Py
     return 0;
 }
 
+/* Plain tokens, read in C on their first sight: a word of ASCII small letters, or a
+   number of ASCII digits. Most distinct tokens of a conversation are one of these, and
+   text_features._token_info (with _terms_of_word and stem) cost a few Python calls
+   each: a twentieth of a cold prune. What they give is text_features's rule, restated
+   here (tests/unit/pruning/test_token_scan.py holds the two equal): a word's terms (none
+   for a stopword or a single letter; its stem, and from four letters of stem on the
+   prefix term "~" + stem[:4]), no entity, its constraint and error flags
+   (``word_flags``); a number's terms (itself, and its prefix term likewise; none for
+   one digit), itself as an entity from three digits on, no flags. Any other token
+   (capitals, '#', '-', '_', non-ASCII) is left to the memo's __missing__. */
+typedef struct {
+    PyObject *stopwords;     /* a frozenset: words without terms */
+    PyObject *word_flags;    /* a dict: word -> flags */
+    Py_ssize_t max_entries;  /* the memo's bound (text_features._WordMemo) */
+} PlainWords;
+
+enum { NOT_PLAIN, WORD, NUMBER };
+
+static int
+plain_kind(const Py_UCS1 *chars, Py_ssize_t length)
+{
+    Py_UCS1 low = 'a', high = 'z';
+    if (chars[0] >= '0' && chars[0] <= '9') {
+        low = '0';
+        high = '9';
+    }
+    for (Py_ssize_t i = 0; i < length; i++) {
+        if (chars[i] < low || chars[i] > high) {
+            return NOT_PLAIN;
+        }
+    }
+    return low == 'a' ? WORD : NUMBER;
+}
+
+static int
+ends_with(const Py_UCS1 *chars, Py_ssize_t length, const char *suffix)
+{
+    Py_ssize_t n = (Py_ssize_t)strlen(suffix);
+    return length >= n && memcmp(chars + length - n, suffix, (size_t)n) == 0;
+}
+
+/* text_features.stem of a word of small letters: how many of its characters the stem
+   keeps, and whether a 'y' follows them ("studies" -> "stud" + "y"). */
+static Py_ssize_t
+stem_length(const Py_UCS1 *chars, Py_ssize_t length, int *add_y)
+{
+    static const char *const suffixes[] = {"ingly", "ings", "ing", "edly", "ied", "ies", "ed", "es", "ly", "s"};
+    *add_y = 0;
+    Py_UCS1 last = chars[length - 1];
+    if (length <= 4 || (last != 's' && last != 'd' && last != 'g' && last != 'y')) {
+        return length;
+    }
+    for (size_t k = 0; k < sizeof(suffixes) / sizeof(suffixes[0]); k++) {
+        const char *suffix = suffixes[k];
+        Py_ssize_t keep = (Py_ssize_t)strlen(suffix);
+        if (ends_with(chars, length, suffix) && length - keep >= 3) {
+            if (strcmp(suffix, "ied") == 0 || strcmp(suffix, "ies") == 0) {
+                *add_y = 1;
+                return length - keep;
+            }
+            if (strcmp(suffix, "s") == 0 && ends_with(chars, length, "ss")) {
+                return length;
+            }
+            return length - keep;
+        }
+    }
+    return length;
+}
+
+/* An ASCII string of ``length`` characters: ``prefix`` (0 for none), then ``chars``, then
+   ``suffix`` (0 for none). */
+static PyObject *
+ascii_string(char prefix, const Py_UCS1 *chars, Py_ssize_t length, char suffix)
+{
+    Py_ssize_t size = length + (prefix != 0) + (suffix != 0);
+    PyObject *s = PyUnicode_New(size, 127);
+    if (s == NULL) {
+        return NULL;
+    }
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(s);
+    if (prefix) {
+        *out++ = (Py_UCS1)prefix;
+    }
+    memcpy(out, chars, (size_t)length);
+    if (suffix) {
+        out[length] = (Py_UCS1)suffix;
+    }
+    return s;
+}
+
+/* The terms of a plain token (text_features._terms_of_word); NULL on an error. */
+static PyObject *
+plain_terms(PyObject *token, const Py_UCS1 *chars, Py_ssize_t length, int kind, PyObject *stopwords)
+{
+    if (length < 2) {
+        return PyTuple_New(0);
+    }
+    if (kind == WORD) {
+        int stop = PySet_Contains(stopwords, token);
+        if (stop != 0) {
+            return stop < 0 ? NULL : PyTuple_New(0);
+        }
+    }
+    int add_y = 0;
+    Py_ssize_t kept = kind == WORD ? stem_length(chars, length, &add_y) : length;
+    PyObject *stem = kept == length ? Py_NewRef(token) : ascii_string(0, chars, kept, add_y ? 'y' : 0);
+    if (stem == NULL) {
+        return NULL;
+    }
+    if (kept + add_y < 4) {
+        PyObject *terms = PyTuple_Pack(1, stem);
+        Py_DECREF(stem);
+        return terms;
+    }
+    /* stem[:4]: the first four characters of the stem are the token's (a stem keeps three
+       of its characters at least, and adds its 'y' after them) */
+    PyObject *prefix = kept >= 4 ? ascii_string('~', chars, 4, 0) : ascii_string('~', chars, 3, 'y');
+    if (prefix == NULL) {
+        Py_DECREF(stem);
+        return NULL;
+    }
+    PyObject *terms = PyTuple_Pack(2, stem, prefix);
+    Py_DECREF(stem);
+    Py_DECREF(prefix);
+    return terms;
+}
+
+/* (terms, entities, flags) of a plain token, as text_features._token_info gives them; NULL
+   without an exception for a token that is not plain, NULL with one on an error. */
+static PyObject *
+plain_info(PyObject *token, const PlainWords *plain)
+{
+    if (!PyUnicode_IS_ASCII(token)) {
+        return NULL;
+    }
+    const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(token);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(token);
+    int kind = length > 0 ? plain_kind(chars, length) : NOT_PLAIN;
+    if (kind == NOT_PLAIN) {
+        return NULL;
+    }
+    PyObject *terms = plain_terms(token, chars, length, kind, plain->stopwords);
+    if (terms == NULL) {
+        return NULL;
+    }
+    PyObject *entities, *flags;
+    if (kind == NUMBER) {
+        entities = length >= 3 ? PyTuple_Pack(1, token) : PyTuple_New(0);
+        flags = PyLong_FromLong(0);
+    }
+    else {
+        entities = PyTuple_New(0);
+        flags = PyDict_GetItemWithError(plain->word_flags, token);
+        flags = flags != NULL ? Py_NewRef(flags) : PyErr_Occurred() ? NULL : PyLong_FromLong(0);
+    }
+    if (entities == NULL || flags == NULL) {
+        Py_DECREF(terms);
+        Py_XDECREF(entities);
+        Py_XDECREF(flags);
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", terms, entities, flags);
+}
+
 PyDoc_STRVAR(scan_doc,
-"scan(text, token_info) -> (counts, length, entities, flags)\n\n"
+"scan(text, token_info, plain_words=None) -> (counts, length, entities, flags)\n\n"
 "The tokens of ``text`` read through ``token_info`` (token -> (terms, entities,\n"
 "flags); a dict, whose ``__missing__`` is called for a token it lacks): each\n"
-"term's occurrences, their sum, the set of entities, the flags or-ed.");
+"term's occurrences, their sum, the set of entities, the flags or-ed. With\n"
+"``plain_words`` (stopwords frozenset, word flags dict, the memo's bound), a plain\n"
+"word or number it lacks is read in C and stored, while the memo is under its bound.");
 
 static PyObject *
 scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "scan() takes a str and a dict");
+    if (nargs < 2 || nargs > 3 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "scan() takes a str, a dict and optionally the plain words");
         return NULL;
     }
     PyObject *text = args[0], *token_info = args[1];
+    PlainWords plain = {NULL, NULL, 0};
+    if (nargs == 3 && args[2] != Py_None) {
+        if (!PyArg_ParseTuple(args[2], "O!O!n;plain_words must be (frozenset, dict, int)",
+                              &PyFrozenSet_Type, &plain.stopwords, &PyDict_Type, &plain.word_flags,
+                              &plain.max_entries)) {
+            return NULL;
+        }
+    }
     Distinct distinct;
     if (distinct_tokens(text, &distinct) < 0) {
         return NULL;
@@ -378,7 +552,16 @@ scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_INCREF(info);
         }
         else if (!PyErr_Occurred()) {
-            info = PyObject_GetItem(token_info, token);
+            info = plain.stopwords != NULL ? plain_info(token, &plain) : NULL;
+            if (info != NULL) {
+                if (PyDict_GET_SIZE(token_info) < plain.max_entries
+                        && PyDict_SetItem(token_info, token, info) < 0) {
+                    Py_CLEAR(info);
+                }
+            }
+            else if (!PyErr_Occurred()) {
+                info = PyObject_GetItem(token_info, token);
+            }
         }
         Py_DECREF(token);
         if (info == NULL) {

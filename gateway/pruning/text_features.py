@@ -178,6 +178,9 @@ def _token_info(tok: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
 
 
 _TOKEN_INFO = _WordMemo(_token_info)
+# What the C scan reads a plain word or number with on its first sight, as _token_info
+# would (_token_scan.c): no Python call for most of a conversation's distinct tokens.
+_PLAIN_WORDS = (STOPWORDS, _WORD_FLAGS, _TOKEN_INFO._max_entries)
 # Quoted strings, e-mails, file names -> entity form: JSON repeats its keys and
 # values. Up to 60 characters each, so fewer of them (about 20 MiB at the bound).
 _ENTITY_FORMS = _WordMemo(_entity_form, max_entries=100_000)
@@ -192,7 +195,7 @@ def clear_word_cache() -> None:
 
 def analyse(text: str) -> TextInfo:
     """Terms, entities, constraint and error flags of a text in one pass."""
-    counts, length, found, flags = scan(text, _TOKEN_INFO)
+    counts, length, found, flags = scan(text, _TOKEN_INFO, _PLAIN_WORDS)
     if "@" in text:
         # An e-mail holds no whitespace: only the words with an '@' are scanned (the pattern
         # backtracks over every word it starts at, a few hundred instructions a character).

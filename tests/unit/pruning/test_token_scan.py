@@ -40,6 +40,9 @@ def same_scan(text: str) -> None:
     # Equal dicts and sets may still iterate in another order; the scorer's sums follow it.
     assert list(ours[0].items()) == list(theirs[0].items())
     assert list(ours[2]) == list(theirs[2])
+    # Reading plain tokens in C on their first sight (the memos start empty) changes nothing.
+    plain = native.scan(text, text_features._WordMemo(text_features._token_info), text_features._PLAIN_WORDS)
+    assert plain == theirs and list(plain[0].items()) == list(theirs[0].items()) and list(plain[2]) == list(theirs[2])
 
 
 def test_the_native_scan_is_in_use_where_it_is_built():
@@ -83,6 +86,50 @@ def test_scan_calls_the_memo_for_a_token_it_lacks():
     memo = Memo()
     assert native.scan("Ab ab Ab", memo) == ({"ab": 3}, 3, {"Ab"}, 2)
     assert list(memo) == ["Ab", "ab"]
+
+
+# Plain words and numbers, shaped to reach every branch of the stemmer (its suffixes,
+# "ss", the length floors) and of the prefix term, beside stopwords and single letters.
+PLAIN = st.lists(st.sampled_from(list("aeiosdgylnt") + ["ing", "ly", "ed", "ies", "ied", "ss", "s"]),
+                 min_size=1, max_size=5).map("".join) | st.from_regex(r"[0-9]{1,8}", fullmatch=True) | \
+    st.sampled_from(sorted(text_features.STOPWORDS)) | st.from_regex(r"[a-z]{1,14}", fullmatch=True)
+
+
+def read_in_c(token: str):
+    """What the C scan stores for ``token`` on its first sight, given the plain words."""
+    memo = text_features._WordMemo(text_features._token_info)
+    native.scan(token, memo, text_features._PLAIN_WORDS)
+    return memo[token]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(PLAIN)
+@example("studies")
+@example("classes")
+@example("dies")
+@example("happily")
+@example("never")
+@example("failed")
+@example("7")
+@example("12")
+@example("123")
+@example("12345")
+def test_the_c_scan_reads_a_plain_token_as_text_features_does(token):
+    assert read_in_c(token) == text_features._token_info(token)
+
+
+def test_the_c_scan_leaves_other_tokens_to_the_memo():
+    memo = text_features._WordMemo(text_features._token_info)
+    native.scan("Order #W42 e-mail order_id café x9", memo, text_features._PLAIN_WORDS)
+    assert memo == {tok: text_features._token_info(tok) for tok in ["Order", "#W42", "e-mail", "order_id", "café", "x9"]}
+
+
+def test_the_c_scan_keeps_the_memo_within_its_bound():
+    memo = text_features._WordMemo(text_features._token_info, max_entries=2)
+    stopwords, flags, _ = text_features._PLAIN_WORDS
+    counts = native.scan("alpha bravo charlie delta", memo, (stopwords, flags, 2))
+    assert counts == token_scan.python_scan("alpha bravo charlie delta", text_features._WordMemo(text_features._token_info))
+    assert list(memo) == ["alpha", "bravo"]
 
 
 def test_scan_refuses_a_malformed_memo_entry():
