@@ -341,39 +341,21 @@ add_token(PyObject *info, Py_ssize_t n, PyObject *counts, Py_ssize_t *length, Py
     return 0;
 }
 
-/* Plain tokens, read in C on their first sight: a word of ASCII small letters, or a
-   number of ASCII digits. Most distinct tokens of a conversation are one of these, and
-   text_features._token_info (with _terms_of_word and stem) cost a few Python calls
-   each: a twentieth of a cold prune. What they give is text_features's rule, restated
-   here (tests/unit/pruning/test_token_scan.py holds the two equal): a word's terms (none
-   for a stopword or a single letter; its stem, and from four letters of stem on the
-   prefix term "~" + stem[:4]), no entity, its constraint and error flags
-   (``word_flags``); a number's terms (itself, and its prefix term likewise; none for
-   one digit), itself as an entity from three digits on, no flags. Any other token
-   (capitals, '#', '-', '_', non-ASCII) is left to the memo's __missing__. */
+/* Plain tokens, read in C on their first sight: ASCII letters, digits and '_' (a word, a
+   name, a number, an id, a snake_case name). Most distinct tokens of a conversation are
+   such, and text_features._token_info (with _terms_of_word, stem and _entity_form) cost a
+   few Python calls each: a twentieth of a cold prune. What they give is text_features's
+   rule, restated here (tests/unit/pruning/test_token_scan.py holds the two equal), on the
+   token in small letters: its terms (none for a stopword or a single character; its stem,
+   and from four characters of stem on the prefix term "~" + stem[:4]); its constraint and
+   error flags (``word_flags``); its entity, when it has three characters or more and is no
+   stopword, if it holds a digit, is a name (a capital, then letters) or a snake_case name.
+   A token with '#' or '-', or beyond ASCII, is left to the memo's __missing__. */
 typedef struct {
     PyObject *stopwords;     /* a frozenset: words without terms */
     PyObject *word_flags;    /* a dict: word -> flags */
     Py_ssize_t max_entries;  /* the memo's bound (text_features._WordMemo) */
 } PlainWords;
-
-enum { NOT_PLAIN, WORD, NUMBER };
-
-static int
-plain_kind(const Py_UCS1 *chars, Py_ssize_t length)
-{
-    Py_UCS1 low = 'a', high = 'z';
-    if (chars[0] >= '0' && chars[0] <= '9') {
-        low = '0';
-        high = '9';
-    }
-    for (Py_ssize_t i = 0; i < length; i++) {
-        if (chars[i] < low || chars[i] > high) {
-            return NOT_PLAIN;
-        }
-    }
-    return low == 'a' ? WORD : NUMBER;
-}
 
 static int
 ends_with(const Py_UCS1 *chars, Py_ssize_t length, const char *suffix)
@@ -382,7 +364,7 @@ ends_with(const Py_UCS1 *chars, Py_ssize_t length, const char *suffix)
     return length >= n && memcmp(chars + length - n, suffix, (size_t)n) == 0;
 }
 
-/* text_features.stem of a word of small letters: how many of its characters the stem
+/* text_features.stem of a word in small letters: how many of its characters the stem
    keeps, and whether a 'y' follows them ("studies" -> "stud" + "y"). */
 static Py_ssize_t
 stem_length(const Py_UCS1 *chars, Py_ssize_t length, int *add_y)
@@ -390,6 +372,7 @@ stem_length(const Py_UCS1 *chars, Py_ssize_t length, int *add_y)
     static const char *const suffixes[] = {"ingly", "ings", "ing", "edly", "ied", "ies", "ed", "es", "ly", "s"};
     *add_y = 0;
     Py_UCS1 last = chars[length - 1];
+    /* (a number ends in a digit: stem's isdigit test is already passed here) */
     if (length <= 4 || (last != 's' && last != 'd' && last != 'g' && last != 'y')) {
         return length;
     }
@@ -410,13 +393,11 @@ stem_length(const Py_UCS1 *chars, Py_ssize_t length, int *add_y)
     return length;
 }
 
-/* An ASCII string of ``length`` characters: ``prefix`` (0 for none), then ``chars``, then
-   ``suffix`` (0 for none). */
+/* An ASCII string: ``prefix`` (0 for none), the ``length`` ``chars``, ``suffix`` (0 for none). */
 static PyObject *
 ascii_string(char prefix, const Py_UCS1 *chars, Py_ssize_t length, char suffix)
 {
-    Py_ssize_t size = length + (prefix != 0) + (suffix != 0);
-    PyObject *s = PyUnicode_New(size, 127);
+    PyObject *s = PyUnicode_New(length + (prefix != 0) + (suffix != 0), 127);
     if (s == NULL) {
         return NULL;
     }
@@ -431,22 +412,18 @@ ascii_string(char prefix, const Py_UCS1 *chars, Py_ssize_t length, char suffix)
     return s;
 }
 
-/* The terms of a plain token (text_features._terms_of_word); NULL on an error. */
+/* The terms of a word in small letters (text_features._terms_of_word); NULL on an error. */
 static PyObject *
-plain_terms(PyObject *token, const Py_UCS1 *chars, Py_ssize_t length, int kind, PyObject *stopwords)
+plain_terms(PyObject *word, int stopword)
 {
-    if (length < 2) {
+    const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(word);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(word);
+    if (stopword || length < 2) {
         return PyTuple_New(0);
     }
-    if (kind == WORD) {
-        int stop = PySet_Contains(stopwords, token);
-        if (stop != 0) {
-            return stop < 0 ? NULL : PyTuple_New(0);
-        }
-    }
     int add_y = 0;
-    Py_ssize_t kept = kind == WORD ? stem_length(chars, length, &add_y) : length;
-    PyObject *stem = kept == length ? Py_NewRef(token) : ascii_string(0, chars, kept, add_y ? 'y' : 0);
+    Py_ssize_t kept = stem_length(chars, length, &add_y);
+    PyObject *stem = kept == length ? Py_NewRef(word) : ascii_string(0, chars, kept, add_y ? 'y' : 0);
     if (stem == NULL) {
         return NULL;
     }
@@ -455,8 +432,7 @@ plain_terms(PyObject *token, const Py_UCS1 *chars, Py_ssize_t length, int kind, 
         Py_DECREF(stem);
         return terms;
     }
-    /* stem[:4]: the first four characters of the stem are the token's (a stem keeps three
-       of its characters at least, and adds its 'y' after them) */
+    /* stem[:4]: a stem keeps three characters of the word at least, then its 'y' */
     PyObject *prefix = kept >= 4 ? ascii_string('~', chars, 4, 0) : ascii_string('~', chars, 3, 'y');
     if (prefix == NULL) {
         Py_DECREF(stem);
@@ -466,6 +442,26 @@ plain_terms(PyObject *token, const Py_UCS1 *chars, Py_ssize_t length, int kind, 
     Py_DECREF(stem);
     Py_DECREF(prefix);
     return terms;
+}
+
+/* text_features._SNAKE.fullmatch of a token without digits: [a-z]+(_[a-z]+)+ */
+static int
+is_snake(const Py_UCS1 *chars, Py_ssize_t length)
+{
+    int underscores = 0;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        Py_UCS1 ch = chars[i];
+        if (ch == '_') {
+            if (i == 0 || i == length - 1 || chars[i - 1] == '_') {
+                return 0;
+            }
+            underscores++;
+        }
+        else if (ch < 'a' || ch > 'z') {
+            return 0;
+        }
+    }
+    return underscores > 0;
 }
 
 /* (terms, entities, flags) of a plain token, as text_features._token_info gives them; NULL
@@ -478,24 +474,59 @@ plain_info(PyObject *token, const PlainWords *plain)
     }
     const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(token);
     Py_ssize_t length = PyUnicode_GET_LENGTH(token);
-    int kind = length > 0 ? plain_kind(chars, length) : NOT_PLAIN;
-    if (kind == NOT_PLAIN) {
+    int digits = 0, capitals = 0, letters = 0, underscores = 0;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        Py_UCS1 ch = chars[i];
+        if (ch >= 'a' && ch <= 'z') {
+            letters++;
+        }
+        else if (ch >= 'A' && ch <= 'Z') {
+            capitals++;
+        }
+        else if (ch >= '0' && ch <= '9') {
+            digits++;
+        }
+        else if (ch == '_') {
+            underscores++;
+        }
+        else {
+            return NULL;  /* '#' or '-' */
+        }
+    }
+    if (length == 0) {
         return NULL;
     }
-    PyObject *terms = plain_terms(token, chars, length, kind, plain->stopwords);
-    if (terms == NULL) {
-        return NULL;
-    }
-    PyObject *entities, *flags;
-    if (kind == NUMBER) {
-        entities = length >= 3 ? PyTuple_Pack(1, token) : PyTuple_New(0);
-        flags = PyLong_FromLong(0);
+    PyObject *lowered;
+    if (capitals == 0) {
+        lowered = Py_NewRef(token);
     }
     else {
-        entities = PyTuple_New(0);
-        flags = PyDict_GetItemWithError(plain->word_flags, token);
-        flags = flags != NULL ? Py_NewRef(flags) : PyErr_Occurred() ? NULL : PyLong_FromLong(0);
+        lowered = PyUnicode_New(length, 127);
+        if (lowered == NULL) {
+            return NULL;
+        }
+        Py_UCS1 *out = PyUnicode_1BYTE_DATA(lowered);
+        for (Py_ssize_t i = 0; i < length; i++) {
+            out[i] = chars[i] >= 'A' && chars[i] <= 'Z' ? (Py_UCS1)(chars[i] + ('a' - 'A')) : chars[i];
+        }
     }
+    int stopword = PySet_Contains(plain->stopwords, lowered);
+    PyObject *terms = stopword < 0 ? NULL : plain_terms(lowered, stopword);
+    if (terms == NULL) {
+        Py_DECREF(lowered);
+        return NULL;
+    }
+    /* The entity: the whole token when it holds a digit (an id, a number), else a name
+       (a capital, then letters) or a snake_case name; in small letters, from three
+       characters on, not a stopword (text_features._entity_form). */
+    int entity = length >= 3 && !stopword && (
+        digits > 0
+        || (chars[0] >= 'A' && chars[0] <= 'Z' && underscores == 0)
+        || (underscores > 0 && is_snake(chars, length)));
+    PyObject *entities = entity ? PyTuple_Pack(1, lowered) : PyTuple_New(0);
+    PyObject *flags = PyDict_GetItemWithError(plain->word_flags, lowered);
+    flags = flags != NULL ? Py_NewRef(flags) : PyErr_Occurred() ? NULL : PyLong_FromLong(0);
+    Py_DECREF(lowered);
     if (entities == NULL || flags == NULL) {
         Py_DECREF(terms);
         Py_XDECREF(entities);

@@ -88,11 +88,14 @@ def test_scan_calls_the_memo_for_a_token_it_lacks():
     assert list(memo) == ["Ab", "ab"]
 
 
-# Plain words and numbers, shaped to reach every branch of the stemmer (its suffixes,
-# "ss", the length floors) and of the prefix term, beside stopwords and single letters.
+# Plain tokens (ASCII letters, digits, '_'), shaped to reach every branch of the stemmer
+# (its suffixes, "ss", the length floors), of the prefix term and of the entities (ids,
+# names, snake_case), beside stopwords, single characters and capitals anywhere.
 PLAIN = st.lists(st.sampled_from(list("aeiosdgylnt") + ["ing", "ly", "ed", "ies", "ied", "ss", "s"]),
                  min_size=1, max_size=5).map("".join) | st.from_regex(r"[0-9]{1,8}", fullmatch=True) | \
-    st.sampled_from(sorted(text_features.STOPWORDS)) | st.from_regex(r"[a-z]{1,14}", fullmatch=True)
+    st.sampled_from(sorted(text_features.STOPWORDS)).map(lambda w: st.sampled_from([w, w.title(), w.upper()])).flatmap(
+        lambda s: s) | st.from_regex(r"[a-z]{1,14}", fullmatch=True) | st.from_regex(r"[A-Za-z0-9_]{1,12}", fullmatch=True) | \
+    st.lists(st.sampled_from(["_", "a", "b", "Q", "7", "ies", "ing", "s"]), min_size=1, max_size=7).map("".join)
 
 
 def read_in_c(token: str):
@@ -114,14 +117,33 @@ def read_in_c(token: str):
 @example("12")
 @example("123")
 @example("12345")
+@example("Order")
+@example("The")
+@example("order_id")
+@example("_order_id")
+@example("order__id")
+@example("Order_id")
+@example("W42")
+@example("item_ids")
+@example("getUser")
+@example("ORDERS")
 def test_the_c_scan_reads_a_plain_token_as_text_features_does(token):
     assert read_in_c(token) == text_features._token_info(token)
 
 
 def test_the_c_scan_leaves_other_tokens_to_the_memo():
-    memo = text_features._WordMemo(text_features._token_info)
-    native.scan("Order #W42 e-mail order_id café x9", memo, text_features._PLAIN_WORDS)
-    assert memo == {tok: text_features._token_info(tok) for tok in ["Order", "#W42", "e-mail", "order_id", "café", "x9"]}
+    asked = []
+
+    class Memo(text_features._WordMemo):
+        def __missing__(self, token):
+            asked.append(token)
+            return super().__missing__(token)
+
+    memo = Memo(text_features._token_info)
+    native.scan("Order #W42 e-mail café 中文 x-9 order_id 12345", memo, text_features._PLAIN_WORDS)
+    assert asked == ["#W42", "e-mail", "café", "中文", "x-9"]
+    assert memo == {tok: text_features._token_info(tok) for tok in
+                    ["Order", "#W42", "e-mail", "café", "中文", "x-9", "order_id", "12345"]}
 
 
 def test_the_c_scan_keeps_the_memo_within_its_bound():
