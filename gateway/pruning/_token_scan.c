@@ -614,10 +614,115 @@ error:
     return NULL;
 }
 
+/* text_features._entity_form of an ASCII string: in small letters; None under three
+   characters or for a stopword; a tag's '#'s stripped from four characters on. NULL
+   without an exception for a string beyond ASCII (left to the memo's __missing__), NULL
+   with one on an error. */
+static PyObject *
+ascii_entity_form(PyObject *string, PyObject *stopwords)
+{
+    if (!PyUnicode_IS_ASCII(string)) {
+        return NULL;
+    }
+    const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(string);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(string);
+    if (length < 3) {
+        return Py_NewRef(Py_None);
+    }
+    PyObject *lowered = NULL;
+    for (Py_ssize_t i = 0; i < length && lowered == NULL; i++) {
+        if (chars[i] >= 'A' && chars[i] <= 'Z') {
+            lowered = PyUnicode_New(length, 127);
+            if (lowered == NULL) {
+                return NULL;
+            }
+            Py_UCS1 *out = PyUnicode_1BYTE_DATA(lowered);
+            for (Py_ssize_t k = 0; k < length; k++) {
+                out[k] = chars[k] >= 'A' && chars[k] <= 'Z' ? (Py_UCS1)(chars[k] + ('a' - 'A')) : chars[k];
+            }
+        }
+    }
+    if (lowered == NULL) {
+        lowered = Py_NewRef(string);
+    }
+    int stopword = PySet_Contains(stopwords, lowered);
+    if (stopword != 0) {
+        Py_DECREF(lowered);
+        return stopword < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    if (chars[0] == '#' && length > 3) {
+        Py_ssize_t tag = 0;
+        while (tag < length && chars[tag] == '#') {
+            tag++;
+        }
+        PyObject *stripped = PyUnicode_Substring(lowered, tag, length);
+        Py_DECREF(lowered);
+        return stripped;
+    }
+    return lowered;
+}
+
+PyDoc_STRVAR(entity_forms_doc,
+"entity_forms(strings, memo, stopwords, max_entries) -> list\n\n"
+"``[memo[s] for s in strings]``, an ASCII string the memo lacks read in C as\n"
+"text_features._entity_form reads it (stored while the memo holds fewer than\n"
+"``max_entries``); any other through the memo's ``__missing__``.");
+
+static PyObject *
+entity_forms(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_Check(args[1]) || !PyFrozenSet_Check(args[2]) || !PyLong_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "entity_forms() takes strings, a dict, a frozenset and an int");
+        return NULL;
+    }
+    PyObject *memo = args[1], *stopwords = args[2];
+    Py_ssize_t max_entries = PyLong_AsSsize_t(args[3]);
+    if (max_entries == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *strings = PySequence_Fast(args[0], "entity_forms() takes a sequence of strings");
+    if (strings == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(strings);
+    PyObject *forms = PyList_New(n);
+    if (forms == NULL) {
+        Py_DECREF(strings);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *string = PySequence_Fast_GET_ITEM(strings, k);
+        PyObject *form = PyDict_GetItemWithError(memo, string);
+        if (form != NULL) {
+            Py_INCREF(form);
+        }
+        else if (!PyErr_Occurred()) {
+            form = PyUnicode_Check(string) ? ascii_entity_form(string, stopwords) : NULL;
+            if (form != NULL) {
+                if (PyDict_GET_SIZE(memo) < max_entries && PyDict_SetItem(memo, string, form) < 0) {
+                    Py_CLEAR(form);
+                }
+            }
+            else if (!PyErr_Occurred()) {
+                form = PyObject_GetItem(memo, string);
+            }
+        }
+        if (form == NULL) {
+            Py_DECREF(forms);
+            Py_DECREF(strings);
+            return NULL;
+        }
+        PyList_SET_ITEM(forms, k, form);
+    }
+    Py_DECREF(strings);
+    return forms;
+}
+
 static PyMethodDef methods[] = {
     {"tokens", (PyCFunction)tokens, METH_O, tokens_doc},
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL, scan_doc},
     {"quoted", (PyCFunction)quoted, METH_O, quoted_doc},
+    {"entity_forms", (PyCFunction)(void (*)(void))entity_forms, METH_FASTCALL, entity_forms_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -81,9 +81,17 @@ def python_scan(text: str, token_info: Mapping[str, TokenInfo],
     return counts, sum(counts.values()), found, flags
 
 
+def python_entity_forms(strings: list[str], memo: Mapping[str, str | None], stopwords: frozenset[str],
+                        max_entries: int) -> list[str | None]:
+    """The entity form of each string (quoted strings, e-mails, file names) through ``memo``,
+    whose ``__missing__`` computes a form (text_features's). ``stopwords`` and ``max_entries``
+    are for the C twin, which reads an ASCII string the memo lacks itself."""
+    return list(map(memo.__getitem__, strings))
+
+
 try:
-    from gateway.pruning._token_scan import quoted, scan, tokens
+    from gateway.pruning._token_scan import entity_forms, quoted, scan, tokens
     NATIVE = True
 except ImportError:  # not built (no compiler where it was installed): the same in Python
-    quoted, scan, tokens = python_quoted, python_scan, python_tokens
+    quoted, scan, tokens, entity_forms = python_quoted, python_scan, python_tokens, python_entity_forms
     NATIVE = False

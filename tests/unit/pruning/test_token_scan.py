@@ -154,6 +154,39 @@ def test_the_c_scan_keeps_the_memo_within_its_bound():
     assert list(memo) == ["alpha", "bravo"]
 
 
+# What analyse reads entity forms of: quoted strings, e-mails, file names; tags ('#', '##'),
+# stopwords in any case, short strings, beyond ASCII.
+FORM_STRINGS = st.lists(st.sampled_from(["#", "a", "B", "9", " ", ".", "-", "_", "@", "é", "İ", "中", "the", "The"]),
+                        max_size=8).map("".join) | \
+    st.sampled_from(sorted(text_features.STOPWORDS)).flatmap(lambda w: st.sampled_from([w, w.upper(), "#" + w])) | \
+    st.text(max_size=12)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(FORM_STRINGS, max_size=6))
+def test_entity_forms_are_text_features_forms(strings):
+    memo = text_features._WordMemo(text_features._entity_form)
+    forms = native.entity_forms(strings, memo, text_features.STOPWORDS, 100)
+    assert forms == [text_features._entity_form(s) for s in strings]
+    assert memo == {s: text_features._entity_form(s) for s in strings}
+
+
+def test_entity_forms_leave_strings_beyond_ascii_to_the_memo_within_its_bound():
+    asked = []
+
+    class Memo(text_features._WordMemo):
+        def __missing__(self, string):
+            asked.append(string)
+            return super().__missing__(string)
+
+    memo = Memo(text_features._entity_form, max_entries=3)
+    strings = ["Order ID", "café", "#W42", "The", "x9"]
+    assert native.entity_forms(strings, memo, text_features.STOPWORDS, 3) == \
+        token_scan.python_entity_forms(strings, text_features._WordMemo(text_features._entity_form), frozenset(), 0)
+    assert asked == ["café"]
+    assert list(memo) == ["Order ID", "café", "#W42"]
+
+
 def test_scan_refuses_a_malformed_memo_entry():
     with pytest.raises(TypeError):
         native.scan("a", {"a": ("a", (), 0)})
