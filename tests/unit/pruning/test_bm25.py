@@ -45,6 +45,16 @@ def test_document_frequencies_are_the_python_ones_in_their_order(documents):
     assert ours == theirs and list(ours) == list(theirs)
 
 
+def test_document_frequencies_count_equal_keys_as_one_past_the_table_growth():
+    # Equal terms are often distinct objects ("~orde" of "order" and of "orders"), and a
+    # conversation has thousands of terms (the table grows several times).
+    documents = [{"".join(["t", str(i % 5000)]): 1 for i in range(start, start + 3000)} for start in range(0, 9000, 1500)]
+    documents += [frozenset("".join(["t", str(i)]) for i in range(0, 9000, 7))]
+    ours = native.document_frequencies(documents)
+    assert ours == bm25.python_document_frequencies(documents) and list(ours) == list(bm25.python_document_frequencies(documents))
+    assert len(ours) == 5000 + len(range(5005, 9000, 7)) and ours["t0"] == 5
+
+
 @settings(max_examples=2000, deadline=None)
 @given(DOCUMENTS, st.integers(min_value=0, max_value=10**7))
 def test_inverse_frequencies_are_the_python_bits_in_their_order(documents, more_docs):
