@@ -1,4 +1,5 @@
-"""The inner sums of the local scorer's BM25: one unit against a weighted query.
+"""The inner sums of the local scorer's BM25: one unit against a weighted query; and the
+corpus's document frequencies and their inverse.
 
 ``scoring.LocalScorer._bm25`` walks the smaller side of each pair (the query's terms, or
 the unit's), in its order, so that the float sum is the same bits whichever way it is
@@ -9,14 +10,18 @@ Python, the fallback where it is not built, and the reference the C code is test
 against (tests/unit/pruning/test_bm25.py)::
 
     query_side({"order": 2}, ["order", "refund"], [1.5, 0.7], 1.3)  # 1.5 * 2 / (2 + 1.3)
+    document_frequencies([{"order": 2}, {"order": 1, "refund": 1}])  # {"order": 2, "refund": 1}
+    inverse_frequencies({"order": 2}, 2)  # {"order": log(1 + 0.5 / 2.5)}
 
 ``NATIVE`` tells which of the two runs.
 """
 
 from __future__ import annotations
 
-from itertools import compress
-from typing import Mapping
+import math
+from collections import _count_elements
+from itertools import chain, compress
+from typing import Iterable, Mapping
 
 
 def python_query_side(counts: Mapping[str, int], terms: list[str], weights: list[float], norm: float) -> float:
@@ -40,9 +45,24 @@ def python_counts_side(counts: Mapping[str, int], query_idf: Mapping[str, float]
     return s
 
 
+def python_document_frequencies(documents: list[Iterable[str]]) -> dict[str, int]:
+    """Per key, how many of ``documents`` (each a unit's term counts or its entities: each
+    key once in each) hold it, in the order keys are first seen."""
+    df: dict[str, int] = {}
+    _count_elements(df, chain.from_iterable(documents))
+    return df
+
+
+def python_inverse_frequencies(df: Mapping[str, int], n_docs: int) -> dict[str, float]:
+    """BM25's inverse document frequency of each key of ``df``, in its order (the C twin
+    makes the same double operations in the same order, and calls the log math.log calls)."""
+    return {t: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+
+
 try:
-    from gateway.pruning._bm25 import counts_side, query_side
+    from gateway.pruning._bm25 import counts_side, document_frequencies, inverse_frequencies, query_side
     NATIVE = True
 except ImportError:  # not built (no compiler where it was installed): the same in Python
     query_side, counts_side = python_query_side, python_counts_side
+    document_frequencies, inverse_frequencies = python_document_frequencies, python_inverse_frequencies
     NATIVE = False

@@ -32,11 +32,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from itertools import chain
 from typing import Mapping, Protocol, Sequence
 
 from gateway.pruning import rubric, text_features as tf
-from gateway.pruning.bm25 import counts_side, query_side
+from gateway.pruning.bm25 import counts_side, document_frequencies, inverse_frequencies, query_side
 from gateway.pruning.conversation import KIND_TOOL_CHAIN, KIND_USER, Conversation
 from gateway.pruning.memo import TextMemo
 from gateway.pruning.references import copied_by_kept, later_mentions
@@ -80,7 +79,7 @@ class _Corpus:
     """The conversation's units as a BM25 corpus."""
 
     feats: list[_Features]   # per unit
-    edf: Counter             # entity -> units that mention it
+    edf: dict[str, int]      # entity -> units that mention it
     idf: dict[str, float]    # term -> inverse document frequency
     eidf: dict[str, float]   # entity -> likewise
     avg_len: float
@@ -88,11 +87,10 @@ class _Corpus:
     @classmethod
     def of(cls, feats: list[_Features]) -> _Corpus:
         n_docs = len(feats)
-        # One C-level count over every (unit, term) pair, not an update per unit.
-        df = Counter(chain.from_iterable(f.counts for f in feats))
-        edf = Counter(chain.from_iterable(f.entities for f in feats))
-        idf = {t: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for t, d in df.items()}
-        eidf = {e: math.log(1 + (n_docs - d + 0.5) / (d + 0.5)) for e, d in edf.items()}
+        # In C where it is built (bm25.py): one pass over every (unit, term) pair.
+        df = document_frequencies([f.counts for f in feats])
+        edf = document_frequencies([f.entities for f in feats])
+        idf, eidf = inverse_frequencies(df, n_docs), inverse_frequencies(edf, n_docs)
         avg_len = (sum(f.length for f in feats) / n_docs) if n_docs else 1.0
         return cls(feats, edf, idf, eidf, avg_len)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 # NATIVE (is the token loop in C?) and tokens are read from here too.
-from gateway.pruning.token_scan import NATIVE, quoted, scan, tokens  # noqa: F401
+from gateway.pruning.token_scan import NATIVE, entity_forms, quoted, scan, tokens  # noqa: F401
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -178,9 +178,18 @@ def _token_info(tok: str) -> tuple[tuple[str, ...], tuple[str, ...], int]:
 
 
 _TOKEN_INFO = _WordMemo(_token_info)
+# What the C scan reads a plain word or number with on its first sight, as _token_info
+# would (_token_scan.c): no Python call for most of a conversation's distinct tokens.
+_PLAIN_WORDS = (STOPWORDS, _WORD_FLAGS, _TOKEN_INFO._max_entries)
 # Quoted strings, e-mails, file names -> entity form: JSON repeats its keys and
 # values. Up to 60 characters each, so fewer of them (about 20 MiB at the bound).
 _ENTITY_FORMS = _WordMemo(_entity_form, max_entries=100_000)
+
+
+def _entity_forms(strings: list[str]) -> list[str | None]:
+    """``[_ENTITY_FORMS[s] for s in strings]``; in C where it is built, an ASCII string
+    the memo lacks is read there (``token_scan.entity_forms``), without a Python call."""
+    return entity_forms(strings, _ENTITY_FORMS, STOPWORDS, _ENTITY_FORMS._max_entries)
 
 
 def clear_word_cache() -> None:
@@ -192,15 +201,15 @@ def clear_word_cache() -> None:
 
 def analyse(text: str) -> TextInfo:
     """Terms, entities, constraint and error flags of a text in one pass."""
-    counts, length, found, flags = scan(text, _TOKEN_INFO)
+    counts, length, found, flags = scan(text, _TOKEN_INFO, _PLAIN_WORDS)
     if "@" in text:
         # An e-mail holds no whitespace: only the words with an '@' are scanned (the pattern
         # backtracks over every word it starts at, a few hundred instructions a character).
-        found.update(map(_ENTITY_FORMS.__getitem__, _EMAIL.findall(" ".join(w for w in text.split() if "@" in w))))
+        found.update(_entity_forms(_EMAIL.findall(" ".join(w for w in text.split() if "@" in w))))
     if '"' in text:
-        found.update(map(_ENTITY_FORMS.__getitem__, quoted(text)))
+        found.update(_entity_forms(quoted(text)))
     if _FILE_GATE.search(text):
-        found.update(map(_ENTITY_FORMS.__getitem__, _FILE.findall(text)))
+        found.update(_entity_forms(_FILE.findall(text)))
     found.discard(None)
     cjk = not text.isascii() and _CJK.search(text) is not None
     constraint = bool(flags & _F_CONSTRAINT) or (

@@ -8,11 +8,13 @@ docs/speed.md): about three times fewer instructions for ``analyse``. This
 module is the same loop in Python, the fallback where it is not built, and
 the reference the C code is tested against (tests/unit/pruning/test_token_scan.py)::
 
-    counts, length, entities, flags = scan("order #W42 failed", token_info)
+    counts, length, entities, flags = scan("order #W42 failed", token_info, plain_words)
 
 ``token_info`` maps a token to its (terms, entities, flags), computed on a
-miss by its ``__missing__`` (text_features's memo). ``NATIVE`` tells which
-of the two runs.
+miss by its ``__missing__`` (text_features's memo); the C scan reads a plain
+word or number itself on a miss, by the rule ``plain_words`` gives it (the
+stopwords, the words' flags, the memo's bound). ``NATIVE`` tells which of the
+two runs.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ QUOTED = re.compile(r"\"([^\"\n]{2,60})\"")
 python_quoted = QUOTED.findall
 
 TokenInfo = tuple[tuple[str, ...], tuple[str, ...], int]
+# (stopwords, word -> flags, the memo's bound): what the C scan reads a plain token with.
+PlainWords = tuple[frozenset[str], dict[str, int], int]
 
 
 def python_tokens(text: str) -> list[str]:
@@ -53,8 +57,11 @@ def python_tokens(text: str) -> list[str]:
     return split.split()
 
 
-def python_scan(text: str, token_info: Mapping[str, TokenInfo]) -> tuple[dict[str, int], int, set[str], int]:
-    """Each term's occurrences in ``text``, their sum, the entities, the flags or-ed."""
+def python_scan(text: str, token_info: Mapping[str, TokenInfo],
+                plain_words: PlainWords | None = None) -> tuple[dict[str, int], int, set[str], int]:
+    """Each term's occurrences in ``text``, their sum, the entities, the flags or-ed.
+    ``plain_words`` is for the C scan, which reads a plain word or number ``token_info``
+    lacks itself (``_token_scan.c``); here the memo's ``__missing__`` reads every token."""
     counts: dict[str, int] = {}
     found: set[str] = set()
     flags = 0
@@ -74,9 +81,17 @@ def python_scan(text: str, token_info: Mapping[str, TokenInfo]) -> tuple[dict[st
     return counts, sum(counts.values()), found, flags
 
 
+def python_entity_forms(strings: list[str], memo: Mapping[str, str | None], stopwords: frozenset[str],
+                        max_entries: int) -> list[str | None]:
+    """The entity form of each string (quoted strings, e-mails, file names) through ``memo``,
+    whose ``__missing__`` computes a form (text_features's). ``stopwords`` and ``max_entries``
+    are for the C twin, which reads an ASCII string the memo lacks itself."""
+    return list(map(memo.__getitem__, strings))
+
+
 try:
-    from gateway.pruning._token_scan import quoted, scan, tokens
+    from gateway.pruning._token_scan import entity_forms, quoted, scan, tokens
     NATIVE = True
 except ImportError:  # not built (no compiler where it was installed): the same in Python
-    quoted, scan, tokens = python_quoted, python_scan, python_tokens
+    quoted, scan, tokens, entity_forms = python_quoted, python_scan, python_tokens, python_entity_forms
     NATIVE = False

@@ -30,6 +30,38 @@ def same_bits(a: float, b: float) -> bool:
 
 def test_the_native_sums_are_in_use_where_they_are_built():
     assert bm25.NATIVE and bm25.query_side is native.query_side and bm25.counts_side is native.counts_side
+    assert bm25.document_frequencies is native.document_frequencies
+    assert bm25.inverse_frequencies is native.inverse_frequencies
+
+
+# A corpus as the scorer reads it: each unit's term counts (a dict) or its entities (a frozenset).
+DOCUMENTS = st.lists(COUNTS | st.frozensets(TERMS, max_size=10), max_size=40)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(DOCUMENTS)
+def test_document_frequencies_are_the_python_ones_in_their_order(documents):
+    ours, theirs = native.document_frequencies(documents), bm25.python_document_frequencies(documents)
+    assert ours == theirs and list(ours) == list(theirs)
+
+
+def test_document_frequencies_count_equal_keys_as_one_past_the_table_growth():
+    # Equal terms are often distinct objects ("~orde" of "order" and of "orders"), and a
+    # conversation has thousands of terms (the table grows several times).
+    documents = [{"".join(["t", str(i % 5000)]): 1 for i in range(start, start + 3000)} for start in range(0, 9000, 1500)]
+    documents += [frozenset("".join(["t", str(i)]) for i in range(0, 9000, 7))]
+    ours = native.document_frequencies(documents)
+    assert ours == bm25.python_document_frequencies(documents) and list(ours) == list(bm25.python_document_frequencies(documents))
+    assert len(ours) == 5000 + len(range(5005, 9000, 7)) and ours["t0"] == 5
+
+
+@settings(max_examples=2000, deadline=None)
+@given(DOCUMENTS, st.integers(min_value=0, max_value=10**7))
+def test_inverse_frequencies_are_the_python_bits_in_their_order(documents, more_docs):
+    df, n_docs = bm25.python_document_frequencies(documents), len(documents) + more_docs
+    ours, theirs = native.inverse_frequencies(df, n_docs), bm25.python_inverse_frequencies(df, n_docs)
+    assert list(ours) == list(theirs)
+    assert [v.hex() for v in ours.values()] == [v.hex() for v in theirs.values()]
 
 
 @settings(max_examples=2000, deadline=None)
@@ -69,5 +101,14 @@ def test_the_scorer_scores_alike_on_either_path(monkeypatch):
     ours = lexical()
     monkeypatch.setattr(scoring, "query_side", bm25.python_query_side)
     monkeypatch.setattr(scoring, "counts_side", bm25.python_counts_side)
+    assert lexical() == ours
+    # and with the corpus's frequencies counted in Python too
+    monkeypatch.setattr(scoring, "document_frequencies", bm25.python_document_frequencies)
+    monkeypatch.setattr(scoring, "inverse_frequencies", bm25.python_inverse_frequencies)
+    python_corpus = scoring._Corpus.of([scorer.features(u.text) for u in conv.units])
+    assert python_corpus.idf.keys() == corpus.idf.keys() and python_corpus.edf == corpus.edf
+    assert [v.hex() for v in python_corpus.idf.values()] == [v.hex() for v in corpus.idf.values()]
+    assert [v.hex() for v in python_corpus.eidf.values()] == [v.hex() for v in corpus.eidf.values()]
+    corpus = python_corpus
     assert lexical() == ours
     assert len(set(ours)) > 100  # scores that tell the units apart
