@@ -29,7 +29,8 @@ from gateway.pruning.epochs import settled_prefix
 from gateway.pruning.marker_refs import marker_spans, refs_tokens, span_ref, with_ref
 from gateway.pruning.key_lines import MIN_KEY_LINE_ROOM, key_line_masks
 from gateway.pruning.markers import (MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids,
-                                     without_carried_ids, without_later_carried, without_markers, listing_room)
+                                     with_carried_trimmed, without_carried_ids, without_later_carried, without_markers,
+                                     listing_room)
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.protection import Protection, protect
 from gateway.pruning.refill import RefillTask, refill
@@ -247,10 +248,12 @@ def _forwarded(d: _Decision) -> Assembled:
                          drop=p.attainable) < over:
             markers, fresh = _markers(d)
             done = _assembled(d, markers)
+    listed, given_up = markers, 0  # the carried markers with their lists, before any gives them up
     for give_up in (without_carried_ids, without_later_carried, without_markers):
         if done.held > request.target_tokens and p.attainable:
             markers = give_up(markers, fresh)
             done = _assembled(d, markers)
+            given_up += 1
     fresh = [pos for pos in fresh if pos in markers]
     ids_tokens = request.policy.omitted_ids_tokens
     if fresh and ids_tokens > 0:
@@ -260,9 +263,30 @@ def _forwarded(d: _Decision) -> Assembled:
         markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded,
                                    (room, ids_tokens), request.counter, refs)
         done = _assembled(d, markers)
+    if given_up == 1:
+        done = _with_carried_lists(d, done, {pos: m if pos in fresh else listed[pos] for pos, m in markers.items()},
+                                   fresh)
     done = _with_key_lines(d, done)
     check_no_new_problems(d.task.conversation.messages, done.forwarded)
     return done
+
+
+def _with_carried_lists(d: _Decision, done: Assembled, markers: Mapping[int, dict[str, Any]],
+                        fresh: Sequence[int]) -> Assembled:
+    """The carried markers' lists given back after the fresh markers took theirs: all of them
+    when they fit under the target, else trimmed by what they put over it
+    (``markers.with_carried_trimmed``); ``done`` (none given back) if even that is over. Giving
+    up every list at once for an overshoot of a few tokens would drop the ids the model is
+    likeliest to need again (the carried span's best ones) and rewrite the cached bytes
+    from the first carried marker on all the same."""
+    target = d.task.request.target_tokens
+    restored = _assembled(d, markers)
+    if restored.held <= target:
+        return restored
+    count = d.task.request.counter.count_message
+    trimmed = _assembled(d, with_carried_trimmed(markers, fresh, restored.held - target,
+                                                 lambda pos, m: count(_as_named(d.task, pos, m))))
+    return trimmed if trimmed.held <= target else done
 
 
 def _ids_room(d: _Decision, done: Assembled) -> int:
