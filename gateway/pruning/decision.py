@@ -237,7 +237,8 @@ def _forwarded(d: _Decision) -> Assembled:
     """The markers placed and the messages assembled. Markers cost tokens the reserve may
     not cover: over the target, more is shed (masked only, under an unattainable one) and
     all is placed again. Then the fresh markers take the ids of what they stand for,
-    within the room left."""
+    within the room left, and the carried markers' lists, given up when over the target,
+    come back as far as they fit in it (``_with_carried_lists``)."""
     request, p = d.task.request, d.protection
     markers, fresh = _markers(d)
     done = _assembled(d, markers)
