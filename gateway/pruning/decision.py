@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.assembly import Assembled, assemble, count_forwarded
+from gateway.pruning.assembly import Assembled, assemble, count_forwarded, message_actions
 from gateway.pruning.compression import dropped_marker, is_marker, is_omission_marker, task_reminder
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.epochs import settled_prefix
@@ -384,7 +384,7 @@ def _as_named(task: DecisionTask, pos: int, marker: dict[str, Any]) -> dict[str,
 def _result(d: _Decision, done: Assembled) -> PruneResult:
     task, request = d.task, d.task.request
     done.plan.target_tokens = request.target_tokens
-    actions, scores = _per_message(d)
+    actions, scores = message_actions(d.task.conversation, d.protection, d.actions, d.scores)
     body = dict(request.body)
     body["messages"] = done.forwarded
     return PruneResult(
@@ -395,31 +395,3 @@ def _result(d: _Decision, done: Assembled) -> PruneResult:
         problems=list(task.conversation.problems), goal_source=request.goal_source, scored_units=len(d.scores),
         epoch=task.epoch, sources=done.sources, target_rule_tokens=done.target_rule_tokens,
     )
-
-
-def _per_message(d: _Decision) -> tuple[list[Action], list[UnitScore | None]]:
-    """Each original message's action and score: its unit's. A masked unit's call and
-    the result it leaves whole count as kept."""
-    conv, p = d.task.conversation, d.protection
-    whole = p.whole
-    actions = [KEPT] * len(conv.messages)
-    scores: list[UnitScore | None] = [None] * len(conv.messages)
-    for u in conv.units:
-        act = d.actions.get(u.index, KEPT)
-        score = d.scores.get(u.index) or _pin_score(u.index, p.hard_pins, p.in_window)
-        for j in u.indices:
-            scores[j] = score
-            if act == DROPPED:
-                actions[j] = DROPPED
-            elif act == MASKED and conv.messages[j].get("role") in ("tool", "function") and j not in whole:
-                actions[j] = MASKED
-    return actions, scores
-
-
-def _pin_score(index: int, hard_pins: set[int], window: set[int]) -> UnitScore:
-    if index in hard_pins:
-        return UnitScore(5, 1.0, "pinned: system, goal or current request")
-    if index in window:
-        return UnitScore(5, 1.0, "pinned: recent window")
-    return UnitScore(3, 0.0, "kept")
-
