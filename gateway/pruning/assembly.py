@@ -17,6 +17,7 @@ from gateway.pruning.compression import MASKED_PREFIX, is_maskable
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.protection import Protection
+from gateway.pruning.scoring import UnitScore
 from gateway.pruning.tokens import TokenCounter
 from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action
 
@@ -107,3 +108,31 @@ def count_forwarded_both(forwarded: Sequence[Mapping[str, Any]], sources: Sequen
 def _is_masked(m: Mapping[str, Any]) -> bool:
     c = m.get("content")
     return isinstance(c, str) and c.startswith(MASKED_PREFIX)
+
+
+def message_actions(conv: Conversation, protection: Protection, actions: Mapping[int, Action],
+                    scores: Mapping[int, UnitScore]) -> tuple[list[Action], list[UnitScore | None]]:
+    """Each original message's action and score, as a report shows them: its unit's (a pinned
+    unit's, the pin's). A masked unit's call and the result it leaves whole count as kept,
+    as ``assemble`` forwards them."""
+    whole = protection.whole
+    per_message = [KEPT] * len(conv.messages)
+    per_message_scores: list[UnitScore | None] = [None] * len(conv.messages)
+    for u in conv.units:
+        act = actions.get(u.index, KEPT)
+        score = scores.get(u.index) or _pin_score(u.index, protection.hard_pins, protection.in_window)
+        for j in u.indices:
+            per_message_scores[j] = score
+            if act == DROPPED:
+                per_message[j] = DROPPED
+            elif act == MASKED and conv.messages[j].get("role") in ("tool", "function") and j not in whole:
+                per_message[j] = MASKED
+    return per_message, per_message_scores
+
+
+def _pin_score(index: int, hard_pins: set[int], window: set[int]) -> UnitScore:
+    if index in hard_pins:
+        return UnitScore(5, 1.0, "pinned: system, goal or current request")
+    if index in window:
+        return UnitScore(5, 1.0, "pinned: recent window")
+    return UnitScore(3, 0.0, "kept")

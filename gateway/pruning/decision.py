@@ -22,14 +22,15 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from gateway.pruning.assembly import Assembled, assemble, count_forwarded
+from gateway.pruning.assembly import Assembled, assemble, count_forwarded, message_actions
 from gateway.pruning.compression import dropped_marker, is_marker, is_omission_marker, task_reminder
 from gateway.pruning.conversation import Conversation
 from gateway.pruning.epochs import settled_prefix
 from gateway.pruning.marker_refs import marker_spans, refs_tokens, span_ref, with_ref
 from gateway.pruning.key_lines import MIN_KEY_LINE_ROOM, key_line_masks
 from gateway.pruning.markers import (MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids,
-                                     without_carried_ids, without_later_carried, without_markers, listing_room)
+                                     with_carried_trimmed, without_carried_ids, without_later_carried, without_markers,
+                                     listing_room)
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.protection import Protection, protect
 from gateway.pruning.refill import RefillTask, refill
@@ -236,7 +237,8 @@ def _forwarded(d: _Decision) -> Assembled:
     """The markers placed and the messages assembled. Markers cost tokens the reserve may
     not cover: over the target, more is shed (masked only, under an unattainable one) and
     all is placed again. Then the fresh markers take the ids of what they stand for,
-    within the room left."""
+    within the room left, and the carried markers' lists, given up when over the target,
+    come back as far as they fit in it (``_with_carried_lists``)."""
     request, p = d.task.request, d.protection
     markers, fresh = _markers(d)
     done = _assembled(d, markers)
@@ -247,10 +249,12 @@ def _forwarded(d: _Decision) -> Assembled:
                          drop=p.attainable) < over:
             markers, fresh = _markers(d)
             done = _assembled(d, markers)
+    listed, given_up = markers, 0  # the carried markers with their lists, before any gives them up
     for give_up in (without_carried_ids, without_later_carried, without_markers):
         if done.held > request.target_tokens and p.attainable:
             markers = give_up(markers, fresh)
             done = _assembled(d, markers)
+            given_up += 1
     fresh = [pos for pos in fresh if pos in markers]
     ids_tokens = request.policy.omitted_ids_tokens
     if fresh and ids_tokens > 0:
@@ -260,9 +264,30 @@ def _forwarded(d: _Decision) -> Assembled:
         markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded,
                                    (room, ids_tokens), request.counter, refs)
         done = _assembled(d, markers)
+    if given_up == 1:
+        done = _with_carried_lists(d, done, {pos: m if pos in fresh else listed[pos] for pos, m in markers.items()},
+                                   fresh)
     done = _with_key_lines(d, done)
     check_no_new_problems(d.task.conversation.messages, done.forwarded)
     return done
+
+
+def _with_carried_lists(d: _Decision, done: Assembled, markers: Mapping[int, dict[str, Any]],
+                        fresh: Sequence[int]) -> Assembled:
+    """The carried markers' lists given back after the fresh markers took theirs: all of them
+    when they fit under the target, else trimmed by what they put over it
+    (``markers.with_carried_trimmed``); ``done`` (none given back) if even that is over. Giving
+    up every list at once for an overshoot of a few tokens would drop the ids the model is
+    likeliest to need again (the carried span's best ones) and rewrite the cached bytes
+    from the first carried marker on all the same."""
+    target = d.task.request.target_tokens
+    restored = _assembled(d, markers)
+    if restored.held <= target:
+        return restored
+    count = d.task.request.counter.count_message
+    trimmed = _assembled(d, with_carried_trimmed(markers, fresh, restored.held - target,
+                                                 lambda pos, m: count(_as_named(d.task, pos, m))))
+    return trimmed if trimmed.held <= target else done
 
 
 def _ids_room(d: _Decision, done: Assembled) -> int:
@@ -359,7 +384,7 @@ def _as_named(task: DecisionTask, pos: int, marker: dict[str, Any]) -> dict[str,
 def _result(d: _Decision, done: Assembled) -> PruneResult:
     task, request = d.task, d.task.request
     done.plan.target_tokens = request.target_tokens
-    actions, scores = _per_message(d)
+    actions, scores = message_actions(d.task.conversation, d.protection, d.actions, d.scores)
     body = dict(request.body)
     body["messages"] = done.forwarded
     return PruneResult(
@@ -370,31 +395,3 @@ def _result(d: _Decision, done: Assembled) -> PruneResult:
         problems=list(task.conversation.problems), goal_source=request.goal_source, scored_units=len(d.scores),
         epoch=task.epoch, sources=done.sources, target_rule_tokens=done.target_rule_tokens,
     )
-
-
-def _per_message(d: _Decision) -> tuple[list[Action], list[UnitScore | None]]:
-    """Each original message's action and score: its unit's. A masked unit's call and
-    the result it leaves whole count as kept."""
-    conv, p = d.task.conversation, d.protection
-    whole = p.whole
-    actions = [KEPT] * len(conv.messages)
-    scores: list[UnitScore | None] = [None] * len(conv.messages)
-    for u in conv.units:
-        act = d.actions.get(u.index, KEPT)
-        score = d.scores.get(u.index) or _pin_score(u.index, p.hard_pins, p.in_window)
-        for j in u.indices:
-            scores[j] = score
-            if act == DROPPED:
-                actions[j] = DROPPED
-            elif act == MASKED and conv.messages[j].get("role") in ("tool", "function") and j not in whole:
-                actions[j] = MASKED
-    return actions, scores
-
-
-def _pin_score(index: int, hard_pins: set[int], window: set[int]) -> UnitScore:
-    if index in hard_pins:
-        return UnitScore(5, 1.0, "pinned: system, goal or current request")
-    if index in window:
-        return UnitScore(5, 1.0, "pinned: recent window")
-    return UnitScore(3, 0.0, "kept")
-

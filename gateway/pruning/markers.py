@@ -9,7 +9,7 @@ is far more likely to reuse an old id than an old sentence.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from gateway.pruning.compression import (CALLS_HEAD, dropped_marker, is_marker, is_omission_marker, marker_calls,
                                          marker_ids)
@@ -175,6 +175,39 @@ def without_carried_ids(markers: Mapping[int, dict[str, Any]], fresh: Sequence[i
     return {pos: dropped_marker() if pos not in fresh and is_omission_marker(m) and (marker_ids(m) or marker_calls(m))
             else m
             for pos, m in markers.items()}
+
+
+def with_carried_trimmed(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int], over: int,
+                         cost: Callable[[int, dict[str, Any]], int]) -> dict[int, dict[str, Any]]:
+    """Over an attainable target by ``over`` tokens, the carried omission markers (placed by
+    earlier decisions) give up as much of their lists as it takes and no more: the newest
+    first (the cached bytes before it stay as they are), its
+    lowest-ranked ids first (they are listed best first), then its oldest calls
+    (``with_omitted_ids`` trims so). The fresh markers keep theirs. A carried marker that
+    changes has its bytes, and those after it, written to the cache again, as giving up its
+    whole list would (``without_carried_ids``). ``cost``: a marker's tokens at a position,
+    as forwarded."""
+    out = dict(markers)
+    for pos in sorted(markers, reverse=True):
+        marker = markers[pos]
+        if over <= 0:
+            break
+        if pos in fresh or not is_omission_marker(marker):
+            continue
+        ids, calls = marker_ids(marker), marker_calls(marker)
+        if not (ids or calls):
+            continue
+        before = cost(pos, marker)
+        trimmed = marker
+        while (ids or calls) and before - cost(pos, trimmed) < over:
+            if ids:
+                ids.pop()
+            else:
+                calls.pop(0)
+            trimmed = dropped_marker(ids, calls)
+        over -= before - cost(pos, trimmed)
+        out[pos] = trimmed
+    return out
 
 
 def without_later_carried(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> dict[int, dict[str, Any]]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from gateway.pruning.compression import DROPPED_MARKER, kept_values, marker_ids
+from gateway.pruning.compression import DROPPED_MARKER, dropped_marker, kept_values, marker_calls, marker_ids
 from gateway.pruning.frozen import FrozenPlan
 from gateway.pruning.ids import ids_in, omitted_ids
+from gateway.pruning.markers import with_carried_trimmed
 from gateway.pruning.policy import Policy
 from tests.support.conversations import SYSTEM, agent_history
 from tests.support.pure_prune import COUNTER, markers, run
@@ -227,3 +228,24 @@ def test_an_epoch_that_rewrites_its_prefix_keeps_the_markers_of_the_spans_still_
     placed, fresh = place_markers(conv, actions, [(2, first), (6, second)], boundary=10, locked=False,
                                   per_epoch=False, earlier_drops=earlier)
     assert placed == {2: first} and fresh == []
+
+
+def test_carried_markers_give_up_what_is_over_the_target_newest_first_lowest_ranked_ids_first():
+    def cost(pos, marker):
+        return COUNTER.count_message(marker)
+
+    old = dropped_marker(["order_1001", "order_1002", "order_1003"], ["read a.py 1-40"])
+    newer = dropped_marker(["4760268021", "5555500001", "7777700003"])
+    fresh = dropped_marker(["fresh_id"])
+    placed = {2: old, 9: newer, 15: fresh}
+    # Nothing over: nothing changes.
+    assert with_carried_trimmed(placed, [15], 0, cost) == placed
+    # A little over: the newer carried marker loses its last (lowest-ranked) id and no more.
+    out = with_carried_trimmed(placed, [15], 1, cost)
+    assert marker_ids(out[9]) == ["4760268021", "5555500001"] and out[2] == old and out[15] == fresh
+    # More than the newer one holds: it goes plain, then the older one gives up its ids, then its calls.
+    out = with_carried_trimmed(placed, [15], cost(9, newer) - cost(9, dropped_marker()) + 1, cost)
+    assert out[9] == dropped_marker() and marker_ids(out[2]) == ["order_1001", "order_1002"]
+    assert marker_calls(out[2]) == ["read a.py 1-40"]
+    out = with_carried_trimmed(placed, [15], 10_000, cost)
+    assert out == {2: dropped_marker(), 9: dropped_marker(), 15: fresh}  # the fresh marker keeps its list

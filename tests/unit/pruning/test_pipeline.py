@@ -468,6 +468,28 @@ def test_an_epoch_whose_pins_fill_the_low_water_mark_still_lists_the_new_spans_i
     assert epochs >= 5
 
 
+def test_a_carried_marker_over_the_target_gives_up_only_the_ids_it_must_its_lowest_ranked_first():
+    """The same history: an epoch whose earlier marker's ids would push the forward over the
+    target trims that list from its end (the lowest-ranked ids) by what is over, after the
+    new span's marker has listed its own, rather than giving the whole list up."""
+    system = {"role": "system", "content": "You are a support agent. Policy: " + "be exact and kind. " * 450}
+    plan, before, trimmed = None, None, 0
+    for steps in range(6, 14):
+        messages = [system] + agent_history(steps, output_lines=40)[1:-2]
+        result = prune({"model": "gpt-4o-mini", "messages": messages}, Policy(), scorer=SCORER, counter=COUNTER,
+                       state=plan, steering=Steering(target_tokens=4000), continued=True)
+        plan = FrozenPlan.from_bytes(result.state.to_bytes())
+        assert result.forwarded_tokens <= 4000
+        markers = [marker_ids(m) for m in on_the_wire(result, messages) if is_omission_marker(m)]
+        if result.mode == Mode.EPOCH and before:
+            carried, listed = markers[0], before[0]
+            assert carried == listed[:len(carried)]  # the best ids stay, in their order
+            trimmed += 0 < len(carried) < len(listed)
+            assert markers[-1]
+        before = markers
+    assert trimmed
+
+
 def test_the_newest_tool_exchange_is_protected_where_the_decision_has_the_whole_target():
     """A one-off prune protects the newest tool exchange before the window (the agent's
     working set); a conversation that goes on decides to the low-water mark and leaves
