@@ -44,18 +44,22 @@ MAX_PIECES = 100_000
 class _Pieces(dict):
     """piece -> its two counts packed (see the module's docstring), filled on first sight.
     ``lead`` is what the piece stood after in its text: a space, or nothing for the
-    text's first piece (whose own trailing whitespace marks it as well)."""
+    text's first piece."""
+
+    __slots__ = ("_first", "_second", "_lead")
 
     def __init__(self, first: Callable[[str], int], second: Callable[[str], int] | None, lead: str) -> None:
         super().__init__()
         self._first, self._second, self._lead = first, second, lead
 
     def __missing__(self, piece: str) -> int:
-        if piece[-1:].isspace() or (not piece and self._lead):
-            return _MARK
         text = self._lead + piece
+        # Ending in whitespace (a space after a space: an empty piece) it may not be cut after.
+        # The text's first piece empty (it starts with a space) counts nothing and stays unmarked.
+        if text[-1:].isspace():
+            return _MARK
         first = self._first(text)
-        packed = first + ((self._second(text) if self._second is not None else first) << _SECOND)
+        packed = first + ((first if self._second is None else self._second(text)) << _SECOND)
         if len(piece) <= MAX_PIECE_CHARS:
             if len(self) >= MAX_PIECES:
                 self.clear()
