@@ -36,9 +36,11 @@ _SECOND = 32      # the second encoding's count sits above the first's (texts of
 _MARK = 1 << 62   # a piece the text may not be cut after: the text is counted whole
 _LOW = (1 << _SECOND) - 1
 # Long pieces (a minified JSON, a base64 blob) rarely repeat and would hold their text:
-# counted, not kept. The entries bound keeps a replica's memory flat (a few MB).
-MAX_PIECE_CHARS = 100
-MAX_PIECES = 100_000
+# counted, not kept. The entries bound keeps a replica's memory flat: at most ~9 MB a memo
+# (four per process: two encodings, heads and the rest), ~5 MB with a history's usual
+# pieces; a cold 100k-token prune fills ~7k entries.
+MAX_PIECE_CHARS = 64
+MAX_PIECES = 50_000
 
 
 class _Pieces(dict):
