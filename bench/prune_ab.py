@@ -15,7 +15,7 @@ ratio is the steadier one there). The other revision is checked
 out into a temporary git worktree, removed afterwards.
 
 ``--instructions`` counts instead of timing: each side runs under valgrind's
-callgrind (PYTHONHASHSEED=0) once with one cold prune and once with three, and the
+callgrind (PYTHONHASHSEED=0, OpenBLAS on one thread) once with one cold prune and once with three, and the
 difference over two is the machine instructions of one cold prune (the first prune
 of a process, which also compiles regexes and loads vocabularies, is left out as the
 timed rounds leave it out). The count repeats to within 0.05 % whatever the load, so
@@ -86,7 +86,10 @@ def _instructions(tree: Path, tokens: int, sessions: Path, prunes: int) -> int:
     """Instructions callgrind counts for a whole process of ``_ONE_SIDE`` with ``prunes`` prunes."""
     done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
                            "-c", _ONE_SIDE, str(tree), str(tokens), str(sessions), str(prunes)],
-                          capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+                          capture_output=True, text=True,
+                          # numpy's OpenBLAS threads spin while they wait, a count that moves with the load
+                          # (the same tree read 668.0 M and 671.5 M): one thread, and it repeats.
+                          env={**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"})
     found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0 or found is None:
         sys.stderr.write(done.stderr[-3000:])

@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping
 
 from gateway.pruning.memo import TextMemo
 from gateway.pruning.messages import message_token_text
+from gateway.pruning.token_pieces import PieceCounter
 
 ENGINES = ("rs-bpe", "tiktoken")  # how text is counted (SIEVE_TOKEN_ENGINE picks one)
 PER_MESSAGE_OVERHEAD = 4
@@ -118,11 +119,12 @@ class TokenCounter:
         if self.engine not in ENGINES:
             raise ValueError(f"token engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
         model = text_counter(encoding_name, self.engine)
+        # Each distinct space-led piece of the texts is counted once (token_pieces: the same numbers).
         if encoding_name == "cl100k_base":
-            self._counts = lambda text: (n := model(text), n)
+            self._counts = PieceCounter(model)
         else:
-            other = text_counter("cl100k_base", self.engine)
-            self._counts = lambda text: (max(n := model(text), other(text)), n)
+            both = PieceCounter(model, text_counter("cl100k_base", self.engine))
+            self._counts = lambda text: (max(counts := both(text)), counts[0])
         # text -> (tokens under the target rule, tokens in the model's own encoding)
         self._cache: TextMemo[tuple[int, int]] = TextMemo(cache_size, cache_chars)
 

@@ -1,0 +1,87 @@
+"""A text's token counts in two encodings, summed over its space-led pieces, each distinct piece counted once.
+
+A history repeats its words (a JSON output's keys, a record's ids, the words of
+a policy) far more than its texts: the texts of a cold 100k-token prune hold
+38k pieces but 6k distinct ones (a fifth of their characters). BPE counting
+costs per pre-token (~2.5k instructions under rs-bpe, per encoding), so a text
+is cut at its spaces, and each piece is counted once per counter and then looked up.
+
+Why the sum is the count. Both encodings (o200k_base, cl100k_base; their
+pre-tokenizer patterns are in tiktoken's ``openai_public.py``) encode each
+pre-token on its own, and no pre-token holds a character other than whitespace
+followed by a space: whitespace runs are pre-tokens of their own, and a word or
+a run of symbols takes at most one leading character (a space among them) and
+ends in letters, marks, symbols, ``\\r``, ``\\n`` or ``/``. So a space after a
+non-whitespace character starts a pre-token whatever follows, the scan restarts
+there as on a text of its own (the patterns look ahead only from within a
+whitespace run, never behind), and the text's count is the sum of its pieces'.
+A space after whitespace (``"a  b"``, ``"x\\n y"``) may be inside a pre-token:
+a piece ending in whitespace (Python's ``isspace``, a superset of the patterns'
+``\\s``), or empty, is *marked*, and a text with one is counted whole.
+``tests/unit/pruning/test_token_pieces.py`` holds the sums to the whole counts,
+both engines, on text built to break them and on the dev data's texts.
+
+One lookup per piece, in C (``sum(map(...))``): each piece's two counts are
+kept in one int, the first encoding's in the low 32 bits and the second's
+above them (``_SECOND``); a mark is a bit above both (``_MARK``), so a sum that
+reaches it, or overflows into it, is counted whole.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Callable
+
+_SECOND = 32      # the second encoding's count sits above the first's (texts of < 2**32 tokens)
+_MARK = 1 << 62   # a piece the text may not be cut after: the text is counted whole
+_LOW = (1 << _SECOND) - 1
+# Long pieces (a minified JSON, a base64 blob) rarely repeat and would hold their text:
+# counted, not kept. The entries bound keeps a replica's memory flat: at most ~9 MB a memo
+# (four per process: two encodings, heads and the rest), ~5 MB with a history's usual
+# pieces; a cold 100k-token prune fills ~7k entries.
+MAX_PIECE_CHARS = 64
+MAX_PIECES = 50_000
+
+
+class _Pieces(dict):
+    """piece -> its two counts packed (see the module's docstring), filled on first sight.
+    ``lead`` is what the piece stood after in its text: a space, or nothing for the
+    text's first piece."""
+
+    __slots__ = ("_first", "_second", "_lead")
+
+    def __init__(self, first: Callable[[str], int], second: Callable[[str], int] | None, lead: str) -> None:
+        super().__init__()
+        self._first, self._second, self._lead = first, second, lead
+
+    def __missing__(self, piece: str) -> int:
+        text = self._lead + piece
+        # Ending in whitespace (a space after a space: an empty piece) it may not be cut after.
+        # The text's first piece empty (it starts with a space) counts nothing and stays unmarked.
+        if text[-1:].isspace():
+            return _MARK
+        first = self._first(text)
+        packed = first + ((first if self._second is None else self._second(text)) << _SECOND)
+        if len(piece) <= MAX_PIECE_CHARS:
+            if len(self) >= MAX_PIECES:
+                self.clear()
+            self[piece] = packed
+        return packed
+
+
+class PieceCounter:
+    """``text -> (first, second)``: its tokens in two encodings (``second`` None: the
+    first's counts twice), the same numbers as counting the whole text with each."""
+
+    def __init__(self, first: Callable[[str], int], second: Callable[[str], int] | None = None) -> None:
+        self._first, self._second = first, second
+        self._heads = _Pieces(first, second, "")
+        self._spaced = _Pieces(first, second, " ")
+
+    def __call__(self, text: str) -> tuple[int, int]:
+        pieces = text.split(" ")
+        packed = sum(map(self._spaced.__getitem__, islice(pieces, 1, None)), self._heads[pieces[0]])
+        if packed >= _MARK:
+            first = self._first(text)
+            return first, self._second(text) if self._second is not None else first
+        return packed & _LOW, packed >> _SECOND
