@@ -291,14 +291,15 @@ def _with_carried_lists(d: _Decision, done: Assembled, markers: Mapping[int, dic
 
 
 def _ids_room(d: _Decision, done: Assembled) -> int:
-    """The room the fresh markers' ids may take: what the decision's budget leaves. An
-    epoch aims at the low-water mark so that the next steps share a cached prefix, but
-    the client's limit is the target: when the pins alone fill the low-water mark, the
-    ids still get up to half of what the target leaves. An id costs a few tokens where
-    its message cost hundreds, and a new span whose marker gets no ids has none of its
-    own (the older marker stands for it, listing only what it omitted then)."""
-    free = d.task.budget - done.held
-    return free if free > 0 else (d.task.request.target_tokens - done.held) // 2
+    """The room the fresh markers' ids may take: what the decision's budget leaves, and at
+    least half of what the target leaves. An epoch aims at the low-water mark so that the
+    next steps share a cached prefix, but the client's limit is the target: when the pins
+    fill the low-water mark, or all but a few tokens of it, the ids still get up to half of
+    what the target leaves (a budget left with a few tokens is no reason to list fewer ids
+    than one left with none). An id costs a few tokens where its message cost hundreds, and
+    a new span whose marker gets no ids has none of its own (the older marker stands for it,
+    listing only what it omitted then)."""
+    return max(d.task.budget - done.held, (d.task.request.target_tokens - done.held) // 2)
 
 
 def _with_key_lines(d: _Decision, done: Assembled) -> Assembled:
