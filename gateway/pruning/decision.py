@@ -262,8 +262,8 @@ def _forwarded(d: _Decision) -> Assembled:
         room = min(listing_room(ids_tokens), _ids_room(d, done)) if p.attainable else listing_room(ids_tokens)
         refs = {pos: span_ref(d.task.conversation.fingerprints[pos], pos) for pos in fresh + relisted} \
             if request.policy.expand_tool else None
-        markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded,
-                                   (room, ids_tokens), request.counter, refs, relisted)
+        markers = with_omitted_ids(d.task.conversation, d.actions, markers, (fresh, relisted), done.forwarded,
+                                   (room, ids_tokens), request.counter, refs)
         done = _assembled(d, markers)
     if given_up == 1:
         done = _with_carried_lists(d, done, {pos: m if pos in fresh else listed[pos] for pos, m in markers.items()},

@@ -19,7 +19,8 @@ def loop(steps: int, users_between: bool = False) -> list[dict]:
     messages = [{"role": "system", "content": "You fix bugs with a shell."},
                 {"role": "user", "content": "Task: headers with folded lines lose their tail."}]
     for n in range(steps):
-        call = {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": f'{{"command": "cat f{n}.py"}}'}}
+        call = {"id": f"c{n}", "type": "function",
+                "function": {"name": "bash", "arguments": f'{{"command": "cat f{n}.py"}}'}}
         messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
                      {"role": "tool", "tool_call_id": call["id"], "content": f"line {n}: " + "value = other " * 40}]
         if users_between:

@@ -267,11 +267,11 @@ def test_a_carried_marker_that_lists_nothing_is_listed_again_after_the_fresh_one
     placed = {old: dropped_marker(), fresh: dropped_marker()}
     assert unlisted_carried(placed, [fresh]) == [old]
     forwarded = messages[:2] + messages[chains[-1].start:]
-    alone = with_omitted_ids(conv, actions, placed, [fresh], forwarded, (3000, 1500), COUNTER)
+    alone = with_omitted_ids(conv, actions, placed, ([fresh], []), forwarded, (3000, 1500), COUNTER)
     assert marker_ids(alone[old]) == []  # carried markers keep their bytes unless relisted
-    out = with_omitted_ids(conv, actions, placed, [fresh], forwarded, (3000, 1500), COUNTER, relisted=[old])
+    out = with_omitted_ids(conv, actions, placed, ([fresh], [old]), forwarded, (3000, 1500), COUNTER)
     assert "#W1000000" in marker_ids(out[old]) and marker_ids(out[fresh]) == marker_ids(alone[fresh])
     # Nothing left to list (every id of its span forwarded): the carried marker stays, plain.
     everything = forwarded + messages[2:chains[-1].start]
-    out = with_omitted_ids(conv, actions, placed, [fresh], everything, (3000, 1500), COUNTER, relisted=[old])
+    out = with_omitted_ids(conv, actions, placed, ([fresh], [old]), everything, (3000, 1500), COUNTER)
     assert out[old] == dropped_marker()
