@@ -30,7 +30,7 @@ from gateway.pruning.marker_refs import marker_spans, refs_tokens, span_ref, wit
 from gateway.pruning.key_lines import MIN_KEY_LINE_ROOM, key_line_masks
 from gateway.pruning.markers import (MARKER_RESERVE, omitted_ids_reserve, place_markers, with_omitted_ids,
                                      with_carried_trimmed, without_carried_ids, without_later_carried, without_markers,
-                                     listing_room)
+                                     listing_room, unlisted_carried)
 from gateway.pruning.normalize import check_no_new_problems
 from gateway.pruning.protection import Protection, protect
 from gateway.pruning.refill import RefillTask, refill
@@ -40,8 +40,6 @@ from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.selection import SelectionRules, select, shrink_to_fit
 from gateway.pruning.working_set import lifted as working_set_lifted, named_masks, working_set
 from gateway.pruning.vocabulary import DROPPED, KEPT, MASKED, Action, Mode, Strategy
-
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +236,9 @@ def _forwarded(d: _Decision) -> Assembled:
     not cover: over the target, more is shed (masked only, under an unattainable one) and
     all is placed again. Then the fresh markers take the ids of what they stand for,
     within the room left, and the carried markers' lists, given up when over the target,
-    come back as far as they fit in it (``_with_carried_lists``)."""
+    come back as far as they fit in it (``_with_carried_lists``). An epoch under the target lists
+    the carried markers that list nothing after them: a list given up for one step's bulk, since
+    shed, comes back (the cache is rewritten from the marker on, an epoch's soon after anyway)."""
     request, p = d.task.request, d.protection
     markers, fresh = _markers(d)
     done = _assembled(d, markers)
@@ -257,11 +257,12 @@ def _forwarded(d: _Decision) -> Assembled:
             given_up += 1
     fresh = [pos for pos in fresh if pos in markers]
     ids_tokens = request.policy.omitted_ids_tokens
-    if fresh and ids_tokens > 0:
+    relisted = unlisted_carried(markers, fresh) if given_up == 0 and d.task.mode == Mode.EPOCH else []
+    if (fresh or relisted) and ids_tokens > 0:
         room = min(listing_room(ids_tokens), _ids_room(d, done)) if p.attainable else listing_room(ids_tokens)
-        refs = {pos: span_ref(d.task.conversation.fingerprints[pos], pos) for pos in fresh} \
+        refs = {pos: span_ref(d.task.conversation.fingerprints[pos], pos) for pos in fresh + relisted} \
             if request.policy.expand_tool else None
-        markers = with_omitted_ids(d.task.conversation, d.actions, markers, fresh, done.forwarded,
+        markers = with_omitted_ids(d.task.conversation, d.actions, markers, (fresh, relisted), done.forwarded,
                                    (room, ids_tokens), request.counter, refs)
         done = _assembled(d, markers)
     if given_up == 1:
@@ -291,14 +292,15 @@ def _with_carried_lists(d: _Decision, done: Assembled, markers: Mapping[int, dic
 
 
 def _ids_room(d: _Decision, done: Assembled) -> int:
-    """The room the fresh markers' ids may take: what the decision's budget leaves. An
-    epoch aims at the low-water mark so that the next steps share a cached prefix, but
-    the client's limit is the target: when the pins alone fill the low-water mark, the
-    ids still get up to half of what the target leaves. An id costs a few tokens where
-    its message cost hundreds, and a new span whose marker gets no ids has none of its
-    own (the older marker stands for it, listing only what it omitted then)."""
-    free = d.task.budget - done.held
-    return free if free > 0 else (d.task.request.target_tokens - done.held) // 2
+    """The room the fresh markers' ids may take: what the decision's budget leaves, and at
+    least half of what the target leaves. An epoch aims at the low-water mark so that the
+    next steps share a cached prefix, but the client's limit is the target: when the pins
+    fill the low-water mark, or all but a few tokens of it, the ids still get up to half of
+    what the target leaves (a budget left with a few tokens is no reason to list fewer ids
+    than one left with none). An id costs a few tokens where its message cost hundreds, and
+    a new span whose marker gets no ids has none of its own (the older marker stands for it,
+    listing only what it omitted then)."""
+    return max(d.task.budget - done.held, (d.task.request.target_tokens - done.held) // 2)
 
 
 def _with_key_lines(d: _Decision, done: Assembled) -> Assembled:

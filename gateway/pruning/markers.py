@@ -107,16 +107,25 @@ def listing_room(ids_tokens: int) -> int:
     return ids_tokens + ids_tokens // CALLS_SHARE
 
 
+def unlisted_carried(markers: Mapping[int, dict[str, Any]], fresh: Sequence[int]) -> list[int]:
+    """The carried omission markers that list nothing: their lists given up over the target
+    (``without_carried_ids``), or left no room when they were placed."""
+    return [pos for pos, m in markers.items()
+            if pos not in fresh and is_omission_marker(m) and not (marker_ids(m) or marker_calls(m))]
+
+
 def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers: dict[int, dict[str, Any]],
-                     fresh: Sequence[int], forwarded: Sequence[Mapping[str, Any]], rooms: tuple[int, int | None],
-                     counter: TokenCounter, refs: Mapping[int, str] | None = None) -> dict[int, dict[str, Any]]:
-    """The fresh markers with the short calls (``omitted_calls``) and the ids of the span
-    each stands for (up to the next marker), newest span first; ``rooms``: ``room`` tokens in
-    all and ``ids_room``: with it, the ids up to it and the calls up to 1/CALLS_SHARE of it (and
-    1/(CALLS_SHARE + 1) of what is left), neither taking the other's; without, the ids alone.
-    A fresh marker left without either goes when an older one stands for its span. ``refs``:
-    the ref each marker will name (``marker_refs``), counted as forwarded."""
-    refs, (room, ids_room) = refs or {}, rooms
+                     listing: tuple[Sequence[int], Sequence[int]], forwarded: Sequence[Mapping[str, Any]],
+                     rooms: tuple[int, int | None], counter: TokenCounter,
+                     refs: Mapping[int, str] | None = None) -> dict[int, dict[str, Any]]:
+    """``listing`` = (fresh, relisted): the fresh markers with the short calls (``omitted_calls``)
+    and the ids of the span each stands for (up to the next marker), newest span first; ``rooms``:
+    ``room`` tokens in all and ``ids_room``: with it, the ids up to it and the calls up to
+    1/CALLS_SHARE of it (and 1/(CALLS_SHARE + 1) of what is left), neither taking the other's;
+    without it, the ids alone. A fresh marker left without either goes when an older one stands for
+    its span. ``refs``: each marker's ref (``marker_refs``), as forwarded. ``relisted``: carried
+    markers listed so too, after the fresh (``unlisted_carried``), kept if nothing comes of it."""
+    (fresh, relisted), refs, (room, ids_room) = listing, refs or {}, rooms
     ids_left = room if ids_room is None else min(ids_room, room)
     calls_left = ids_room // CALLS_SHARE if ids_room is not None else 0
 
@@ -131,9 +140,8 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
     # Stems: a request names things in the plural ("cameras") that a record names
     # in the singular ("Indoor Security Camera"); a stem is a prefix of both.
     query = tuple(dict.fromkeys(map(stem, query_words(conv.current_request))))
-    positions = sorted(markers)
-    out = dict(markers)
-    for pos in sorted(fresh, reverse=True):  # the newest span is the likeliest to be needed
+    positions, out = sorted(markers), dict(markers)
+    for pos in sorted([*fresh, *relisted], reverse=True):  # the newest span is the likeliest to be needed
         later = [p for p in positions if p > pos]
         end = later[0] if later else len(conv.messages)
         span = [u for u in conv.units if pos <= u.start < end and actions.get(u.index) == DROPPED]
@@ -163,7 +171,7 @@ def with_omitted_ids(conv: Conversation, actions: Mapping[int, Action], markers:
             present.update(ids)
             present.update(ids_in(calls))
             made.update(calls)
-        elif any(p < pos for p in out):
+        elif pos not in relisted and any(p < pos for p in out):
             del out[pos]
     return out
 

@@ -50,12 +50,8 @@ from gateway.pruning.request import PruneRequest
 from gateway.pruning.result import PruneResult
 from gateway.pruning.scoring import Scorer, UnitScore
 from gateway.pruning.tokens import TokenCounter
-from gateway.pruning.turns import Turn, epoch_due, turn_of
+from gateway.pruning.turns import Turn, epoch_due, turn_of, works_alone
 from gateway.pruning.vocabulary import KEPT, Mode, Strategy
-
-# An agent that takes more tool steps than this per user message works alone through long
-# loops (a coding agent: one task, then tens of steps): its epochs cut to the loop's mark.
-LOOP_STEPS_PER_USER_MESSAGE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,9 +278,9 @@ def _decided_anew(request: PruneRequest, state: FrozenPlan | None, usable: bool,
 
 def _low_water_ratio(request: PruneRequest, turn: Turn) -> float:
     """How far a decision cuts: ``policy.loop_low_water_ratio`` inside the tool loop of an
-    agent that takes more than LOOP_STEPS_PER_USER_MESSAGE tool steps per user message (a
-    coding agent's session: one task, then its loop), else ``policy.low_water_ratio``. Such a loop adds an exchange a step and crosses the target
-    again a few steps after each epoch, and each epoch writes again all it kept after its
+    agent that works alone (``turns.works_alone``: a coding agent's session, one task, then
+    its loop), else ``policy.low_water_ratio``. Such a loop adds an exchange a step and
+    crosses the target again a few steps after each epoch, and each epoch writes again all it kept after its
     first change (1.25 its tokens on a prompt cache) and breaks the loop's reasoning-bound
     prefix: a deeper cut spaces the epochs out, and what it drops is the agent's own
     exploration, which its tools read again when needed. A short loop in a long dialogue
@@ -292,9 +288,7 @@ def _low_water_ratio(request: PruneRequest, turn: Turn) -> float:
     policy = request.policy
     if turn.task is None or turn.boundary:
         return policy.low_water_ratio
-    steps = sum(1 for m in request.messages if m.get("role") == "assistant" and m.get("tool_calls"))
-    users = sum(1 for m in request.messages if m.get("role") == "user")
-    return policy.loop_low_water_ratio if steps > LOOP_STEPS_PER_USER_MESSAGE * users else policy.low_water_ratio
+    return policy.loop_low_water_ratio if works_alone(request.messages) else policy.low_water_ratio
 
 
 def _old_prefix(request: PruneRequest, state: FrozenPlan) -> int:

@@ -2,7 +2,8 @@
 
 * Hard pins: the system prompt, the goal (the task's first user message), the
   active task (the newest user message, which the running tool loop works on) and
-  the current step (the last unit) always go whole.
+  the current step (the last unit) always go whole; so does, at a turn boundary of an
+  agent that works alone, the answer the new user message replies to, where it fits.
 * The protected window: the last units and the active tool chain. It yields,
   oldest first, only when it alone breaks the target: masked, then dropped when
   the hard pins fit in the target; masked only when they do not.
@@ -28,9 +29,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from gateway.pruning.compression import is_maskable, masked_message
-from gateway.pruning.conversation import KIND_SYSTEM, Conversation, Unit
+from gateway.pruning.conversation import KIND_ASSISTANT, KIND_SYSTEM, Conversation, Unit
 from gateway.pruning.policy import Policy
 from gateway.pruning.tokens import TokenCounter
+from gateway.pruning.turns import works_alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,7 @@ def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_to
     # the agent loses track of what it is doing (it ends its loop early, or works on an older task).
     task = {conv.task_unit} if conv.task_unit is not None else set()
     hard_pins = {u.index for u in units if u.kind == KIND_SYSTEM} | set(conv.goal_units) | {last} | task
+    hard_pins |= _answered(conv, hard_pins, target_tokens)
     window = _window(conv, policy, policy.protect_last_tool_units if tool_units is None else tool_units)
     kept = {u.index for u in units for j in keep if u.start <= j < u.stop} - set(window)
     window = sorted(kept | set(window)) if kept else window
@@ -104,6 +107,25 @@ def protect(conv: Conversation, policy: Policy, counter: TokenCounter, target_to
         squeezed_tokens=squeezed[0] if squeezed is not None else None,
         attainable=pins_over <= 0 or squeezed is not None,
     )
+
+
+def _answered(conv: Conversation, hard_pins: set[int], target_tokens: int) -> set[int]:
+    """At a turn boundary of an agent that works alone (``turns.works_alone``), the assistant
+    message the new user message answers, when the hard pins and it fit in the target. A user
+    message right after the assistant's words replies to them; mid-way through such an
+    agent's loop it is an interruption or a correction of its last answer ("not that file",
+    "send one command, not two"), and the next step redoes that answer, copying its names,
+    paths and numbers: shed to the low-water mark, the answer is gone just when it is read.
+    In a dialogue a reply comes every few steps, each answer is one turn of many, and keeping
+    each above the low-water mark would bring every next epoch sooner."""
+    task = conv.task_unit
+    if task is None or task == 0 or task != len(conv.units) - 1 or not works_alone(conv.messages):
+        return set()
+    before = conv.units[task - 1]
+    if before.kind != KIND_ASSISTANT or before.index in hard_pins:
+        return set()
+    fits = sum(conv.units[i].tokens for i in hard_pins) + before.tokens <= target_tokens
+    return {before.index} if fits else set()
 
 
 def _window(conv: Conversation, policy: Policy, tool_units: int) -> list[int]:

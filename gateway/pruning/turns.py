@@ -40,6 +40,9 @@ from gateway.pruning.conversation import opens_turn
 # At a boundary, an early epoch needs the request at least this far from the low-water mark to
 # the target: below it, the loop to come is let run (and may force an epoch of its own).
 ABOVE_LOW_WATER = 0.25
+# An agent that takes more tool steps than this per user message works alone through long
+# loops (a coding agent: one task, then tens of steps).
+LOOP_STEPS_PER_USER_MESSAGE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,16 @@ def turn_of(messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> Tur
     return Turn(task == len(messages) - 1, task, max(growths, default=0))
 
 
+def works_alone(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the agent of ``messages`` works alone through long tool loops: more than
+    LOOP_STEPS_PER_USER_MESSAGE tool steps per user message. A user message there is rare (the
+    task, an interruption, a correction of the agent's last answer); in a dialogue one comes
+    every few steps."""
+    steps = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
+    users = sum(1 for m in messages if m.get("role") == "user")
+    return steps > LOOP_STEPS_PER_USER_MESSAGE * users
+
+
 def epoch_due(turn: Turn, tokens: int, target: int, low_water: int) -> bool:
     """Whether a request of ``tokens`` (as it would be forwarded) opens an epoch at its turn
     boundary, before the loop to come crosses ``target`` (module docstring)."""
@@ -67,4 +80,4 @@ def epoch_due(turn: Turn, tokens: int, target: int, low_water: int) -> bool:
     return tokens > low_water + ABOVE_LOW_WATER * (target - low_water)
 
 
-__all__ = ["ABOVE_LOW_WATER", "Turn", "epoch_due", "turn_of"]
+__all__ = ["ABOVE_LOW_WATER", "LOOP_STEPS_PER_USER_MESSAGE", "Turn", "epoch_due", "turn_of", "works_alone"]

@@ -361,10 +361,13 @@ def test_agent_loop_scores_each_unit_once(policy_gateway, upstream, model):
     asked = [i for b in model.batches() for i in b]
     assert asked and len(asked) == len(set(asked)), asked
     print(f"\nagent loop, 20 steps: {len(model.requests)} scorer calls / {len(asked)} units")
-    # The same history as a new conversation (a fresh decision): the cache answers it all.
+    # The same history as a new conversation (a fresh decision): the cache answers every unit
+    # the loop asked about; only a unit no epoch of the loop offered (one still in the window
+    # at its last epoch) is asked about now.
     model.clear()
     send(gw, {"model": MODEL, "messages": messages}, target=2500, **{"x-sieve-conversation-id": "fresh"})
-    assert model.requests == []
+    fresh = [i for b in model.batches() for i in b]
+    assert not set(fresh) & set(asked) and len(fresh) <= 2, (fresh, asked)
 
 
 def test_without_the_cache_a_fresh_decision_asks_again(policy_gateway, upstream, model):

@@ -249,3 +249,29 @@ def test_carried_markers_give_up_what_is_over_the_target_newest_first_lowest_ran
     assert marker_calls(out[2]) == ["read a.py 1-40"]
     out = with_carried_trimmed(placed, [15], 10_000, cost)
     assert out == {2: dropped_marker(), 9: dropped_marker(), 15: fresh}  # the fresh marker keeps its list
+
+
+def test_a_carried_marker_that_lists_nothing_is_listed_again_after_the_fresh_ones():
+    """An epoch under the target lists the ids of a carried marker's span again when the marker
+    lists nothing (its list given up over the target at an earlier step); a carried marker whose
+    span leaves nothing to list stays as it was, where a fresh one would go."""
+    from gateway.pruning.conversation import build_conversation
+    from gateway.pruning.markers import unlisted_carried, with_omitted_ids
+    from gateway.pruning.vocabulary import DROPPED
+
+    messages = agent_history(4)
+    conv = build_conversation(messages, COUNTER.count_message)
+    chains = [u for u in conv.units if u.kind == "tool_chain"]
+    actions = {u.index: DROPPED for u in conv.units if 2 <= u.start < chains[-1].start}
+    old, fresh = chains[0].start, chains[2].start
+    placed = {old: dropped_marker(), fresh: dropped_marker()}
+    assert unlisted_carried(placed, [fresh]) == [old]
+    forwarded = messages[:2] + messages[chains[-1].start:]
+    alone = with_omitted_ids(conv, actions, placed, ([fresh], []), forwarded, (3000, 1500), COUNTER)
+    assert marker_ids(alone[old]) == []  # carried markers keep their bytes unless relisted
+    out = with_omitted_ids(conv, actions, placed, ([fresh], [old]), forwarded, (3000, 1500), COUNTER)
+    assert "#W1000000" in marker_ids(out[old]) and marker_ids(out[fresh]) == marker_ids(alone[fresh])
+    # Nothing left to list (every id of its span forwarded): the carried marker stays, plain.
+    everything = forwarded + messages[2:chains[-1].start]
+    out = with_omitted_ids(conv, actions, placed, ([fresh], [old]), everything, (3000, 1500), COUNTER)
+    assert out[old] == dropped_marker()

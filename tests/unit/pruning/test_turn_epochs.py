@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from gateway.pruning.conversation import build_conversation
 from gateway.pruning.frozen import FrozenPlan
+from gateway.pruning.markers import listing_room
 from gateway.pruning.pipeline import prune
 from gateway.pruning.policy import Policy, Steering
 from gateway.pruning.scoring import LocalScorer
@@ -189,7 +190,11 @@ def test_an_epoch_inside_a_tool_loop_cuts_to_the_loops_own_low_water_mark():
             if result.mode == Mode.EPOCH:
                 epochs.append(result.forwarded_tokens)
         mark = sys_tokens + int((target - sys_tokens) * loop_ratio)
-        assert epochs and all(t <= mark + 60 for t in epochs), (loop_ratio, mark, epochs)  # 60: the marker
+        # 60: the marker; the ids it lists may go past the mark (``decision._ids_room``), within
+        # their own room, which leaves the loop's mark well below the dialogue's.
+        slack = 60 + listing_room(policy.omitted_ids_tokens)
+        assert slack < (target - sys_tokens) * (0.5 - 0.2)
+        assert epochs and all(t <= mark + slack for t in epochs), (loop_ratio, mark, epochs)
         if loop_ratio == 0.2:
             deep = len(epochs)
     assert deep < len(epochs)  # the deeper cut spaces the epochs out
