@@ -23,8 +23,9 @@ both engines, on text built to break them and on the dev data's texts.
 
 One lookup per piece, in C (``sum(map(...))``): each piece's two counts are
 kept in one int, the first encoding's in the low 32 bits and the second's
-above them (``_SECOND``); a mark is a bit above both (``_MARK``), so a sum that
-reaches it, or overflows into it, is counted whole.
+above them (``_SECOND``). A marked piece stops the sum at once (``_Uncuttable``):
+the pieces after it are not counted for nothing (indented code marks most of a file
+view's texts, which would otherwise be counted twice, by pieces and whole).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from itertools import islice
 from typing import Callable
 
 _SECOND = 32      # the second encoding's count sits above the first's (texts of < 2**32 tokens)
-_MARK = 1 << 62   # a piece the text may not be cut after: the text is counted whole
 _LOW = (1 << _SECOND) - 1
 # Long pieces (a minified JSON, a base64 blob) rarely repeat and would hold their text:
 # counted, not kept. The entries bound keeps a replica's memory flat: at most ~9 MB a memo
@@ -41,6 +41,10 @@ _LOW = (1 << _SECOND) - 1
 # pieces; a cold 100k-token prune fills ~7k entries.
 MAX_PIECE_CHARS = 64
 MAX_PIECES = 50_000
+
+
+class _Uncuttable(Exception):
+    """A piece the text may not be cut after: the text is counted whole."""
 
 
 class _Pieces(dict):
@@ -59,7 +63,7 @@ class _Pieces(dict):
         # Ending in whitespace (a space after a space: an empty piece) it may not be cut after.
         # The text's first piece empty (it starts with a space) counts nothing and stays unmarked.
         if text[-1:].isspace():
-            return _MARK
+            raise _Uncuttable
         first = self._first(text)
         packed = first + ((first if self._second is None else self._second(text)) << _SECOND)
         if len(piece) <= MAX_PIECE_CHARS:
@@ -80,8 +84,9 @@ class PieceCounter:
 
     def __call__(self, text: str) -> tuple[int, int]:
         pieces = text.split(" ")
-        packed = sum(map(self._spaced.__getitem__, islice(pieces, 1, None)), self._heads[pieces[0]])
-        if packed >= _MARK:
+        try:
+            packed = sum(map(self._spaced.__getitem__, islice(pieces, 1, None)), self._heads[pieces[0]])
+        except _Uncuttable:
             first = self._first(text)
             return first, self._second(text) if self._second is not None else first
         return packed & _LOW, packed >> _SECOND
