@@ -28,13 +28,14 @@ def later_mentions(candidates: Sequence[int], feats: Sequence[_HasEntities], edf
     """How many later units mention a rare entity (in two units at most) of each candidate."""
     rare = {ent for ent, d in edf.items() if d <= 2}
     last_seen: dict[str, list[int]] = {}
-    for j, f in enumerate(feats):
-        for ent in f.entities & rare:
+    rare_of = [f.entities & rare for f in feats]  # each unit's, once: the candidates read theirs again
+    for j, held in enumerate(rare_of):
+        for ent in held:
             last_seen.setdefault(ent, []).append(j)
     refs: dict[int, int] = {}
     for i in candidates:
         later = set()
-        for ent in feats[i].entities & rare:
+        for ent in rare_of[i]:
             for j in last_seen[ent]:
                 if j > i:
                     later.add(j)

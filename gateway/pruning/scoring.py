@@ -38,6 +38,7 @@ from gateway.pruning import rubric, text_features as tf
 from gateway.pruning.bm25 import counts_side, document_frequencies, inverse_frequencies, query_side
 from gateway.pruning.conversation import KIND_TOOL_CHAIN, KIND_USER, Conversation
 from gateway.pruning.memo import TextMemo
+from gateway.pruning.neighbours import with_neighbours
 from gateway.pruning.references import copied_by_kept, later_mentions
 
 
@@ -176,7 +177,7 @@ class LocalScorer:
                  request: _Features) -> _Signals:
         lexical = self._lexical(conv, candidates, window, corpus, request)
         shared, matched = self._shared_entities(conv, candidates, window, corpus, request)
-        lexical = _with_neighbours(lexical, self.NEXT_SHARE, self.PREV_SHARE, self.PREV_ADD,
+        lexical = with_neighbours(lexical, self.NEXT_SHARE, self.PREV_SHARE, self.PREV_ADD,
                                    int(self.SPAN), self.SPAN_DECAY, self.SPAN_W)
         return _Signals(lexical, max(lexical.values(), default=0.0) or 1.0, shared, matched,
                         later_mentions(candidates, corpus.feats, corpus.edf),
@@ -200,15 +201,16 @@ class LocalScorer:
         entity_query = self._entity_weights(conv, window, corpus.feats, request)
         shared: dict[int, float] = {}
         matched: dict[int, list[str]] = {}
-        asked = entity_query.keys()
+        asked = set(entity_query)  # a set: the intersection walks the smaller side (a dict's keys walk the unit's)
         for i in candidates:
             # Sorted, not in set order: a set of strings iterates in a per-process
             # (hash-seeded) order, and a float sum in another order can differ in its
             # last bit, enough to flip a tie between replicas.
             hits = sorted(corpus.feats[i].entities & asked)
             # A named entity of the current step counts even when common in this
-            # conversation (a person everyone talks about).
-            shared[i] = sum(entity_query[ent] * max(corpus.eidf[ent], self.ENTITY_IDF_FLOOR) for ent in hits)
+            # conversation (a person everyone talks about). Most units share none: 0, as sum(()) is.
+            shared[i] = sum(entity_query[ent] * max(corpus.eidf[ent], self.ENTITY_IDF_FLOOR) for ent in hits) \
+                if hits else 0
             matched[i] = hits
         return shared, matched
 
@@ -280,7 +282,8 @@ class LocalScorer:
             earlier_weighted = sum(1 for w in earlier_query.values() if w)
         for i in candidates:
             f = feats[i]
-            if earlier is not None and added.isdisjoint(f.counts) and \
+            # (a dict's keys against a set: the walk takes the smaller side, the few added terms)
+            if earlier is not None and f.counts.keys().isdisjoint(added) and \
                     (len(weighted) < len(f.counts)) == (earlier_weighted < len(f.counts)):
                 out[i] = earlier_scores[i]
                 continue
@@ -373,22 +376,4 @@ def _fading(weight: float, half: int | float, request: _Features) -> float:
     counted), and further as it grows: the more a request says, the less its context must."""
     own = sum(1 for t in request.counts if not t.startswith("~"))
     return weight / (1.0 + own / half)
-
-
-def _with_neighbours(lexical: dict[int, float], next_share: float, prev_share: float,
-                     prev_add: float, span: int, decay: float, context: float) -> dict[int, float]:
-    """In a dialogue the answer follows the question: a unit right after an
-    on-topic unit inherits part of its relevance (and a little from the one after).
-    Topics also run for a few turns: a unit near an on-topic one gains a little."""
-    out = {}
-    for i, s in lexical.items():
-        prev_s = lexical.get(i - 1, 0.0)
-        next_s = lexical.get(i + 1, 0.0)
-        near = 0.0
-        w = 1.0
-        for d in range(1, span + 1):
-            near = max(near, w * lexical.get(i - d, 0.0), w * lexical.get(i + d, 0.0))
-            w *= decay
-        out[i] = max(s, prev_share * prev_s, next_share * next_s) + prev_add * prev_s + context * near
-    return out
 

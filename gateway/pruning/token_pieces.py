@@ -26,6 +26,18 @@ kept in one int, the first encoding's in the low 32 bits and the second's
 above them (``_SECOND``). A marked piece stops the sum at once (``_Uncuttable``):
 the pieces after it are not counted for nothing (indented code marks most of a file
 view's texts, which would otherwise be counted twice, by pieces and whole).
+
+Digits counted by their shape. Half the distinct pieces of an agent's history hold
+digits (ids, prices, dates: ``"4582956489",``), most of them new to the memo though
+their shapes are not. In both patterns a digit is only ever in a pre-token of one
+to three digits (``\\p{N}{1,3}``, taken from the start of a run of digits; no other
+alternative holds a ``\\p{N}``, and each treats all digits alike), so changing a digit
+for another moves no pre-token boundary. Where every string of one to three ASCII digits
+is one token (``_digits_alike``: checked on each counter itself, not assumed of its
+vocabulary), an ASCII text counts as it does with its digits written 0, and is
+counted so: ``' "4582956489",'`` and ``' "3613716226",'`` are one memo entry. A text
+beyond ASCII keeps its digits (a digit beside another script's numeral, '1²', shares
+a pre-token with it, whose count the check does not cover).
 """
 
 from __future__ import annotations
@@ -43,6 +55,27 @@ MAX_PIECE_CHARS = 64
 MAX_PIECES = 50_000
 
 
+# ASCII digits written 0 (see the module's docstring): on the text's bytes, a table
+# lookup a byte in C (str.translate looks each distinct character up in a dict, per call).
+_ZEROED = bytes.maketrans(b"123456789", b"000000000")
+_ALIKE: dict[Callable[[str], int], bool] = {}  # per counter: _digits_alike, checked once a process
+
+
+def _digits_alike(count: Callable[[str], int]) -> bool:
+    """Is each string of one to three ASCII digits one token for ``count``? The
+    strings of one width joined by spaces are pre-tokens alternating with single
+    spaces, each one token at least: the text counts one token a pre-token exactly
+    when every string is a token of its own. Three counts a counter (checked once)."""
+    alike = _ALIKE.get(count)
+    if alike is None:
+        if len(_ALIKE) >= 64:  # counters are per encoding and engine: a few, unless made per call
+            _ALIKE.clear()
+        alike = _ALIKE[count] = all(
+            count(" ".join(f"{n:0{width}d}" for n in range(10 ** width))) == 2 * 10 ** width - 1
+            for width in (1, 2, 3))
+    return alike
+
+
 class _Uncuttable(Exception):
     """A piece the text may not be cut after: the text is counted whole."""
 
@@ -52,11 +85,15 @@ class _Pieces(dict):
     ``lead`` is what the piece stood after in its text: a space, or nothing for the
     text's first piece."""
 
-    __slots__ = ("_first", "_second", "_lead")
+    __slots__ = ("_first", "_second", "_lead", "_first_raw", "_second_raw")
 
     def __init__(self, first: Callable[[str], int], second: Callable[[str], int] | None, lead: str) -> None:
         super().__init__()
         self._first, self._second, self._lead = first, second, lead
+        # The engine's own count where the counter exposes it (``tokens.text_counter``: rs-bpe's,
+        # which raises on a lone surrogate): one Python call less per new piece and encoding.
+        self._first_raw = getattr(first, "raw", first)
+        self._second_raw = getattr(second, "raw", second)
 
     def __missing__(self, piece: str) -> int:
         text = self._lead + piece
@@ -64,8 +101,12 @@ class _Pieces(dict):
         # The text's first piece empty (it starts with a space) counts nothing and stays unmarked.
         if text[-1:].isspace():
             raise _Uncuttable
-        first = self._first(text)
-        packed = first + ((first if self._second is None else self._second(text)) << _SECOND)
+        try:
+            first = self._first_raw(text)
+            packed = first + ((first if self._second is None else self._second_raw(text)) << _SECOND)
+        except UnicodeEncodeError:  # a lone surrogate: the counter's own repair
+            first = self._first(text)
+            packed = first + ((first if self._second is None else self._second(text)) << _SECOND)
         if len(piece) <= MAX_PIECE_CHARS:
             if len(self) >= MAX_PIECES:
                 self.clear()
@@ -81,8 +122,11 @@ class PieceCounter:
         self._first, self._second = first, second
         self._heads = _Pieces(first, second, "")
         self._spaced = _Pieces(first, second, " ")
+        self._digits_alike = _digits_alike(first) and (second is None or _digits_alike(second))
 
     def __call__(self, text: str) -> tuple[int, int]:
+        if self._digits_alike and text.isascii():  # its digits counted by their shape (module docstring)
+            text = text.encode().translate(_ZEROED).decode()
         pieces = text.split(" ")
         try:
             packed = sum(map(self._spaced.__getitem__, islice(pieces, 1, None)), self._heads[pieces[0]])

@@ -102,6 +102,9 @@ def _rs_bpe_counter(encoding_name: str) -> Callable[[str], int]:
             # tiktoken does before it encodes, so both engines count the same.
             return count(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
 
+    # rs-bpe's own count, for a caller that repairs on UnicodeEncodeError itself
+    # (token_pieces: one Python call less per piece it counts).
+    count_text.raw = count  # type: ignore[attr-defined]
     return count_text
 
 
