@@ -217,9 +217,10 @@ def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int,
     forwarded request repeats a value of the same text: a
     message a kept later one quotes (its order id, its path) is the strongest
     evidence of need, and its other values are what the next call is likely to
-    copy; then by how many words
-    of the current request stand in the id's record (an order listing names
-    "laptop" next to the laptop's product id), then those that name one record
+    copy. It comes before the words of the current request that stand in the id's
+    record (an order listing names "laptop" next to the laptop's product id): that
+    is a guess, and a long request (a coding agent's task, its issue text) shares a
+    few words with almost any line of code. Then those that name one record
     (``values.is_strong``) or are a record's codes (``field_codes``: its fare
     class, its airports) before other codes and names of code, then by how often the span
     mentions it (dialogue counts double: an id the agent or the user repeats is
@@ -303,7 +304,7 @@ class _Tally:
 
     def ranked(self) -> list[str]:
         best = self.best
-        return sorted(best, key=lambda v: (-(best[v][5] >= WORKED_ON_CALLS), -best[v][1], -best[v][0], -best[v][5],
+        return sorted(best, key=lambda v: (-(best[v][5] >= WORKED_ON_CALLS), -best[v][0], -best[v][1], -best[v][5],
                                            -best[v][2], -best[v][3], best[v][4]))
 
 

@@ -47,6 +47,19 @@ def test_a_value_the_agents_calls_pass_twice_ranks_first():
     assert ids[0] == "LAPTOP-7431"
 
 
+def test_the_values_of_a_text_the_forward_quotes_rank_before_the_request_words_around_others():
+    # A kept later message quoted a value of the first output (its script's name): that
+    # output is still in use. The second output only shares words with a long request,
+    # which any line of code does.
+    quoted = ("wrote repro_case.py; it calls parse_header_block and reads fixtures/sample_01.bin", False)
+    chatty = ("the parser header check for version fields: see check_version_fields", False)
+    words = ("parser", "header", "check", "version", "fields")
+    ids = omitted_ids([(*quoted, True), (*chatty, False)], {"repro_case.py"}, room=100,
+                      count_text=COUNTER.count_text, query=words)
+    assert sorted(ids[:2]) == ["fixtures/sample_01.bin", "parse_header_block"]
+    assert ids[2] == "check_version_fields"
+
+
 def test_id_reading_matches_the_mask_and_skips_amounts_and_words():
     text = 'order #W1000001, user noah_ito_3850, total 535.97, qty 2, zip 98187, sku 7000001. See report.'
     assert kept_values(text) == ["#W1000001", "noah_ito_3850", "98187", "7000001"]
