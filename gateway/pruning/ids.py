@@ -197,6 +197,10 @@ def clear_ids_memo() -> None:
 # works on: the file it reads, edits and runs again, the record it looks up and then changes.
 WORKED_ON_CALLS = 2
 
+# Mentions (a text of the span each, a word of dialogue two) that make a value one the
+# span repeats (``omitted_ids``).
+REPEATED = 2
+
 # The newest characters of an omitted span whose ids are considered: a marker holds
 # a few dozen ids, and a 100k-token cold history must not be scanned whole for them.
 OMITTED_SCAN_CHARS = 60_000
@@ -217,10 +221,13 @@ def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int,
     forwarded request repeats a value of the same text: a
     message a kept later one quotes (its order id, its path) is the strongest
     evidence of need, and its other values are what the next call is likely to
-    copy. It comes before the words of the current request that stand in the id's
-    record (an order listing names "laptop" next to the laptop's product id): that
-    is a guess, and a long request (a coding agent's task, its issue text) shares a
-    few words with almost any line of code. Then those that name one record
+    copy. Then the values the span repeats (two of its texts name them, or the agent's
+    or the user's words do: a mention counts twice there): a value named once in a long
+    output is one line of it, a value repeated across messages is one the work turns on.
+    Both come before the words of the current request that stand in the id's record (an
+    order listing names "laptop" next to the laptop's product id): that is a guess, and
+    a long request (a coding agent's task, its issue text) shares a few words with
+    almost any line of code. Then by the calls that pass it, then those that name one record
     (``values.is_strong``) or are a record's codes (``field_codes``: its fare
     class, its airports) before other codes and names of code, then by how often the span
     mentions it (dialogue counts double: an id the agent or the user repeats is
@@ -304,8 +311,8 @@ class _Tally:
 
     def ranked(self) -> list[str]:
         best = self.best
-        return sorted(best, key=lambda v: (-(best[v][5] >= WORKED_ON_CALLS), -best[v][0], -best[v][1], -best[v][5],
-                                           -best[v][2], -best[v][3], best[v][4]))
+        return sorted(best, key=lambda v: (-(best[v][5] >= WORKED_ON_CALLS), -best[v][0], -(best[v][3] >= REPEATED),
+                                           -best[v][1], -best[v][5], -best[v][2], -best[v][3], best[v][4]))
 
 
 def _record(text: str, start: int, end: int, opening: str, closing: str) -> str:

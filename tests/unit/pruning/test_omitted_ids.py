@@ -42,8 +42,10 @@ def test_a_value_the_agents_calls_pass_twice_ranks_first():
     words = ("laptop",)
     ids = omitted_ids([edit, output, run, read], set(), room=12, count_text=COUNTER.count_text, query=words)
     assert ids[:2] == ["src/app/parser.py", "check_parser.py"]
-    # passed once only, a value ranks as before: by the request's words around it
-    ids = omitted_ids([output, read], set(), room=8, count_text=COUNTER.count_text, query=words)
+    # passed once only (by a bare call, no words of the agent's), a value ranks as before:
+    # by the request's words around it
+    bare_read = ('"command": cat src/app/parser.py', False, False, True)
+    ids = omitted_ids([output, bare_read], set(), room=8, count_text=COUNTER.count_text, query=words)
     assert ids[0] == "LAPTOP-7431"
 
 
@@ -58,6 +60,17 @@ def test_the_values_of_a_text_the_forward_quotes_rank_before_the_request_words_a
                       count_text=COUNTER.count_text, query=words)
     assert sorted(ids[:2]) == ["fixtures/sample_01.bin", "parse_header_block"]
     assert ids[2] == "check_version_fields"
+
+
+def test_a_value_two_messages_name_ranks_before_one_line_that_shares_the_request_words():
+    # A long listing names build_index_map once, on a line full of the request's words;
+    # the agent's script and its run both name check_cache_keys.
+    listing = ("index parser cache rebuild: build_index_map\nother line: tidy_whitespace", False)
+    script = ("from mod import check_cache_keys", False)
+    run = ("Traceback: check_cache_keys failed", False)
+    words = ("index", "parser", "cache", "rebuild")
+    ids = omitted_ids([run, script, listing], set(), room=100, count_text=COUNTER.count_text, query=words)
+    assert ids[0] == "check_cache_keys" and ids.index("build_index_map") < ids.index("tidy_whitespace")
 
 
 def test_id_reading_matches_the_mask_and_skips_amounts_and_words():
