@@ -197,6 +197,16 @@ def clear_ids_memo() -> None:
 # works on: the file it reads, edits and runs again, the record it looks up and then changes.
 WORKED_ON_CALLS = 2
 
+# Mentions (a text of the span each, a word of dialogue two) that make a value one the
+# span repeats (``omitted_ids``).
+REPEATED = 2
+
+# A short number (three or four digits: no value by shape, values.py) that the agent or the
+# user wrote, in words or a call, and that this many texts of an omitted span show is a
+# reference, not a quantity (``_Tally.referred_numbers``).
+REFERRED_NUMBER_TEXTS = 2
+_SHORT_NUMBER = re.compile(r"(?<![\w.$])[0-9]{3,4}(?![0-9]|\.[0-9])").findall
+
 # The newest characters of an omitted span whose ids are considered: a marker holds
 # a few dozen ids, and a 100k-token cold history must not be scanned whole for them.
 OMITTED_SCAN_CHARS = 60_000
@@ -217,15 +227,21 @@ def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int,
     forwarded request repeats a value of the same text: a
     message a kept later one quotes (its order id, its path) is the strongest
     evidence of need, and its other values are what the next call is likely to
-    copy; then by how many words
-    of the current request stand in the id's record (an order listing names
-    "laptop" next to the laptop's product id), then those that name one record
+    copy. Then the values the span repeats (two of its texts name them, or the agent's
+    or the user's words do: a mention counts twice there): a value named once in a long
+    output is one line of it, a value repeated across messages is one the work turns on.
+    Both come before the words of the current request that stand in the id's record (an
+    order listing names "laptop" next to the laptop's product id): that is a guess, and
+    a long request (a coding agent's task, its issue text) shares a few words with
+    almost any line of code. Then by the calls that pass it, then those that name one record
     (``values.is_strong``) or are a record's codes (``field_codes``: its fare
     class, its airports) before other codes and names of code, then by how often the span
     mentions it (dialogue counts double: an id the agent or the user repeats is
     one the task turns on), then newest first. A later call is far more likely
     to reuse an old id than an old sentence, and an id costs a few tokens where
-    its message cost hundreds.
+    its message cost hundreds. Listed are only the values something supports
+    (``_Tally.supported``), and with them the short numbers the agent referred to
+    (``_Tally.referred_numbers``).
     """
     tally = _Tally(tuple(query))
     budget = OMITTED_SCAN_CHARS
@@ -238,6 +254,8 @@ def omitted_ids(texts: Iterable[tuple[str, bool]], present: set[str], room: int,
     chosen: list[str] = []
     used = 0
     for value in tally.ranked():
+        if not tally.supported(value):
+            continue
         cost = count_text(" " + value)
         if used + cost > room:
             break
@@ -256,6 +274,9 @@ class _Tally:
         #           names one record (values.is_strong) or is a record's code
         #           (field_codes), mentions, first seen, calls that pass it]
         self.best: dict[str, list[int]] = {}
+        # Short numbers (no value by shape: a count, a year) the agent or the user wrote, and
+        # in how many texts of the span each stands: number -> [texts, said, first seen, referenced].
+        self.numbers: dict[str, list[int]] = {}
 
     def read(self, text: str, dialogue: bool, present: set[str], referenced: bool = False,
              called: bool = False) -> None:
@@ -272,6 +293,7 @@ class _Tally:
         bounds = ("{", "}") if text.lstrip()[:1] in ("{", "[") else ("\0", "\0") if yaml else ("\n", "\n")
         counted: set[str] = set()
         record_matches: dict[str, int] = {}  # the values of one JSON object share its record
+        self._read_numbers(text, dialogue or called, referenced)
         readable = set(text_ids(text))  # memoised: a masked output's values were read already
         readable -= present
         if not readable:
@@ -301,10 +323,42 @@ class _Tally:
                     entry[3] += 2 if dialogue else 1
                     entry[5] += called
 
-    def ranked(self) -> list[str]:
+    def _read_numbers(self, text: str, said: bool, referenced: bool) -> None:
+        numbers = self.numbers
+        for number in dict.fromkeys(_SHORT_NUMBER(text)):
+            entry = numbers.get(number)
+            if entry is None:
+                entry = numbers[number] = [0, 0, len(self.best) + len(numbers), 0]
+            entry[0] += 1
+            entry[1] |= said
+            entry[3] |= referenced
+
+    def supported(self, value: str) -> bool:
+        """Whether something says a value matters: a call passed it, the span repeats it
+        (or the agent's or the user's words name it), request words stand around it, or it
+        names one record (``values.is_strong``, a record's code). A name of code that one
+        line of one output prints is one of the hundreds a listing or a traceback prints: a
+        marker lists it at a cost every later step pays, and the next call rarely wants it."""
+        entry = self.best[value]
+        return entry[5] > 0 or entry[3] >= REPEATED or entry[1] > 0 or bool(entry[2])
+
+    def referred_numbers(self) -> None:
+        """The short numbers the agent or the user wrote, in words or a call, that another
+        text of the span shows too, join the values (as ones that name one record): no value
+        by shape (a count, a year), such a number is a reference: the line an agent read or
+        will edit (its ``sed -n '790,837p'``, a reader's offset, and the listing's ``837``),
+        the line its words name ("line 808") in the output that printed it. Whether the
+        forward shows the same digits elsewhere says nothing of this line."""
         best = self.best
-        return sorted(best, key=lambda v: (-(best[v][5] >= WORKED_ON_CALLS), -best[v][1], -best[v][0], -best[v][5],
-                                           -best[v][2], -best[v][3], best[v][4]))
+        for number, (texts, said, seen, referenced) in self.numbers.items():
+            if said and texts >= REFERRED_NUMBER_TEXTS and number not in best:
+                best[number] = [referenced, 0, True, texts, seen, 0]
+
+    def ranked(self) -> list[str]:
+        self.referred_numbers()
+        best = self.best
+        return sorted(best, key=lambda v: (-(best[v][5] >= WORKED_ON_CALLS), -best[v][0], -(best[v][3] >= REPEATED),
+                                           -best[v][1], -best[v][5], -best[v][2], -best[v][3], best[v][4]))
 
 
 def _record(text: str, start: int, end: int, opening: str, closing: str) -> str:

@@ -30,8 +30,10 @@ from gateway.pruning.ids import text_ids
 
 MAX_CALL_TOKENS = 48  # a call longer than this is content, not a locator
 # The calls' room beside the ids': 1/CALLS_SHARE of theirs (``omitted_ids_tokens``), and at
-# most 1/(CALLS_SHARE + 1) of what the target leaves (``markers.with_omitted_ids``).
-CALLS_SHARE = 2
+# most 1/(CALLS_SHARE + 1) of what the target leaves (``markers.with_omitted_ids``). A third:
+# the numbers of a call that its output shows are listed with the ids already (``ids._Tally``'s
+# referred numbers), so a call line says less that they do not.
+CALLS_SHARE = 3
 _NUMBER = re.compile(r"[0-9]+")
 
 

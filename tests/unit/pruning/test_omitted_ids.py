@@ -42,9 +42,55 @@ def test_a_value_the_agents_calls_pass_twice_ranks_first():
     words = ("laptop",)
     ids = omitted_ids([edit, output, run, read], set(), room=12, count_text=COUNTER.count_text, query=words)
     assert ids[:2] == ["src/app/parser.py", "check_parser.py"]
-    # passed once only, a value ranks as before: by the request's words around it
-    ids = omitted_ids([output, read], set(), room=8, count_text=COUNTER.count_text, query=words)
+    # passed once only (by a bare call, no words of the agent's), a value ranks as before:
+    # by the request's words around it
+    bare_read = ('"command": cat src/app/parser.py', False, False, True)
+    ids = omitted_ids([output, bare_read], set(), room=8, count_text=COUNTER.count_text, query=words)
     assert ids[0] == "LAPTOP-7431"
+
+
+def test_the_values_of_a_text_the_forward_quotes_rank_before_the_request_words_around_others():
+    # A kept later message quoted a value of the first output (its script's name): that
+    # output is still in use. The second output only shares words with a long request,
+    # which any line of code does.
+    quoted = ("wrote repro_case.py; it calls parse_header_block and reads fixtures/sample_01.bin", False)
+    chatty = ("the parser header check for version fields: see check_version_fields", False)
+    words = ("parser", "header", "check", "version", "fields")
+    ids = omitted_ids([(*quoted, True), (*chatty, False)], {"repro_case.py"}, room=100,
+                      count_text=COUNTER.count_text, query=words)
+    assert sorted(ids[:2]) == ["fixtures/sample_01.bin", "parse_header_block"]
+    assert ids[2] == "check_version_fields"
+
+
+def test_a_value_two_messages_name_ranks_before_one_line_that_shares_the_request_words():
+    # A long listing names build_index_map once, on a line full of the request's words;
+    # the agent's script and its run both name check_cache_keys.
+    listing = ("index parser cache rebuild: build_index_map\nother line: tidy_whitespace", False)
+    script = ("from mod import check_cache_keys", False)
+    run = ("Traceback: check_cache_keys failed", False)
+    words = ("index", "parser", "cache", "rebuild")
+    ids = omitted_ids([run, script, listing], set(), room=100, count_text=COUNTER.count_text, query=words)
+    assert ids[:2] == ["check_cache_keys", "build_index_map"]
+
+
+def test_a_name_of_code_one_output_prints_once_is_not_listed_a_record_id_is():
+    # A traceback prints many names once; nothing says the next call wants them. An order
+    # number it prints names one record, and the agent's own word names render_tile.
+    output = ("Traceback: in walk_nodes\n  in visit_branch\nKeyError: order 48213507", False)
+    words = ("I think render_tile fails in walk_nodes", True)
+    ids = omitted_ids([words, output], set(), room=100, count_text=COUNTER.count_text)
+    assert "48213507" in ids and "render_tile" in ids and "walk_nodes" in ids
+    assert "visit_branch" not in ids
+
+
+def test_a_short_number_the_agent_wrote_and_an_output_shows_is_listed():
+    # The agent read lines 790-837; the listing shows 837; 512 and 604 stand in the output
+    # alone (a count, a size): no reference.
+    call = ("\"command\": nl -ba src/merge.py | sed -n '790,837p'", True, False, True)
+    listing = ("   836\t    return out\n   837\t\nsize 512, took 604 ms", False)
+    ids = omitted_ids([listing, call], set(), room=100, count_text=COUNTER.count_text)
+    assert "837" in ids and "512" not in ids and "604" not in ids
+    assert "790" not in ids  # the call alone says it: one text
 
 
 def test_id_reading_matches_the_mask_and_skips_amounts_and_words():
