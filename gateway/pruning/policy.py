@@ -69,7 +69,7 @@ class Policy:
     goal_reminder: bool = False
     # An omission marker lists the exact ids of what it stands for (order, user,
     # item, payment ids...), up to this many tokens; 0: a plain marker.
-    omitted_ids_tokens: int = 200
+    omitted_ids_tokens: int = 220  # as policies/default.yaml ships it
     goal_reminder_max_chars: int = 200
     # Which x-sieve-* steering headers clients may send (YAML: true, false or a
     # list of OVERRIDES), and the range an x-sieve-target-tokens must fall in
