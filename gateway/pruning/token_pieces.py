@@ -42,6 +42,7 @@ a pre-token with it, whose count the check does not cover).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import islice
 from typing import Callable
 
@@ -58,22 +59,18 @@ MAX_PIECES = 50_000
 # ASCII digits written 0 (see the module's docstring): on the text's bytes, a table
 # lookup a byte in C (str.translate looks each distinct character up in a dict, per call).
 _ZEROED = bytes.maketrans(b"123456789", b"000000000")
-_ALIKE: dict[Callable[[str], int], bool] = {}  # per counter: _digits_alike, checked once a process
 
 
+# Per counter, once a process: counters are per encoding and engine (``tokens.text_counter``),
+# a few; the bound is for counters made per call.
+@lru_cache(maxsize=64)
 def _digits_alike(count: Callable[[str], int]) -> bool:
     """Is each string of one to three ASCII digits one token for ``count``? The
     strings of one width joined by spaces are pre-tokens alternating with single
     spaces, each one token at least: the text counts one token a pre-token exactly
-    when every string is a token of its own. Three counts a counter (checked once)."""
-    alike = _ALIKE.get(count)
-    if alike is None:
-        if len(_ALIKE) >= 64:  # counters are per encoding and engine: a few, unless made per call
-            _ALIKE.clear()
-        alike = _ALIKE[count] = all(
-            count(" ".join(f"{n:0{width}d}" for n in range(10 ** width))) == 2 * 10 ** width - 1
-            for width in (1, 2, 3))
-    return alike
+    when every string is a token of its own. Three counts a counter."""
+    return all(count(" ".join(f"{n:0{width}d}" for n in range(10 ** width))) == 2 * 10 ** width - 1
+               for width in (1, 2, 3))
 
 
 class _Uncuttable(Exception):
